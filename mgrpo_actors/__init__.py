@@ -1,0 +1,1 @@
+"""mgrpo_actors."""

@@ -1,0 +1,1 @@
+"""Benchmarks run by `mgrpo bench NAME` / `make bench`."""

@@ -1,0 +1,1 @@
+"""Command-line entry points: `mgrpo-node` (composition root) and `mgrpo` (tap, bench, tools)."""
