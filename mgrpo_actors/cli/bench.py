@@ -1,0 +1,27 @@
+"""`mgrpo bench NAME`: the project's benchmarks (`make bench` runs them all)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["BENCHMARKS", "add_parser"]
+
+# name -> module exposing run(quick: bool) -> dict
+BENCHMARKS = {
+    "bus": "mgrpo_actors.bench.bus",
+}
+
+
+def _run(args: Any) -> int:
+    names = list(BENCHMARKS) if args.name == "all" else [args.name]
+    for name in names:
+        importlib.import_module(BENCHMARKS[name]).run(quick=args.quick)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="run benchmarks", description=__doc__)
+    p.add_argument("name", choices=[*BENCHMARKS, "all"], help="which benchmark")
+    p.add_argument("--quick", action="store_true", help="a few seconds each (smoke test)")
+    p.set_defaults(func=_run)

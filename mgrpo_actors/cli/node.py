@@ -1,0 +1,156 @@
+"""`mgrpo-node`: the composition root. Starts the actors of the requested roles on one bus.
+
+    mgrpo-node --role tool --config deploy/configs/default.yaml --nats nats://host:4222 --run-id r1
+    mgrpo-node --role all            # every role in one process, on an embedded nats-server
+
+Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
+config, 3 when NATS cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
+from mgrpo_actors.log import configure_logging, get_logger
+from mgrpo_actors.runtime import Bus, BusConnectError, EmbeddedNats, ShutdownSignal
+from mgrpo_actors.cli.roles import ROLES, expand_roles, unbuilt_roles
+from mgrpo_actors.versions import package_versions
+from protocols import Event
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USAGE = 2
+EXIT_NATS = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    roles_help = "\n".join(f"  {name:<13} {spec.summary}" + ("" if spec.start else f" [not built yet: {spec.comes_with}]") for name, spec in ROLES.items())
+    parser = argparse.ArgumentParser(
+        prog="mgrpo-node",
+        description="Start the actors of one or more roles of an M-GRPO run on a NATS bus.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"roles:\n{roles_help}\n  all           every role in one process (embedded NATS unless --nats)",
+    )
+    parser.add_argument("--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)")
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (defaults apply to keys it leaves out)")
+    parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
+    parser.add_argument("--run-id", metavar="ID", help="run id (overrides run.id)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="override a config key, e.g. --set tools.actors_per_tool=4")
+    parser.add_argument("--name", help="node name in logs and pings (default: host-pid)")
+    parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    parser.add_argument("--version", action="store_true", help="print versions and exit")
+    return parser
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"mgrpo-node: error: {message}", file=sys.stderr)
+    return code
+
+
+def _resolve_config(args: argparse.Namespace) -> NodeConfig:
+    overrides = list(args.overrides)
+    if args.run_id:
+        overrides.append(f"run.id={args.run_id}")
+    if args.nats:
+        overrides.append(f"nats.url={args.nats}")
+    return load_config(NodeConfig, args.config, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.version:
+        print(yaml.safe_dump(package_versions(), sort_keys=False), end="")
+        return 0
+    try:
+        config = _resolve_config(args)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    if args.print_config:
+        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        return 0
+    if not args.role:
+        return _fail(f"give at least one --role; valid roles: {', '.join([*ROLES, 'all'])}", EXIT_USAGE)
+    try:
+        roles = expand_roles(args.role)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    missing = unbuilt_roles(roles)
+    if missing:
+        listed = "; ".join(f"{spec.name} (comes with {spec.comes_with})" for spec in missing)
+        built = ", ".join(name for name, spec in ROLES.items() if spec.start) or "none"
+        return _fail(f"role(s) not built yet: {listed}. Roles that run today: {built}", EXIT_USAGE)
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
+    return run_node(config, roles, name, embedded="all" in args.role and not args.nats, duration_s=args.duration)
+
+
+def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, duration_s: float | None) -> int:
+    """Connect, start the roles' actors, wait for a stop signal, then drain. Returns the exit code."""
+    log = get_logger("mgrpo.node")
+    stop = ShutdownSignal().install()
+    server = EmbeddedNats(max_payload=config.nats.max_message_bytes).start() if embedded else None
+    url = server.url if server else config.nats.url
+    bus = Bus(
+        url,
+        run_id=config.run.id,
+        node=name,
+        connect_timeout_s=config.nats.connect_timeout_s,
+        max_reconnect_attempts=config.nats.max_reconnect_attempts,
+        reconnect_wait_s=config.nats.reconnect_wait_s,
+        max_bytes=config.nats.max_message_bytes,
+    )
+    try:
+        bus.connect()
+    except BusConnectError as exc:
+        if server:
+            server.stop()
+        return _fail(str(exc), EXIT_NATS)
+    actors: list[Any] = []
+    try:
+        streams = bus.ensure_streams()
+        from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
+
+        actors.append(NodeInfoActor.start(bus, roles))
+        for role in roles:
+            actors.extend(ROLES[role].start(bus, config))  # type: ignore[misc]
+        log.info("node started", nats=url, embedded=bool(server), streams=len(streams), actors=len(actors))
+        bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
+        deadline = time.monotonic() + duration_s if duration_s is not None else None
+        while not stop.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        log.info("node stopping", reason=stop.signal_name or "duration elapsed")
+    finally:
+        bus.stop_intake()
+        _stop_actors(actors)
+        try:
+            bus.publish(bus.subjects.events, Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)))
+        except Exception:
+            pass
+        bus.drain()
+        if server:
+            server.stop()
+    log.info("node stopped", dead_letters=bus.dead_letter_total)
+    return 0
+
+
+def _stop_actors(actors: list[Any]) -> None:
+    # pykka's stop() is queued behind what is already in the mailbox, so in-flight work finishes.
+    for ref in reversed(actors):
+        try:
+            ref.stop(timeout=30)
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""`mgrpo ping`: list the nodes of a run (each answers with roles, versions, uptime, dead letters)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import nats
+
+from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode
+
+__all__ = ["add_parser", "ping_nodes"]
+
+
+async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInfo]:
+    """Every NodeInfo that arrives within `wait_s` of one ping."""
+    nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1, name="mgrpo-ping")
+    infos: list[NodeInfo] = []
+    try:
+        inbox = nc.new_inbox()
+
+        async def on_reply(msg: Any) -> None:
+            try:
+                reply = decode(msg.data)
+            except ProtocolError:
+                return
+            if isinstance(reply, NodeInfo):
+                infos.append(reply)
+
+        await nc.subscribe(inbox, cb=on_reply)
+        await nc.publish(Subjects(run_id).node_ping, encode(NodePing(requester="mgrpo ping")), reply=inbox)
+        await asyncio.sleep(wait_s)
+    finally:
+        await nc.close()
+    return sorted(infos, key=lambda i: i.node)
+
+
+def _run(args: Any) -> int:
+    try:
+        infos = asyncio.run(ping_nodes(args.nats, args.run_id, args.wait))
+    except Exception as exc:
+        print(f"mgrpo ping: error: cannot reach NATS at {args.nats}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+    for info in infos:
+        print(json.dumps({"node": info.node, "roles": info.roles, "uptime_s": round(info.uptime_s, 1), "pid": info.pid, "host": info.host, "dead_letters": info.dead_letters, "versions": info.versions}))
+    if not infos:
+        print(f"mgrpo ping: no node of run {args.run_id!r} answered within {args.wait:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("ping", help="list the nodes of a run", description=__doc__)
+    p.add_argument("--nats", default="nats://127.0.0.1:4222", metavar="URL", help="NATS server URL")
+    p.add_argument("--run-id", default="default", metavar="ID", help="run id")
+    p.add_argument("--wait", type=float, default=1.0, metavar="S", help="how long to collect answers")
+    p.set_defaults(func=_run)

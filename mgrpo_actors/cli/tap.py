@@ -1,0 +1,110 @@
+"""`mgrpo tap [SUBJECT]`: print every message on a subject (default `mgrpo.>`) as one JSON line.
+
+    mgrpo tap --nats nats://host:4222                         # everything of every run, live
+    mgrpo tap 'mgrpo.r1.metrics.>' --count 10                 # ten metric samples of run r1
+    mgrpo tap --stream mgrpo-r1-metrics --from-start          # replay a JetStream stream
+
+Each line: {"subject", "time" (send time, ISO 8601), "type", "payload"}; arrays are shown as
+{"dtype", "shape"}, bytes as {"bytes": length}. A message that does not decode is shown with its
+"error" instead of a payload, never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import nats
+import nats.errors
+import numpy as np
+from nats.js import api as js_api
+
+from protocols import ProtocolError, decode_envelope
+
+__all__ = ["add_parser", "message_to_json", "run_tap"]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"dtype": value.dtype.name, "shape": list(value.shape)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"bytes": len(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return value
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def message_to_json(subject: str, data: bytes) -> str:
+    """One tap line for a raw NATS message."""
+    try:
+        env = decode_envelope(data)
+    except ProtocolError as exc:
+        return json.dumps({"subject": subject, "time": _iso(datetime.now(timezone.utc).timestamp()), "error": str(exc), "size": len(data)})
+    payload = {f.name: _jsonable(getattr(env.message, f.name)) for f in dataclasses.fields(env.message)}  # type: ignore[arg-type]
+    return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload})
+
+
+async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout) -> int:
+    """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
+    try:
+        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=5, name="mgrpo-tap")
+    except Exception as exc:
+        print(f"mgrpo tap: error: cannot reach NATS at {url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+    seen = 0
+    done = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        nonlocal seen
+        if done.is_set():
+            return
+        print(message_to_json(msg.subject, msg.data), file=out, flush=True)
+        seen += 1
+        if count is not None and seen >= count:
+            done.set()
+
+    try:
+        if stream:
+            js = nc.jetstream()
+            policy = js_api.DeliverPolicy.ALL if from_start else js_api.DeliverPolicy.NEW
+            try:
+                await js.stream_info(stream)
+            except Exception as exc:
+                print(f"mgrpo tap: error: stream {stream!r} not found: {exc}", file=sys.stderr)
+                return 2
+            filter_subject = subject if subject != "mgrpo.>" else None
+            await js.subscribe(filter_subject or ">", stream=stream, cb=on_msg, ordered_consumer=True, config=js_api.ConsumerConfig(deliver_policy=policy))
+        else:
+            await nc.subscribe(subject, cb=on_msg)
+        await nc.flush()
+        try:
+            await asyncio.wait_for(done.wait(), timeout=duration_s)
+        except asyncio.TimeoutError:
+            pass
+    finally:
+        await nc.close()
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("tap", help="print messages of a subject or stream as JSON lines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("subject", nargs="?", default="mgrpo.>", help="subject to listen to (default: mgrpo.>)")
+    p.add_argument("--nats", default="nats://127.0.0.1:4222", metavar="URL", help="NATS server URL")
+    p.add_argument("--stream", metavar="NAME", help="read a JetStream stream instead of live core subjects")
+    p.add_argument("--from-start", action="store_true", help="with --stream: replay from the first stored message")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N messages")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.set_defaults(func=lambda a: asyncio.run(run_tap(a.nats, a.subject, a.stream, a.from_start, a.count, a.duration)))

@@ -1,0 +1,17 @@
+"""Typed configuration: dataclasses with a one-line doc per field, loaded from YAML, `--set a.b=v` overrides."""
+
+from mgrpo_actors.config.loader import ConfigError, apply_overrides, from_dict, load_config, to_dict
+from mgrpo_actors.config.node import LogConfig, NatsConfig, NodeConfig, RunConfig, ToolsConfig
+
+__all__ = [
+    "ConfigError",
+    "LogConfig",
+    "NatsConfig",
+    "NodeConfig",
+    "RunConfig",
+    "ToolsConfig",
+    "apply_overrides",
+    "from_dict",
+    "load_config",
+    "to_dict",
+]

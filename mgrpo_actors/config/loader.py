@@ -1,0 +1,140 @@
+"""Build typed config dataclasses from YAML and `--set` overrides, rejecting anything unknown.
+
+Errors name the full dotted key and say what was expected, e.g.
+`unknown config key 'nats.urll' (valid keys under 'nats': url, connect_timeout_s, ...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "to_dict"]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message names the key."""
+
+
+def _coerce(path: str, annotation: Any, value: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
+        return from_dict(annotation, value, path)
+    if annotation is Any:
+        return value
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"config key '{path}' is {value!r}; expected one of {', '.join(map(repr, args))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        errors = []
+        for candidate in inner:
+            try:
+                return _coerce(path, candidate, value)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"config key '{path}' is {value!r}; expected {annotation}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{path}' must be a list, got {value!r}")
+        item = args[0] if args else Any
+        items = [_coerce(f"{path}[{i}]", item, v) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
+        return {str(k): _coerce(f"{path}.{k}", args[1] if args else Any, v) for k, v in value.items()}
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{path}' must be a number, got {value!r}")
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{path}' must be an integer, got {value!r}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{path}' must be true or false, got {value!r}")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{path}' must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"config key '{path}' has a type this loader does not know: {annotation}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
+    """Instantiate config dataclass `cls` from a (possibly partial) mapping; unset fields keep defaults."""
+    data = data or {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    values = {}
+    for key, value in data.items():
+        full = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            where = f"under '{path}'" if path else "at the top level"
+            raise ConfigError(f"unknown config key '{full}' (valid keys {where}: {', '.join(fields)})")
+        values[key] = _coerce(full, hints[key], value)
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"config section '{path or cls.__name__}': {exc}") from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The plain-mapping form of a config (for logging and for `mgrpo-node --print-config`)."""
+    return dataclasses.asdict(config)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b=v` overrides to a mapping; `v` is parsed as YAML (so `3`, `true`, `[1, 2]` are typed)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from None
+        node = data
+        parts = key.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: '{'.'.join(parts[: i + 1])}' is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Load `cls` from a YAML file (optional) plus overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+        data = loaded or {}
+    apply_overrides(data, overrides or [])
+    return from_dict(cls, data)

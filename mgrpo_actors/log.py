@@ -1,0 +1,63 @@
+"""Logging through structlog, configured once per process.
+
+JSON lines when stderr is not a terminal, readable lines otherwise. Every line carries the run id,
+the node name and the role (an actor binds its own role; process-level lines carry the node's roles).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+__all__ = ["configure_logging", "get_logger"]
+
+_CONTEXT: dict[str, str] = {"run_id": "", "node": "", "role": ""}
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _add_context(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    for key, value in _CONTEXT.items():
+        event_dict.setdefault(key, value)
+    return event_dict
+
+
+def configure_logging(
+    *,
+    run_id: str = "",
+    node: str = "",
+    role: str = "",
+    level: str = "info",
+    json_output: bool | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Configure structlog for this process (call again to change the context, e.g. in tests)."""
+    if level not in _LEVELS:
+        raise ValueError(f"log level {level!r} is invalid: expected one of {', '.join(_LEVELS)}")
+    stream = stream or sys.stderr
+    _CONTEXT.update(run_id=run_id, node=node, role=role)
+    if json_output is None:
+        json_output = not (hasattr(stream, "isatty") and stream.isatty())
+    renderer: Any = structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            _add_context,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+    # Libraries that use stdlib logging (nats-py, transformers) go to the same stream, warnings only.
+    logging.basicConfig(stream=stream, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+
+
+def get_logger(name: str = "mgrpo", **bound: Any) -> Any:
+    """A structlog logger; `bound` values appear on every line it writes."""
+    return structlog.get_logger(name).bind(**bound) if bound else structlog.get_logger(name)

@@ -1,0 +1,33 @@
+"""The NATS actor runtime: one bus connection per process, pykka actors fed from subjects and streams.
+
+- `Bus`: the process's NATS connection on its own asyncio thread, with a blocking API callable from
+  any actor thread (publish, request/reply, subscribe, JetStream, KV, drain).
+- `BusActor`: a pykka actor whose mailbox receives bus deliveries, one at a time, and whose
+  failures go to the dead-letter subject instead of killing it.
+- `EmbeddedNats`: the venv's nats-server with JetStream on a free loopback port.
+"""
+
+from mgrpo_actors.runtime.actor import BusActor
+from mgrpo_actors.runtime.bus import Bus, Consumer, KvBucket, Subscription
+from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
+from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
+from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime.shutdown import ShutdownSignal
+
+__all__ = [
+    "Bus",
+    "BusActor",
+    "BusConnectError",
+    "BusError",
+    "Consumer",
+    "Delivery",
+    "EmbeddedNats",
+    "KvBucket",
+    "KvUpdate",
+    "NoResponders",
+    "RemoteFailure",
+    "RequestTimeout",
+    "ShutdownSignal",
+    "Subscription",
+    "nats_server_binary",
+]

@@ -1,0 +1,59 @@
+"""What the bus puts into an actor's mailbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mgrpo_actors.runtime.bus import Bus, Consumer
+
+__all__ = ["Delivery", "KvUpdate"]
+
+
+@dataclass
+class Delivery:
+    """One message off a subject or a JetStream consumer, still undecoded.
+
+    Decoding happens in the actor's thread (so a bad message fails there and is dead-lettered,
+    and the bus thread only moves bytes).
+    """
+
+    subject: str
+    data: bytes
+    reply: str = ""
+    headers: dict[str, str] | None = None
+    js_msg: Any = None  # nats.aio.msg.Msg of a JetStream consumer; None for core NATS
+    consumer: Consumer | None = None
+    bus: Bus | None = field(default=None, repr=False)
+    num_delivered: int = 1  # JetStream delivery attempt (1 = first)
+
+    @property
+    def from_stream(self) -> bool:
+        return self.js_msg is not None
+
+    def ack(self) -> None:
+        """Acknowledge a JetStream message (no-op for core NATS)."""
+        if self.consumer is not None:
+            self.consumer.settle(self, "ack")
+
+    def nak(self, delay_s: float | None = None) -> None:
+        """Ask JetStream to redeliver (no-op for core NATS)."""
+        if self.consumer is not None:
+            self.consumer.settle(self, "nak", delay_s)
+
+    def term(self) -> None:
+        """Tell JetStream never to redeliver (after dead-lettering it)."""
+        if self.consumer is not None:
+            self.consumer.settle(self, "term")
+
+
+@dataclass(frozen=True)
+class KvUpdate:
+    """A change to a watched key of a KV bucket."""
+
+    bucket: str
+    key: str
+    value: bytes | None  # None when deleted or purged
+    revision: int
+    operation: str  # "PUT", "DEL" or "PURGE"

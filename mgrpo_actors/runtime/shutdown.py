@@ -1,0 +1,36 @@
+"""Graceful stop on SIGINT/SIGTERM: the main thread waits on a ShutdownSignal; the node drains."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+__all__ = ["ShutdownSignal"]
+
+
+class ShutdownSignal:
+    """Set by SIGINT or SIGTERM (or `set()`); a second signal restores the default handler."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name = ""
+
+    def install(self) -> ShutdownSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self._event.set()
+        signal.signal(signum, signal.SIG_DFL)  # a second Ctrl-C kills at once
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._event.wait(timeout_s)

@@ -1,0 +1,151 @@
+"""msgpack codec with a schema version, typed binary arrays and a size limit.
+
+Wire layout: a msgpack map `{"v": SCHEMA_VERSION, "t": <type name>, "ts": <unix time>, "d": {fields}}`.
+Arrays travel as msgpack ext type 1: `dtype code (1 byte) | length (uint32 LE) | raw little-endian bytes`.
+Decoding anything malformed raises `ProtocolError` naming the field, and nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from protocols.errors import ProtocolError
+from protocols.messages import MESSAGE_TYPES, Message
+
+__all__ = ["DEFAULT_MAX_BYTES", "SCHEMA_VERSION", "Envelope", "decode", "decode_envelope", "encode"]
+
+SCHEMA_VERSION = 1
+# 32 MiB: an aligned batch of 8x8x8 samples of 2k tokens is ~10 MB. The embedded nats-server is
+# started with the same max_payload (mgrpo_actors/runtime/embedded.py).
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+_ARRAY_EXT = 1
+_DTYPE_CODES = {"int32": 1, "int64": 2, "uint8": 3, "float32": 4, "float16": 5, "bool": 6}
+_CODE_DTYPES = {code: np.dtype(name).newbyteorder("<") for name, code in _DTYPE_CODES.items()}
+_HEADER = struct.Struct("<BI")
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A decoded message with what travelled around it."""
+
+    message: Message
+    type_name: str
+    version: int
+    sent_at: float
+
+
+def _pack_array(arr: np.ndarray) -> msgpack.ExtType:
+    code = _DTYPE_CODES[arr.dtype.name]
+    data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+    return msgpack.ExtType(_ARRAY_EXT, _HEADER.pack(code, arr.shape[0]) + data)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _pack_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} cannot travel on the wire")
+
+
+def _ext_hook(code: int, data: bytes) -> np.ndarray:
+    if code != _ARRAY_EXT:
+        raise ProtocolError("<payload>", f"unknown msgpack ext type {code}")
+    if len(data) < _HEADER.size:
+        raise ProtocolError("<payload>", "array header truncated")
+    dtype_code, length = _HEADER.unpack_from(data)
+    dtype = _CODE_DTYPES.get(dtype_code)
+    if dtype is None:
+        raise ProtocolError("<payload>", f"unknown array dtype code {dtype_code}")
+    body = memoryview(data)[_HEADER.size :]
+    if len(body) != length * dtype.itemsize:
+        raise ProtocolError("<payload>", f"array of {length} x {dtype.name} needs {length * dtype.itemsize} bytes, got {len(body)}")
+    if dtype.name == "bool" and np.frombuffer(body, dtype=np.uint8).max(initial=0) > 1:
+        raise ProtocolError("<payload>", "bool array holds bytes other than 0 and 1")
+    return np.frombuffer(body, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+
+
+def encode(message: Message, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """Validate and encode `message`; raises ProtocolError if a field is wrong or it is too large."""
+    if not isinstance(message, Message):
+        raise ProtocolError("<message>", f"{type(message).__name__} is not a wire message type")
+    type_name = type(message).__name__
+    fields = {c.name: c(type_name, getattr(message, c.name)) for c in type(message)._checks}
+    try:
+        data = msgpack.packb(
+            {"v": SCHEMA_VERSION, "t": type_name, "ts": time.time(), "d": fields},
+            default=_default,
+            use_bin_type=True,
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(type_name, f"cannot encode: {exc}") from None
+    if len(data) > max_bytes:
+        raise ProtocolError(type_name, f"encoded size {len(data)} bytes exceeds the limit of {max_bytes}")
+    return data
+
+
+def _unpack(data: Any, max_bytes: int) -> dict:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError("<payload>", f"expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise ProtocolError("<payload>", f"size {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, UnicodeDecodeError, ...)
+        raise ProtocolError("<payload>", f"not valid msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("<envelope>", f"expected a map, got {type(obj).__name__}")
+    return obj
+
+
+def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
+    """Decode and validate; raises only ProtocolError."""
+    obj = _unpack(data, max_bytes)
+    version = obj.get("v")
+    if version != SCHEMA_VERSION:
+        raise ProtocolError("<envelope>.v", f"unknown schema version {version!r}; this build speaks {SCHEMA_VERSION}")
+    type_name = obj.get("t")
+    cls = MESSAGE_TYPES.get(type_name) if isinstance(type_name, str) else None
+    if cls is None:
+        raise ProtocolError("<envelope>.t", f"unknown message type {type_name!r}")
+    sent_at = obj.get("ts")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        raise ProtocolError("<envelope>.ts", f"expected a number, got {type(sent_at).__name__}")
+    fields = obj.get("d")
+    if not isinstance(fields, dict):
+        raise ProtocolError(f"{type_name}", f"fields must be a map, got {type(fields).__name__}")
+    return Envelope(_build(cls, type_name, fields), type_name, version, float(sent_at))
+
+
+def decode(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
+    """Decode a message; raises only ProtocolError."""
+    return decode_envelope(data, max_bytes).message
+
+
+def _build(cls: type[Message], type_name: str, fields: dict) -> Message:
+    known = {c.name for c in cls._checks}
+    unexpected = [k for k in fields if k not in known]
+    if unexpected:
+        raise ProtocolError(f"{type_name}.{unexpected[0]}", "unexpected field")
+    values = {}
+    for check in cls._checks:
+        if check.name not in fields:
+            if check.required:
+                raise ProtocolError(f"{type_name}.{check.name}", "missing")
+            continue
+        values[check.name] = check(type_name, fields[check.name])
+    try:
+        return cls(**values)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError(type_name, f"cannot construct: {type(exc).__name__}: {exc}") from None

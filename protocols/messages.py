@@ -1,0 +1,293 @@
+"""The message types of design.md, as typed frozen dataclasses.
+
+Every message that crosses the bus is one of these. Ids (run, step, query, rollout, call) travel in
+the message; the schema version and the send time travel in the envelope (codec.py). Token ids,
+logprobs and masks are numpy arrays sent as typed binary. Only `RewardStats` (scalars) and
+`SubtaskRequest`/`SubtaskResult` (text) cross between the main and the sub side
+(design.md §Sides and what crosses them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from protocols.schema import FieldCheck, array_field, build_checks
+from protocols.subjects import SIDES
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "AlignedBatch",
+    "DeadLetter",
+    "Event",
+    "Failure",
+    "Message",
+    "Metric",
+    "NodeInfo",
+    "NodePing",
+    "RewardStats",
+    "RolloutRequest",
+    "StepDone",
+    "SubtaskRequest",
+    "SubtaskResult",
+    "ToolRequest",
+    "ToolResult",
+    "Trajectory",
+    "WeightsVersion",
+]
+
+MESSAGE_TYPES: dict[str, type[Message]] = {}
+
+_SIDE = {"choices": SIDES}
+_FINITE = {"finite": True}
+
+
+class Message:
+    """Base of every wire message: registered by class name, validated field by field."""
+
+    _checks: ClassVar[tuple[FieldCheck, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        MESSAGE_TYPES[cls.__name__] = cls
+
+    def __post_init__(self) -> None:
+        # Lists given for array fields become typed arrays, so a message built by hand encodes.
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            dtype = f.metadata.get("dtype")
+            value = getattr(self, f.name)
+            if dtype is not None and not isinstance(value, np.ndarray):
+                object.__setattr__(self, f.name, np.asarray(value, dtype=dtype))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+                    return False
+                if a.dtype != b.dtype or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
+                    return False
+            elif a != b and not (a != a and b != b):  # NaN == NaN for round-trip comparisons
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _message(cls: type) -> type:
+    """Make `cls` a frozen dataclass and attach its field checks."""
+    cls = dataclass(frozen=True, eq=False)(cls)
+    cls._checks = build_checks(cls)
+    return cls
+
+
+@_message
+class RolloutRequest(Message):
+    """Controller -> main agents: roll out one query K times with the given policy versions."""
+
+    run_id: str
+    step: int
+    query_id: str
+    question: str
+    answers: list[str]  # gold answer first, then aliases
+    num_rollouts: int  # K
+    main_version: int
+    sub_version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@_message
+class SubtaskRequest(Message):
+    """Main agent -> sub-agent: M's delegation `{task, context}` (m-grpo.md §The system being trained)."""
+
+    run_id: str
+    step: int
+    query_id: str
+    rollout_index: int
+    call_id: str
+    task: str
+    context: str
+    sub_version: int
+
+
+@_message
+class SubtaskResult(Message):
+    """Sub-agent -> main agent: the structured result M sees as a tool response (never S's transcript)."""
+
+    call_id: str
+    ok: bool
+    findings: str
+    evidence: list[str] = field(default_factory=list)  # urls S read its findings from
+    error: str | None = None
+    num_turns: int = 0
+
+
+@_message
+class ToolRequest(Message):
+    """Agent -> tool actor (request/reply)."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    caller: str = ""
+
+
+@_message
+class ToolResult(Message):
+    """Tool actor -> agent. A failed call is `ok=False` with `error`, never a lost rollout."""
+
+    call_id: str
+    ok: bool
+    content: str
+    error: str | None = None
+
+
+@_message
+class Trajectory(Message):
+    """One agent's token-in/token-out trajectory; stays on its own side (design.md §Sides)."""
+
+    run_id: str
+    side: str = field(metadata=_SIDE)
+    step: int
+    query_id: str
+    rollout_index: int
+    call_id: str  # "" for a main trajectory, the subtask call id for a sub trajectory
+    policy_version: int
+    token_ids: np.ndarray = array_field("int32")
+    loss_mask: np.ndarray = array_field("uint8")  # 1 on tokens the agent generated
+    logprobs: np.ndarray = array_field("float32")  # behaviour logprobs, 0 where mask is 0
+    prompt_len: int = 0
+    format_ok: bool = True
+    format_error: str | None = None
+    num_turns: int = 0
+    finish_reason: str = ""
+
+
+@_message
+class RewardStats(Message):
+    """Main side -> sub side: the only numbers that cross sides, per (query, rollout)."""
+
+    run_id: str
+    step: int
+    query_id: str
+    rollout_index: int
+    reward_main: float = field(metadata=_FINITE)  # R_M
+    r_format: float = field(metadata=_FINITE)
+    r_correct: float = field(metadata=_FINITE)
+    num_sub_calls: int  # d_k
+    sub_call_ids: list[str]
+
+
+@_message
+class AlignedBatch(Message):
+    """Aligner -> learner of one side: exactly B*K (main) or B*K*D (sub) samples, concatenated."""
+
+    run_id: str
+    side: str = field(metadata=_SIDE)
+    step: int
+    batch_id: str
+    sample_ids: list[str]
+    lengths: np.ndarray = array_field("int32")  # tokens per sample; token arrays are concatenated
+    token_ids: np.ndarray = array_field("int32")
+    loss_mask: np.ndarray = array_field("uint8")
+    logprobs: np.ndarray = array_field("float32")
+    advantages: np.ndarray = array_field("float32")  # one per sample
+    weights: np.ndarray = array_field("float32")  # 0 for placeholders (m-grpo.md §alignment)
+    policy_versions: np.ndarray = array_field("int32")
+
+
+@_message
+class WeightsVersion(Message):
+    """Learner -> rollout engines of its side: a new policy version is available at `uri`."""
+
+    run_id: str
+    side: str = field(metadata=_SIDE)
+    version: int
+    step: int
+    uri: str
+    sha256: str = ""
+
+
+@_message
+class StepDone(Message):
+    """Learner -> controller: the step's batch was applied."""
+
+    run_id: str
+    side: str = field(metadata=_SIDE)
+    step: int
+    batch_id: str
+    version: int
+    loss: float
+    stats: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+@_message
+class Metric(Message):
+    """One metric sample, published on `mgrpo.<run>.metrics.<name>`."""
+
+    name: str
+    value: float
+    step: int = 0
+    node: str = ""
+    role: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@_message
+class Event(Message):
+    """Something a person watching the run wants to know about."""
+
+    kind: str
+    message: str
+    level: str = field(default="info", metadata={"choices": ("debug", "info", "warning", "error")})
+    node: str = ""
+    role: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@_message
+class DeadLetter(Message):
+    """A message that could not be decoded or handled, with the reason (design.md §Errors)."""
+
+    subject: str
+    reason: str
+    error_type: str
+    payload: bytes
+    node: str = ""
+    actor: str = ""
+    failed_at: float = 0.0
+
+
+@_message
+class Failure(Message):
+    """Reply to a request whose handling failed, so the requester learns why instead of timing out."""
+
+    subject: str
+    reason: str
+    error_type: str
+
+
+@_message
+class NodePing(Message):
+    """Ask every node of the run to report itself."""
+
+    requester: str = ""
+
+
+@_message
+class NodeInfo(Message):
+    """A node's answer to NodePing."""
+
+    node: str
+    roles: list[str]
+    versions: dict[str, str]
+    uptime_s: float
+    pid: int
+    host: str
+    dead_letters: int = 0

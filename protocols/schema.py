@@ -1,0 +1,163 @@
+"""Field-level validation of message types: what a field may hold on the wire, checked on encode
+and decode, so a malformed message names the field that is wrong.
+
+Kept separate from the message definitions so messages.py reads as the list of contracts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Callable
+
+import numpy as np
+
+from protocols.errors import ProtocolError
+
+__all__ = ["ARRAY_DTYPES", "FieldCheck", "array_field", "build_checks", "check_json_like"]
+
+# dtypes that may travel as typed binary (design.md §Delivery and state: arrays are not lists of ints).
+ARRAY_DTYPES = ("int32", "int64", "uint8", "float32", "float16", "bool")
+
+Checker = Callable[[str, Any], Any]
+
+
+def array_field(dtype: str, **kwargs: Any) -> Any:
+    """A dataclass field holding a 1-D numpy array of `dtype`; lists are converted on construction."""
+    if dtype not in ARRAY_DTYPES:
+        raise ValueError(f"array dtype {dtype!r} not in {ARRAY_DTYPES}")
+    return dataclasses.field(metadata={"dtype": dtype}, **kwargs)
+
+
+def check_json_like(path: str, value: Any, depth: int = 0) -> Any:
+    """Accept only what msgpack carries natively (str, int, float, bool, None, bytes, list, dict[str, ...])."""
+    if depth > 16:
+        raise ProtocolError(path, "nested more than 16 levels")
+    if value is None or isinstance(value, (str, bool, int, float, bytes)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [check_json_like(f"{path}[{i}]", v, depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ProtocolError(path, f"map key {k!r} is {type(k).__name__}, expected str")
+            out[k] = check_json_like(f"{path}.{k}", v, depth + 1)
+        return out
+    raise ProtocolError(path, f"{type(value).__name__} cannot travel on the wire")
+
+
+def _scalar(expected: type) -> Checker:
+    def check(path: str, value: Any) -> Any:
+        if expected is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ProtocolError(path, f"expected float, got {type(value).__name__}")
+            return float(value)
+        if expected is int and isinstance(value, bool):
+            raise ProtocolError(path, "expected int, got bool")
+        if not isinstance(value, expected):
+            raise ProtocolError(path, f"expected {expected.__name__}, got {type(value).__name__}")
+        return value
+
+    return check
+
+
+def _array(dtype: str) -> Checker:
+    def check(path: str, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            try:
+                value = np.asarray(value, dtype=dtype)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ProtocolError(path, f"cannot convert to a {dtype} array: {exc}") from None
+        if not isinstance(value, np.ndarray):
+            raise ProtocolError(path, f"expected a {dtype} array, got {type(value).__name__}")
+        if value.dtype != np.dtype(dtype):
+            raise ProtocolError(path, f"expected dtype {dtype}, got {value.dtype}")
+        if value.ndim != 1:
+            raise ProtocolError(path, f"expected a 1-D array, got shape {value.shape}")
+        return value
+
+    return check
+
+
+def _checker_for(annotation: Any, dtype: str | None) -> Checker:
+    if dtype is not None:
+        return _array(dtype)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return check_json_like
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"unsupported union {annotation}")
+        inner_check = _checker_for(inner[0], None)
+        return lambda path, v: None if v is None else inner_check(path, v)
+    if origin is list:
+        item = _checker_for(args[0], None)
+
+        def check_list(path: str, value: Any) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise ProtocolError(path, f"expected a list, got {type(value).__name__}")
+            return [item(f"{path}[{i}]", v) for i, v in enumerate(value)]
+
+        return check_list
+    if origin is dict:
+        if args[0] is not str:
+            raise TypeError(f"map keys must be str: {annotation}")
+        item = _checker_for(args[1], None)
+
+        def check_dict(path: str, value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise ProtocolError(path, f"expected a map, got {type(value).__name__}")
+            out = {}
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise ProtocolError(path, f"map key {k!r} is {type(k).__name__}, expected str")
+                out[k] = item(f"{path}.{k}", v)
+            return out
+
+        return check_dict
+    if annotation in (str, int, float, bool, bytes):
+        return _scalar(annotation)
+    raise TypeError(f"unsupported field type {annotation!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldCheck:
+    """How one field of a message type is validated."""
+
+    name: str
+    check: Checker
+    required: bool
+    choices: tuple[str, ...] | None
+    finite: bool
+
+    def __call__(self, type_name: str, value: Any) -> Any:
+        path = f"{type_name}.{self.name}"
+        value = self.check(path, value)
+        if self.choices is not None and value not in self.choices:
+            raise ProtocolError(path, f"{value!r} is not one of {', '.join(self.choices)}")
+        if self.finite and isinstance(value, float) and not math.isfinite(value):
+            raise ProtocolError(path, f"{value!r} is not a finite number")
+        return value
+
+
+def build_checks(cls: type) -> tuple[FieldCheck, ...]:
+    """One FieldCheck per dataclass field of `cls`, from its annotations and field metadata."""
+    hints = typing.get_type_hints(cls)
+    checks = []
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        checks.append(
+            FieldCheck(
+                name=f.name,
+                check=_checker_for(hints[f.name], f.metadata.get("dtype")),
+                required=required,
+                choices=f.metadata.get("choices"),
+                finite=f.metadata.get("finite", False),
+            )
+        )
+    return tuple(checks)
