@@ -56,6 +56,8 @@ def configure_logging(
     )
     # Libraries that use stdlib logging (nats-py, transformers) go to the same stream, warnings only.
     logging.basicConfig(stream=stream, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    for noisy in ("bm25s", "nats"):  # they set their own loggers to DEBUG/INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def get_logger(name: str = "mgrpo", **bound: Any) -> Any:

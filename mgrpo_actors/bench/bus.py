@@ -92,7 +92,7 @@ async def _raw_round(url: str, data: bytes, n_latency: int, n_throughput: int, w
 def _runtime_round(url: str, message: ToolRequest, n_latency: int, n_throughput: int, window: int) -> tuple[list[float], float]:
     server_bus = Bus(url, run_id=RUN_ID, node="bench-server").connect()
     client_bus = Bus(url, run_id=RUN_ID, node="bench-client").connect()
-    actor = EchoActor.start(server_bus)
+    actor = EchoActor.start_ready(server_bus)
     try:
         client_bus.request(SUBJECT, message)  # warm-up: the subscription is live once this returns
         latencies = []

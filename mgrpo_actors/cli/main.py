@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mgrpo_actors.cli import bench, ping, tap
+from mgrpo_actors.cli import bench, ping, run, tap
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (tap, ping, bench)
+COMMANDS = (run, tap, ping, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -119,7 +119,7 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
         streams = bus.ensure_streams()
         from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
 
-        actors.append(NodeInfoActor.start(bus, roles))
+        actors.append(NodeInfoActor.start_ready(bus, roles))
         for role in roles:
             actors.extend(ROLES[role].start(bus, config))  # type: ignore[misc]
         log.info("node started", nats=url, embedded=bool(server), streams=len(streams), actors=len(actors))

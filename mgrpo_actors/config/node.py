@@ -7,7 +7,7 @@ section is a dataclass of its own with a one-line doc per field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
@@ -51,13 +51,20 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class ToolsConfig:
-    """Tool actors started by `--role tool`."""
+    """Tool actors started by `--role tool` (more processes with this role = more tool throughput)."""
 
-    actors_per_tool: int = 2  # actors per tool in this process; all join the tool's queue group
+    actors_per_tool: int = 2  # actors per tool in this process; all of a tool's actors anywhere share one queue group
+    serve: list[str] = field(default_factory=lambda: ["search", "visit"])  # tools this node serves
+    pages: str | None = None  # pages.jsonl from `mgrpo world generate`; None = the built-in synthetic web below
+    web_seed: int = 0  # seed of the built-in synthetic web (must match the run's questions)
+    web_entities: int = 1000  # entities of the built-in synthetic web
+    extra: list[dict[str, Any]] = field(default_factory=list)  # more tools: {name, factory: "pkg.mod:Class", args: {...}}
 
     def __post_init__(self) -> None:
         if self.actors_per_tool < 1:
             raise ValueError("tools.actors_per_tool must be at least 1")
+        if not self.serve:
+            raise ValueError("tools.serve must name at least one tool")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,17 @@ class BusActor(pykka.ThreadingActor):
         self._consumers: list[Consumer] = []
         self._handlers: dict[type, Handler] = {}
 
+    @classmethod
+    def start_ready(cls, *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> pykka.ActorRef:
+        """`start()`, then wait until `on_start` has run, so its subscriptions are live on the server."""
+        ref = cls.start(*args, **kwargs)
+        ref.proxy().is_ready().get(timeout=timeout_s)
+        return ref
+
+    def is_ready(self) -> bool:
+        """Answered after on_start (pykka runs it first), so callers can wait for the actor to be live."""
+        return True
+
     # ---- to override ------------------------------------------------------------------------
     def handlers(self) -> dict[type, Handler]:
         """Message type -> bound method `(message, delivery) -> reply or None`."""

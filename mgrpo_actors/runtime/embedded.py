@@ -6,6 +6,7 @@ Used by `mgrpo-node --role all` without `--nats`, by `mgrpo run`, the benchmarks
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -30,18 +31,17 @@ def nats_server_binary() -> Path:
     raise FileNotFoundError("nats-server not found beside the Python interpreter or on PATH: run `make install`")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_LISTENING = re.compile(r"Listening for client connections on 127\.0\.0\.1:(\d+)")
 
 
 class EmbeddedNats:
     """A nats-server subprocess; a context manager. `url` is valid once started."""
 
     def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES) -> None:
-        self.port = port or _free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
+        # port None: the server picks a free one itself (-1) and we read it from its log, so two
+        # servers started at once can never race for the same port.
+        self.port = port or -1
+        self.url = ""
         self.max_payload = max_payload
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
@@ -51,7 +51,7 @@ class EmbeddedNats:
     def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
         conf = self.store_dir / "nats.conf"
         conf.write_text(
-            f"listen: 127.0.0.1:{self.port}\n"
+            f"listen: \"127.0.0.1:{self.port}\"\n"
             f"max_payload: {self.max_payload}\n"
             # The server's write deadline must cover a max_payload message to a slow client.
             "write_deadline: \"10s\"\n"
@@ -68,11 +68,25 @@ class EmbeddedNats:
         self._wait_ready(timeout_s)
         return self
 
+    def _listening_port(self) -> int | None:
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        found = _LISTENING.search(text)
+        return int(found.group(1)) if found else None
+
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited with {self._proc.returncode}: {self.log_tail()}")
+            if self.port == -1:
+                self.port = self._listening_port() or -1
+                if self.port == -1:
+                    time.sleep(0.02)
+                    continue
+            self.url = f"nats://127.0.0.1:{self.port}"
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                     if s.recv(4096).startswith(b"INFO"):

@@ -1,0 +1,76 @@
+"""Tool actors: serve `mgrpo.<run>.tool.<name>` requests in a queue group per tool.
+
+Start more `--role tool` processes anywhere to add tool throughput: every actor of a tool, in any
+process, joins the same queue group, so NATS spreads the requests (design.md §How people use it).
+A bad call is an error ToolResult for the agent, never a lost rollout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web
+from mgrpo_actors.envs.world import WorldConfig
+from mgrpo_actors.runtime import Bus, BusActor, Delivery
+from mgrpo_actors.tools.registry import ToolRegistry
+from protocols import ToolRequest, ToolResult
+
+__all__ = ["BUILTIN_TOOLS", "ToolActor", "build_tool_registry", "start_tool_actors"]
+
+# Built-in tools a node can serve by name; `tools.extra` adds more by import path.
+BUILTIN_TOOLS = {
+    "search": "mgrpo_actors.tools.search:SearchTool",
+    "visit": "mgrpo_actors.tools.visit:VisitTool",
+}
+
+
+class ToolActor(BusActor):
+    """Serves one tool; several of them (in any process) share the tool's queue group."""
+
+    role = "tool"
+
+    def __init__(self, bus: Bus, registry: ToolRegistry, tool: str, index: int = 0) -> None:
+        super().__init__(bus, name=f"tool-{tool}-{bus.node}-{index}")
+        self.registry = registry
+        self.tool = tool
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.listen(self.bus.subjects.tool(self.tool), queue=f"tool-{self.tool}")
+
+    def handlers(self) -> dict:
+        return {ToolRequest: self.on_request}
+
+    def on_request(self, request: ToolRequest, delivery: Delivery) -> ToolResult:
+        # The subject says which tool; a request naming another one is a caller bug worth telling.
+        if request.tool != self.tool:
+            return ToolResult(call_id=request.call_id, ok=False, content="", error=f"request for tool {request.tool!r} sent to {self.tool!r}")
+        result = self.registry.call(self.tool, request.arguments)
+        return ToolResult(call_id=request.call_id, ok=result.ok, content=result.content, error=result.error)
+
+
+def build_tool_registry(config: NodeConfig) -> ToolRegistry:
+    """The tools `config.tools.serve` names: built-ins over the synthetic web (or a pages file), plus extras."""
+    tools = config.tools
+    extra_names = {entry.get("name") for entry in tools.extra}
+    unknown = [name for name in tools.serve if name not in BUILTIN_TOOLS and name not in extra_names]
+    if unknown:
+        raise ValueError(f"tools.serve names unknown tool(s) {unknown}; built-in: {sorted(BUILTIN_TOOLS)}, from tools.extra: {sorted(n for n in extra_names if n)}")
+    builtin = [name for name in tools.serve if name in BUILTIN_TOOLS]
+    pages: Any = tools.pages
+    if builtin and pages is None:
+        web = build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))
+        pages = web.pages
+    entries = [{"name": name, "factory": BUILTIN_TOOLS[name]} for name in builtin]
+    entries += [entry for entry in tools.extra if entry.get("name") in tools.serve]
+    return ToolRegistry.from_config(entries, extra_args={name: {"pages": pages} for name in builtin})
+
+
+def start_tool_actors(bus: Bus, config: NodeConfig) -> list[Any]:
+    registry = build_tool_registry(config)
+    return [
+        ToolActor.start_ready(bus, registry, name, index)
+        for name in config.tools.serve
+        for index in range(config.tools.actors_per_tool)
+    ]
