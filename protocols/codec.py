@@ -97,7 +97,7 @@ def _unpack(data: Any, max_bytes: int) -> dict:
     if len(data) > max_bytes:
         raise ProtocolError("<payload>", f"size {len(data)} bytes exceeds the limit of {max_bytes}")
     try:
-        obj = msgpack.unpackb(bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False)
+        obj = msgpack.unpackb(data if isinstance(data, bytes) else bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False)
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, UnicodeDecodeError, ...)
@@ -132,8 +132,7 @@ def decode(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
 
 
 def _build(cls: type[Message], type_name: str, fields: dict) -> Message:
-    known = {c.name for c in cls._checks}
-    unexpected = [k for k in fields if k not in known]
+    unexpected = [k for k in fields if k not in cls._field_names]
     if unexpected:
         raise ProtocolError(f"{type_name}.{unexpected[0]}", "unexpected field")
     values = {}

@@ -49,6 +49,8 @@ class Message:
     """Base of every wire message: registered by class name, validated field by field."""
 
     _checks: ClassVar[tuple[FieldCheck, ...]] = ()
+    _field_names: ClassVar[frozenset[str]] = frozenset()
+    _array_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -56,11 +58,10 @@ class Message:
 
     def __post_init__(self) -> None:
         # Lists given for array fields become typed arrays, so a message built by hand encodes.
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            dtype = f.metadata.get("dtype")
-            value = getattr(self, f.name)
-            if dtype is not None and not isinstance(value, np.ndarray):
-                object.__setattr__(self, f.name, np.asarray(value, dtype=dtype))
+        for name, dtype in self._array_fields:
+            value = getattr(self, name)
+            if not isinstance(value, np.ndarray):
+                object.__setattr__(self, name, np.asarray(value, dtype=dtype))
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -83,6 +84,8 @@ def _message(cls: type) -> type:
     """Make `cls` a frozen dataclass and attach its field checks."""
     cls = dataclass(frozen=True, eq=False)(cls)
     cls._checks = build_checks(cls)
+    cls._field_names = frozenset(c.name for c in cls._checks)
+    cls._array_fields = tuple((f.name, f.metadata["dtype"]) for f in dataclasses.fields(cls) if "dtype" in f.metadata)
     return cls
 
 

@@ -10,6 +10,7 @@ __all__ = ["BENCHMARKS", "add_parser"]
 # name -> module exposing run(quick: bool) -> dict
 BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
+    "algo": "mgrpo_actors.bench.algo",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import concurrent.futures
 import threading
 import time
@@ -245,6 +246,9 @@ class Bus:
         self._outbox: list[tuple] = []
         self._outbox_lock = threading.Lock()
         self._pump_scheduled = False
+        self._reply_prefix = ""
+        self._reply_tokens = itertools.count(1)
+        self._awaiting_reply: dict[str, tuple[concurrent.futures.Future, asyncio.TimerHandle, str, float]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> Bus:
@@ -298,6 +302,8 @@ class Bus:
         except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, ...
             raise BusConnectError(self.url, f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
         self._js = self._nc.jetstream()
+        self._reply_prefix = self._nc.new_inbox()
+        await self._nc.subscribe(f"{self._reply_prefix}.*", cb=self._on_reply)
 
     async def _check_reachable(self) -> None:
         """Fail fast with a clear error: nats-py would otherwise retry an unreachable first server."""
@@ -322,6 +328,7 @@ class Bus:
 
     def _stop_loop(self) -> None:
         if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._fail_awaiting)
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
@@ -399,9 +406,10 @@ class Bus:
         self._send(("req", subject, self._encode(message), outer, timeout_s))
         return outer
 
-    # The outbox: actor threads append operations; one wake-up of the bus thread sends them all.
-    # One self-pipe write per burst instead of one Task and one wake-up per message keeps the
-    # runtime's cost over raw nats-py small (see `mgrpo bench bus`).
+    # The outbox: any thread appends operations; one wake-up of the bus thread sends them all, in
+    # order, from one task. Replies come back on one wildcard inbox subscription and complete the
+    # caller's Future directly. This keeps the runtime's cost over raw nats-py small (one
+    # call_soon_threadsafe per burst, no Task or asyncio.wait_for per request; see `mgrpo bench bus`).
     def _send(self, op: tuple) -> None:
         with self._outbox_lock:
             self._outbox.append(op)
@@ -431,26 +439,46 @@ class Bus:
                 await self._nc.publish(subject, data, reply=reply, headers=headers)
             except Exception as exc:
                 log.warning("publish failed", subject=subject, error=f"{type(exc).__name__}: {exc}")
-        else:
-            _, subject, data, outer, timeout_s = op
-            task = self._loop.create_task(self._nc.request(subject, data, timeout=timeout_s))
-            task.add_done_callback(lambda t, s=subject, o=outer, to=timeout_s: self._complete_request(t, s, o, to))
+            return
+        _, subject, data, outer, timeout_s = op
+        token = str(next(self._reply_tokens))
+        timer = self._loop.call_later(timeout_s, self._expire_request, token)
+        self._awaiting_reply[token] = (outer, timer, subject, timeout_s)
+        try:
+            await self._nc.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
+        except Exception as exc:
+            self._awaiting_reply.pop(token, None)
+            timer.cancel()
+            outer.set_exception(BusError(f"request on {subject} not sent: {type(exc).__name__}: {exc}"))
+
+    async def _on_reply(self, msg: Any) -> None:
+        token = msg.subject.rsplit(".", 1)[-1]
+        entry = self._awaiting_reply.pop(token, None)
+        if entry is None:  # the request timed out already
+            return
+        outer, timer, subject, _ = entry
+        timer.cancel()
+        if msg.headers and msg.headers.get("Status") == "503":
+            outer.set_exception(NoResponders(subject))
+        elif not outer.done():
+            outer.set_result(_Reply(msg.data, subject, self.max_bytes))
+
+    def _expire_request(self, token: str) -> None:
+        entry = self._awaiting_reply.pop(token, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(RequestTimeout(entry[2], entry[3]))
+
+    def _fail_awaiting(self) -> None:
+        awaiting, self._awaiting_reply = self._awaiting_reply, {}
+        for outer, timer, subject, _ in awaiting.values():
+            timer.cancel()
+            if not outer.done():
+                outer.set_exception(BusError(f"bus closed before the reply on {subject} came"))
 
     async def _flush_outbox_then(self, coro: Coroutine[Any, Any, T]) -> T:
         while self._pump_scheduled:  # let the outbox empty first, so flush covers earlier publishes
             await asyncio.sleep(0.001)
         return await coro
-
-    def _complete_request(self, task: asyncio.Task, subject: str, outer: concurrent.futures.Future, timeout_s: float) -> None:
-        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
-        if exc is None:
-            outer.set_result(_Reply(task.result().data, subject, self.max_bytes))
-        elif isinstance(exc, nats.errors.NoRespondersError):
-            outer.set_exception(NoResponders(subject))
-        elif isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
-            outer.set_exception(RequestTimeout(subject, timeout_s))
-        else:
-            outer.set_exception(exc)
 
     def subscribe(self, subject: str, target: Target, queue: str = "") -> Subscription:
         """Tell `target` a Delivery for every message on `subject` (one of a queue group if `queue`)."""

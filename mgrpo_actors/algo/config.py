@@ -1,0 +1,216 @@
+"""Typed configuration of the M-GRPO math (rewards, advantages, alignment, objective, judge).
+
+Every default names its source: "paper" (arXiv 2511.13288), "reference code" (the authors'
+implementation, as summarised in ../shared/docs/m-grpo.md) or "[ours]" (a choice m-grpo.md marks ours).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+StdKind = Literal["population", "unbiased"]
+AlignmentMode = Literal["duplicate", "mask"]
+RatioKind = Literal["token", "sequence"]
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLEstimator = Literal["k1", "k2", "k3"]
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _require_weight(name: str, value: float) -> None:
+    _require(
+        isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0,
+        f"{name} must be a finite number >= 0, got {value!r}",
+    )
+
+
+def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    _require(value in choices, f"{name} must be one of {choices}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward weights, m-grpo.md §Rewards."""
+
+    # α1: weight of r_format in R_M (paper: 0.1).
+    alpha_format: float = 0.1
+    # α2: weight of M's r_correct in R_M (paper: 0.9).
+    alpha_correct: float = 0.9
+    # β1: weight of S's own r_format in R_S (paper: 0.1).
+    beta_format: float = 0.1
+    # β2: weight of M's r_correct (copied to every S call of the rollout) in R_S (paper: 0.4).
+    beta_correct: float = 0.4
+    # β3: weight of r_expert in R_S; folded into β2 when no expert scorer is configured (paper: 0.5).
+    beta_expert: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _require_weight(f"rewards.{f.name}", getattr(self, f.name))
+        _require(self.alpha_format + self.alpha_correct > 0, "rewards: alpha_format + alpha_correct must be > 0")
+        _require(
+            self.beta_format + self.beta_correct + self.beta_expert > 0,
+            "rewards: beta_format + beta_correct + beta_expert must be > 0",
+        )
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """Group-relative advantages, m-grpo.md §Group-relative advantages."""
+
+    # Std convention: "population" divides by n, "unbiased" by n - 1 (m-grpo.md default: population).
+    std: StdKind = "population"
+    # A group whose std is <= eps is degenerate and gets advantages 0 (m-grpo.md default: 1e-6).
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _require_choice("advantages.std", self.std, ("population", "unbiased"))
+        _require(
+            isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps >= 0,
+            f"advantages.eps must be a finite number >= 0, got {self.eps!r}",
+        )
+
+
+@dataclass(frozen=True)
+class AlignmentConfig:
+    """Trajectory alignment to a fixed D, m-grpo.md §Trajectory alignment."""
+
+    # D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8).
+    d: int | Literal["auto"] = 8
+    # "duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders.
+    mode: AlignmentMode = "duplicate"
+    # D: auto picks D with P(d_k <= D) >= quantile over the window (paper: P ≈ 0.99).
+    quantile: float = 0.99
+    # D: auto looks at the last `window` observed d_k values ([ours]).
+    window: int = 1024
+    # D used by D: auto before any d_k has been observed (paper: 8).
+    d_initial: int = 8
+    # Lower bound on an estimated D; D = 0 would leave S without samples ([ours]).
+    d_min: int = 1
+    # Upper bound on an estimated D, caps memory when a few rollouts call S very often ([ours]).
+    d_max: int = 64
+
+    def __post_init__(self) -> None:
+        _require(
+            self.d == "auto" or (isinstance(self.d, int) and not isinstance(self.d, bool) and self.d >= 1),
+            f"alignment.d must be an integer >= 1 or 'auto', got {self.d!r}",
+        )
+        _require_choice("alignment.mode", self.mode, ("duplicate", "mask"))
+        _require(0.0 < self.quantile <= 1.0, f"alignment.quantile must be in (0, 1], got {self.quantile!r}")
+        _require(self.window >= 1, f"alignment.window must be >= 1, got {self.window!r}")
+        _require(self.d_min >= 1, f"alignment.d_min must be >= 1, got {self.d_min!r}")
+        _require(
+            self.d_min <= self.d_max,
+            f"alignment.d_min ({self.d_min}) must be <= alignment.d_max ({self.d_max})",
+        )
+        _require(
+            self.d_min <= self.d_initial <= self.d_max,
+            f"alignment.d_initial ({self.d_initial}) must be within [d_min, d_max] = [{self.d_min}, {self.d_max}]",
+        )
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """Clipped policy objective, m-grpo.md §Objective."""
+
+    # Lower clip range: ρ is clipped at 1 - eps_low (reference code: 0.2).
+    eps_low: float = 0.2
+    # Upper clip range: ρ is clipped at 1 + eps_high, "clip-higher" (reference code: 0.28).
+    eps_high: float = 0.28
+    # "token": per-token ratio (reference code); "sequence": product over the sequence (paper) ([ours]: token).
+    ratio: RatioKind = "token"
+    # How token losses become one number ([ours]: token-mean over the global batch).
+    aggregation: Aggregation = "token-mean"
+    # Dr.GRPO's constant length normaliser; required by seq-mean-token-sum-norm ([ours]: no default).
+    max_response_tokens: int | None = None
+    # Weight of the KL penalty to a frozen reference policy; 0 turns it off (paper: no KL term).
+    kl_coef: float = 0.0
+    # KL estimator (Schulman's k1 / k2 / k3) used when kl_coef > 0 ([ours]: k3, non-negative).
+    kl_estimator: KLEstimator = "k3"
+    # Log-ratios are clamped to [-c, c] before exp() so one wild token cannot overflow ([ours]: 20).
+    log_ratio_clamp: float = 20.0
+
+    def __post_init__(self) -> None:
+        _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
+        _require(self.eps_high > 0.0, f"objective.eps_high must be > 0, got {self.eps_high!r}")
+        _require_choice("objective.ratio", self.ratio, ("token", "sequence"))
+        _require_choice(
+            "objective.aggregation",
+            self.aggregation,
+            ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        )
+        if self.aggregation == "seq-mean-token-sum-norm":
+            _require(
+                isinstance(self.max_response_tokens, int) and self.max_response_tokens >= 1,
+                "objective.max_response_tokens must be an integer >= 1 when aggregation is "
+                f"seq-mean-token-sum-norm, got {self.max_response_tokens!r}",
+            )
+        _require_weight("objective.kl_coef", self.kl_coef)
+        _require_choice("objective.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
+        _require(self.log_ratio_clamp > 0.0, f"objective.log_ratio_clamp must be > 0, got {self.log_ratio_clamp!r}")
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """An LLM judge behind an OpenAI-compatible /chat/completions endpoint, m-grpo.md §Rewards ([ours])."""
+
+    # Base URL of the endpoint, e.g. "http://127.0.0.1:8000/v1" ("/chat/completions" is appended).
+    base_url: str
+    # Model name sent in the request.
+    model: str
+    # Seconds to wait for the whole HTTP exchange before the call fails ([ours]).
+    timeout_s: float = 30.0
+    # Name of the environment variable holding the API key; None sends no Authorization header.
+    api_key_env: str | None = None
+    # Score used when the judge fails; None (the default) makes a failure raise JudgeError ([ours]).
+    fallback_score: float | None = None
+    # Completion budget of the judge's reply, which is a single number ([ours]).
+    max_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        _require(
+            self.base_url.startswith(("http://", "https://")),
+            f"judge.base_url must start with http:// or https://, got {self.base_url!r}",
+        )
+        _require(bool(self.model), "judge.model must not be empty")
+        _require(self.timeout_s > 0, f"judge.timeout_s must be > 0, got {self.timeout_s!r}")
+        _require(self.max_tokens >= 1, f"judge.max_tokens must be >= 1, got {self.max_tokens!r}")
+        if self.fallback_score is not None:
+            _require(
+                0.0 <= self.fallback_score <= 1.0,
+                f"judge.fallback_score must be in [0, 1] or None, got {self.fallback_score!r}",
+            )
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """All of the M-GRPO math's settings."""
+
+    # Reward weights (m-grpo.md §Rewards).
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    # Advantage normalisation (m-grpo.md §Group-relative advantages).
+    advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
+    # Trajectory alignment (m-grpo.md §Trajectory alignment).
+    alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
+    # Clipped objective (m-grpo.md §Objective).
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> AlgoConfig:
+        """Build from a plain mapping (e.g. parsed YAML); unknown sections or keys are a ValueError."""
+        sections = {"rewards": RewardConfig, "advantages": AdvantageConfig,
+                    "alignment": AlignmentConfig, "objective": ObjectiveConfig}
+        unknown = set(raw) - set(sections)
+        _require(not unknown, f"algo config: unknown section(s) {sorted(unknown)}; known: {sorted(sections)}")
+        built = {}
+        for name, section_cls in sections.items():
+            values = raw.get(name) or {}
+            known = {f.name for f in fields(section_cls)}
+            bad = set(values) - known
+            _require(not bad, f"algo config: unknown key(s) {sorted(bad)} in section {name!r}; known: {sorted(known)}")
+            built[name] = section_cls(**values)
+        return cls(**built)

@@ -1,0 +1,197 @@
+"""The clipped policy objective each learner minimises, m-grpo.md §Objective.
+
+    loss per token = −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)  [+ kl_coef · KL(π_θ ‖ π_ref)]
+
+ρ is the per-token ratio π_θ/π_old ("token", the reference code) or the ratio of whole sequences,
+the product over the sequence's loss tokens ("sequence", the paper); a sequence ratio is shared by all
+its tokens. Token losses become one number by `aggregation`, always as numerator / denominator where
+the denominator belongs to the *global* batch: pass `global_denominator=loss_denominator(full_mask)`
+to every micro-batch and the micro-batch losses add up to the full-batch loss, so gradient
+accumulation never changes the loss scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from mgrpo_actors.algo.config import ObjectiveConfig
+
+
+@dataclass(frozen=True)
+class PolicyLossStats:
+    """What a user watches per (micro-)batch; means are over this batch's loss tokens."""
+
+    loss: float
+    # The clipped policy-gradient part of the loss.
+    pg_loss: float
+    # kl_coef · KL part of the loss; 0 when the KL term is off.
+    kl_loss: float
+    # Fraction of loss tokens whose clipped term was the one taken (the update was clipped).
+    clip_fraction: float
+    clip_fraction_low: float
+    clip_fraction_high: float
+    # k3 estimate of KL(π_old ‖ π_θ): how far the policy moved from the one that sampled.
+    approx_kl: float
+    ratio_mean: float
+    ratio_max: float
+    # Loss tokens (sum of the loss mask) in this batch.
+    num_tokens: float
+    # Mean entropy of the policy on loss tokens, when given.
+    entropy: float | None = None
+    # Mean KL(π_θ ‖ π_ref) on loss tokens with the configured estimator, when a reference is given.
+    kl_ref: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+def loss_denominator(loss_mask: torch.Tensor, cfg: ObjectiveConfig) -> float:
+    """The aggregation's normaliser for a batch; compute it on the global batch (m-grpo.md §Objective).
+
+    token-mean: loss tokens. seq-mean-token-mean: sequences with at least one loss token (alignment
+    placeholders, whose mask is all 0, do not count). seq-mean-token-sum-norm (Dr.GRPO): those
+    sequences times the constant `max_response_tokens`.
+    """
+    mask = loss_mask.to(torch.float64)
+    if cfg.aggregation == "token-mean":
+        return float(mask.sum())
+    sequences = float((mask.sum(dim=-1) > 0).sum())
+    if cfg.aggregation == "seq-mean-token-mean":
+        return sequences
+    return sequences * float(cfg.max_response_tokens)
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str, clamp: float) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman's k1, k2, k3)."""
+    log_r = torch.clamp(ref_logprobs - logprobs, -clamp, clamp)  # log π_ref/π_θ
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r**2
+    return torch.exp(log_r) - 1.0 - log_r
+
+
+def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy) -> None:
+    if logprobs.ndim != 2:
+        raise ValueError(f"logprobs must be 2-D (sequences, tokens), got shape {tuple(logprobs.shape)}")
+    for name, tensor in (("old_logprobs", old_logprobs), ("loss_mask", loss_mask),
+                         ("ref_logprobs", ref_logprobs), ("entropy", entropy)):
+        if tensor is not None and tensor.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} shape {tuple(tensor.shape)} does not match logprobs shape {tuple(logprobs.shape)}"
+            )
+    per_sequence = (logprobs.shape[0],)
+    if tuple(advantages.shape) not in (per_sequence, tuple(logprobs.shape)):
+        raise ValueError(
+            f"advantages shape {tuple(advantages.shape)} must be {per_sequence} (per sequence) "
+            f"or {tuple(logprobs.shape)} (per token)"
+        )
+    if cfg.ratio == "sequence" and advantages.ndim != 1:
+        raise ValueError("ratio: sequence needs one advantage per sequence, shaped (N,)")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError("advantages contain NaN or inf")
+    if cfg.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("objective.kl_coef > 0 needs ref_logprobs")
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    cfg: ObjectiveConfig,
+    *,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    global_denominator: float | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """PPO-clip loss over a (micro-)batch and its statistics (m-grpo.md §Objective).
+
+    logprobs: (N, T) log π_θ of the sampled tokens, with grad. old_logprobs: (N, T) behaviour log-probs.
+    advantages: (N,) per sequence or (N, T) per token. loss_mask: (N, T), 1 on the agent's own tokens
+    (it may carry weights; alignment placeholders have an all-zero row). global_denominator: the
+    global batch's `loss_denominator`; None means this batch is the global batch.
+    """
+    _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy)
+    mask = loss_mask.to(logprobs.dtype)
+    on_loss = mask > 0
+    advantages = advantages.to(logprobs.dtype).detach()
+    # Zero the log-ratio off the loss tokens first, so padding garbage can never reach exp() or grads.
+    token_log_ratio = torch.where(on_loss, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    token_log_ratio = torch.clamp(token_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+
+    if cfg.ratio == "token":
+        log_ratio = token_log_ratio
+        token_advantages = advantages[:, None].expand_as(mask) if advantages.ndim == 1 else advantages
+    else:
+        # Paper's ρ: product over the sequence's loss tokens, i.e. the sum of their log-ratios
+        # (token_log_ratio is already 0 off the loss tokens).
+        sequence_log_ratio = token_log_ratio.sum(dim=-1)
+        sequence_log_ratio = torch.clamp(sequence_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+        log_ratio = sequence_log_ratio[:, None].expand_as(mask)
+        token_advantages = advantages[:, None].expand_as(mask)
+    ratio = torch.exp(log_ratio)
+
+    # m-grpo.md §Objective: min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), negated to a loss.
+    unclipped = ratio * token_advantages
+    clipped = torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * token_advantages
+    pg_per_token = -torch.minimum(unclipped, clipped)
+
+    kl_per_token = None
+    per_token = pg_per_token
+    if ref_logprobs is not None:
+        # Both inputs are zeroed off the loss tokens so padding cannot put NaN into the gradients.
+        zeros = torch.zeros_like(logprobs)
+        kl_per_token = kl_estimate(
+            torch.where(on_loss, logprobs, zeros),
+            torch.where(on_loss, ref_logprobs.detach().to(logprobs.dtype), zeros),
+            cfg.kl_estimator,
+            cfg.log_ratio_clamp,
+        )
+        if cfg.kl_coef > 0:
+            per_token = pg_per_token + cfg.kl_coef * kl_per_token
+
+    denominator = loss_denominator(loss_mask, cfg) if global_denominator is None else float(global_denominator)
+    if denominator <= 0 and bool(on_loss.any()):
+        raise ValueError(f"global_denominator is {denominator} but this batch has loss tokens")
+    scale = 1.0 / denominator if denominator > 0 else 0.0
+    loss = _aggregate(per_token, mask, cfg) * scale
+
+    with torch.no_grad():
+        pg_loss = float(_aggregate(pg_per_token, mask, cfg) * scale)
+        stats = PolicyLossStats(
+            loss=float(loss),
+            pg_loss=pg_loss,
+            kl_loss=float(loss) - pg_loss,
+            clip_fraction=_masked_mean(clipped < unclipped, mask),
+            clip_fraction_low=_masked_mean((ratio < 1.0 - cfg.eps_low) & (token_advantages < 0), mask),
+            clip_fraction_high=_masked_mean((ratio > 1.0 + cfg.eps_high) & (token_advantages > 0), mask),
+            approx_kl=_masked_mean(torch.exp(token_log_ratio) - 1.0 - token_log_ratio, mask),
+            ratio_mean=_masked_mean(ratio, mask),
+            ratio_max=float(ratio[on_loss].max()) if bool(on_loss.any()) else 1.0,
+            num_tokens=float(mask.sum()),
+            entropy=None if entropy is None else _masked_mean(entropy, mask),
+            kl_ref=None if kl_per_token is None else _masked_mean(kl_per_token, mask),
+        )
+    return loss, stats
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
+    """The numerator of the aggregation; the caller divides by the global denominator."""
+    masked = per_token * mask
+    if cfg.aggregation == "seq-mean-token-mean":
+        tokens = mask.sum(dim=-1)
+        # A sequence without loss tokens adds 0 (its sum is 0; the clamp only avoids 0/0).
+        return (masked.sum(dim=-1) / tokens.clamp_min(torch.finfo(mask.dtype).tiny)).sum()
+    # token-mean and Dr.GRPO's seq-mean-token-sum-norm both sum every token; they differ in the denominator.
+    return masked.sum()
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    total = mask.sum()
+    if total <= 0:
+        return 0.0
+    on_loss = torch.where(mask > 0, values.to(mask.dtype), torch.zeros_like(mask))  # padding may hold NaN
+    return float((on_loss * mask).sum() / total)

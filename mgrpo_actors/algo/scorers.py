@@ -1,0 +1,101 @@
+"""Rule scorers for r_correct and r_expert, m-grpo.md §Rewards.
+
+Normalised exact match and token F1 (as in SQuAD/HotpotQA evaluation) for M's answer against the gold
+answer, and "does the text contain the reference" for S's result against the evidence entity. Each
+takes one reference or a sequence of accepted aliases and returns the best score over them. The
+`*Judge` classes wrap them in the Judge protocol (judge.py) so rule and LLM judges are interchangeable.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+
+from mgrpo_actors.algo.judge import Verdict
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+References = str | Sequence[str]
+
+
+def normalize_answer(text: str) -> str:
+    """Lower case, NFKC, no punctuation, no articles (a/an/the), single spaces."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = text.translate(_PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _as_list(references: References) -> list[str]:
+    refs = [references] if isinstance(references, str) else list(references)
+    if not refs:
+        raise ValueError("references must name at least one accepted answer")
+    return refs
+
+
+def exact_match(prediction: str, references: References) -> float:
+    """1.0 when the normalised prediction equals a normalised reference, else 0.0."""
+    predicted = normalize_answer(prediction)
+    return float(any(predicted == normalize_answer(ref) for ref in _as_list(references)))
+
+
+def _f1(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
+    if not prediction_tokens or not reference_tokens:
+        # Two empty answers agree; one empty answer shares nothing with the other.
+        return float(prediction_tokens == reference_tokens)
+    common = sum((Counter(prediction_tokens) & Counter(reference_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision = common / len(prediction_tokens)
+    recall = common / len(reference_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(prediction: str, references: References) -> float:
+    """Best bag-of-tokens F1 between the normalised prediction and a normalised reference."""
+    predicted = normalize_answer(prediction).split()
+    return max(_f1(predicted, normalize_answer(ref).split()) for ref in _as_list(references))
+
+
+def contains_reference(text: str, references: References) -> float:
+    """1.0 when a normalised reference occurs in the normalised text as whole words, else 0.0.
+
+    The local rule for r_expert (m-grpo.md §Rewards [ours]): did S's result contain the evidence entity.
+    """
+    padded = f" {normalize_answer(text)} "
+    for ref in _as_list(references):
+        wanted = normalize_answer(ref)
+        if wanted and f" {wanted} " in padded:
+            return 1.0
+    return 0.0
+
+
+class ExactMatchJudge:
+    """The Judge protocol over exact_match."""
+
+    name = "exact-match"
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        return Verdict(score=exact_match(response, reference), judge=self.name)
+
+
+class TokenF1Judge:
+    """The Judge protocol over token_f1."""
+
+    name = "token-f1"
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        return Verdict(score=token_f1(response, reference), judge=self.name)
+
+
+class ContainsReferenceJudge:
+    """The Judge protocol over contains_reference (the local r_expert rule)."""
+
+    name = "contains-reference"
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        return Verdict(score=contains_reference(response, reference), judge=self.name)
