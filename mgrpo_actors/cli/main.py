@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mgrpo_actors.cli import bench, ping, run, tap
+from mgrpo_actors.log import configure_logging
+from mgrpo_actors.cli import bench, ping, run, tap, world
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (run, tap, ping, bench)
+COMMANDS = (run, world, tap, ping, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mgrpo", description="Tools of mgrpo-actors (M-GRPO multi-agent training over NATS).")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="log lines (to stderr) at or above this level")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(subparsers)
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging(node="cli", role=args.command, level=args.log_level)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

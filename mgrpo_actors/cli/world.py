@@ -1,7 +1,7 @@
 """`mgrpo world generate --seed N --out DIR [--entities N] [--questions N]`: write a synthetic web, print statistics.
 
 Writes world.jsonl, pages.jsonl, questions-{train,validation,test}.jsonl and manifest.json. Also runs
-on its own: `python -m mgrpo_actors.cli.cmd_world generate --seed 0 --out data/web`.
+on its own: `python -m mgrpo_actors.cli.world generate --seed 0 --out data/web`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from mgrpo_actors.envs.synthetic_web import (
 )
 from mgrpo_actors.envs.world import ENTITY_TYPES, WorldConfig
 
-__all__ = ["main", "print_statistics", "register", "run_generate"]
+__all__ = ["main", "print_statistics", "run_generate"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the `world` command (with its `generate` subcommand) to an argparse subparsers object."""
     world = subparsers.add_parser("world", help="synthetic deep-research web: generate worlds and questions")
     commands = world.add_subparsers(dest="world_command", required=True)
@@ -61,6 +61,8 @@ def print_statistics(stats: dict[str, Any], out: str, console: Console) -> None:
     console.print(_split_table("questions per kind", list(QUESTION_KINDS), stats["questions_per_kind"]))
     levels = sorted({level for counts in stats["questions_per_level"].values() for level in counts})
     console.print(_split_table("questions per level", levels, stats["questions_per_level"]))
+    stages = {stage: sum(c.get(stage, 0) for c in stats["questions_per_stage"].values()) for stage in (1, 2)}
+    console.print(f"curriculum: stage 1 (single fact) {stages[1]} questions, stage 2 (multi-hop) {stages[2]}")
     console.print(
         f"pages: {stats['pages']}, avg {stats['avg_page_chars']} chars (max {stats['max_page_chars']}), "
         f"avg {stats['avg_links_per_page']} links per page"
@@ -80,7 +82,7 @@ def run_generate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`mgrpo world ...` on its own; argv excludes the leading "world"."""
     parser = argparse.ArgumentParser(prog="mgrpo")
-    register(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["world", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
 

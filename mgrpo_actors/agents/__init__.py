@@ -1,0 +1,1 @@
+"""Agents' turn logic: the turn format and its parser (engines and trajectories live in sibling modules)."""

@@ -1,0 +1,105 @@
+"""JSONL files of the synthetic web, loading real-benchmark questions, and `mgrpo world generate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mgrpo_actors.cli import world
+from mgrpo_actors.envs.dataset import (
+    SPLITS,
+    DatasetError,
+    load_pages,
+    load_questions,
+    load_world,
+    resolve_pages,
+    split_questions,
+    write_jsonl,
+)
+from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.envs.questions import QuestionConfig
+from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web, write_synthetic_web
+from mgrpo_actors.envs.world import WorldConfig
+
+CONFIG = SyntheticWebConfig(world=WorldConfig(seed=5, num_entities=200), questions=QuestionConfig(num_questions=300))
+
+
+def test_written_web_reads_back_equal(tmp_path: Path) -> None:
+    web = build_synthetic_web(CONFIG)
+    paths = write_synthetic_web(web, tmp_path / "web")
+    assert load_world(paths["world"]) == web.world
+    assert load_pages(paths["pages"]) == web.pages
+    assert resolve_pages(str(paths["pages"])) == web.pages
+    for name in SPLITS:
+        assert load_questions(paths[name]) == web.splits[name]
+    manifest = json.loads(paths["manifest"].read_text())
+    assert manifest["config"]["world"]["seed"] == 5
+    assert sum(manifest["statistics"]["questions_per_split"].values()) == len(web.questions)
+
+
+def test_external_benchmark_jsonl_loads(tmp_path: Path) -> None:
+    path = tmp_path / "gaia.jsonl"
+    write_jsonl(path, [
+        {"id": "g1", "question": "What is 2+2?", "answer": "4", "aliases": ["four"], "Level": 1},
+        {"id": 2, "question": "Capital of France?", "answer": "Paris"},
+        {"id": "g3", "question": "How many legs has a spider?", "answer": 8},
+    ])  # fmt: skip
+    q1, q2, q3 = load_questions(path)
+    assert q1 == Question(id="g1", question="What is 2+2?", answer="4", aliases=("four",))
+    assert q1.extra == {"Level": 1} and q1.answers == ["4", "four"]
+    assert (q2.id, q2.aliases, q2.kind, q2.evidence) == ("2", (), "external", ())
+    assert q3.answer == "8"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"id": "a", "question": "q"}', "field 'answer' must be str"),
+        ('{"id": "a", "answer": "x"}', "field 'question' must be str"),
+        ('{"id": "a", "question": "q", "answer": "x", "aliases": "x"}', "field 'aliases' must be list"),
+        ('{"id": "a", "question": "q", "answer": "x", "aliases": [1]}', "list of strings"),
+        ('{"id": "", "question": "q", "answer": "x"}', "field 'id' must not be empty"),
+        ('{"id": "a", "question": "q", "answer": "x", "level": "hard"}', "field 'level' must be int"),
+        ('["not", "an", "object"]', "must be a JSON object"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_question_records_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "ok", "question": "q", "answer": "x"}\n\n' + line + "\n")
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:3: .*") as info:
+        load_questions(path)
+    assert message in str(info.value)
+
+
+def test_duplicate_ids_and_missing_files_are_errors(tmp_path: Path) -> None:
+    path = tmp_path / "dup.jsonl"
+    write_jsonl(path, [{"id": "a", "question": "q", "answer": "x"}] * 2)
+    with pytest.raises(DatasetError, match="duplicate question id 'a'"):
+        load_questions(path)
+    with pytest.raises(DatasetError, match="cannot open"):
+        load_questions(tmp_path / "missing.jsonl")
+
+
+def test_split_rejects_bad_fractions() -> None:
+    with pytest.raises(ValueError, match="summing to 1"):
+        split_questions([], (0.5, 0.5, 0.5))
+
+
+def test_cli_generate_writes_files_and_prints_statistics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli"
+    assert world.main(["generate", "--seed", "3", "--out", str(out), "--entities", "150", "--questions", "200"]) == 0
+    printed = capsys.readouterr().out
+    for expected in ("entities per type", "questions per kind", "questions per level", "avg", "generated in"):
+        assert expected in printed
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(["world.jsonl", "pages.jsonl", "manifest.json"] + [f"questions-{s}.jsonl" for s in SPLITS])
+    assert sum(len(load_questions(out / f"questions-{s}.jsonl")) for s in SPLITS) == 200
+    assert len(load_world(out / "world.jsonl").entities) == 150
+
+
+def test_cli_rejects_too_small_worlds(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--entities >= 60"):
+        world.main(["generate", "--out", str(tmp_path), "--entities", "10"])
