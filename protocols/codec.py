@@ -2,7 +2,8 @@
 
 Wire layout: a msgpack map `{"v": SCHEMA_VERSION, "t": <type name>, "ts": <unix time>, "d": {fields}}`.
 Arrays travel as msgpack ext type 1: `dtype code (1 byte) | length (uint32 LE) | raw little-endian bytes`.
-Decoding anything malformed raises `ProtocolError` naming the field, and nothing else.
+Decoding anything malformed raises `ProtocolError` naming the field, and nothing else (arrays are
+checked where their field is known, so a corrupt one is reported as e.g. `Trajectory.token_ids`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from protocols.errors import ProtocolError
 from protocols.messages import MESSAGE_TYPES, Message
+from protocols.schema import RAW_ARRAY_DECODER, RawArray
 
 __all__ = ["DEFAULT_MAX_BYTES", "SCHEMA_VERSION", "Envelope", "decode", "decode_envelope", "encode"]
 
@@ -55,21 +57,29 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} cannot travel on the wire")
 
 
-def _ext_hook(code: int, data: bytes) -> np.ndarray:
+def _ext_hook(code: int, data: bytes) -> RawArray:
+    return RawArray(code, data)
+
+
+def _decode_array(path: str, code: int, data: bytes) -> np.ndarray:
+    """Bytes of ext type `code` -> a 1-D array; ProtocolError(path, ...) if anything is off."""
     if code != _ARRAY_EXT:
-        raise ProtocolError("<payload>", f"unknown msgpack ext type {code}")
+        raise ProtocolError(path, f"unknown msgpack ext type {code}")
     if len(data) < _HEADER.size:
-        raise ProtocolError("<payload>", "array header truncated")
+        raise ProtocolError(path, "array header truncated")
     dtype_code, length = _HEADER.unpack_from(data)
     dtype = _CODE_DTYPES.get(dtype_code)
     if dtype is None:
-        raise ProtocolError("<payload>", f"unknown array dtype code {dtype_code}")
+        raise ProtocolError(path, f"unknown array dtype code {dtype_code}")
     body = memoryview(data)[_HEADER.size :]
     if len(body) != length * dtype.itemsize:
-        raise ProtocolError("<payload>", f"array of {length} x {dtype.name} needs {length * dtype.itemsize} bytes, got {len(body)}")
+        raise ProtocolError(path, f"array of {length} x {dtype.name} needs {length * dtype.itemsize} bytes, got {len(body)}")
     if dtype.name == "bool" and np.frombuffer(body, dtype=np.uint8).max(initial=0) > 1:
-        raise ProtocolError("<payload>", "bool array holds bytes other than 0 and 1")
+        raise ProtocolError(path, "bool array holds bytes other than 0 and 1")
     return np.frombuffer(body, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+
+
+RAW_ARRAY_DECODER.append(_decode_array)
 
 
 def encode(message: Message, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
@@ -111,7 +121,7 @@ def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
     """Decode and validate; raises only ProtocolError."""
     obj = _unpack(data, max_bytes)
     version = obj.get("v")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise ProtocolError("<envelope>.v", f"unknown schema version {version!r}; this build speaks {SCHEMA_VERSION}")
     type_name = obj.get("t")
     cls = MESSAGE_TYPES.get(type_name) if isinstance(type_name, str) else None
@@ -120,6 +130,8 @@ def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
     sent_at = obj.get("ts")
     if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         raise ProtocolError("<envelope>.ts", f"expected a number, got {type(sent_at).__name__}")
+    if not 0 <= sent_at < 1e11:  # seconds since 1970; also rejects NaN and infinities
+        raise ProtocolError("<envelope>.ts", f"{sent_at!r} is not a plausible send time")
     fields = obj.get("d")
     if not isinstance(fields, dict):
         raise ProtocolError(f"{type_name}", f"fields must be a map, got {type(fields).__name__}")

@@ -16,12 +16,33 @@ import numpy as np
 
 from protocols.errors import ProtocolError
 
-__all__ = ["ARRAY_DTYPES", "FieldCheck", "array_field", "build_checks", "check_json_like"]
+__all__ = ["ARRAY_DTYPES", "FieldCheck", "RawArray", "array_field", "build_checks", "check_json_like"]
 
 # dtypes that may travel as typed binary (design.md §Delivery and state: arrays are not lists of ints).
 ARRAY_DTYPES = ("int32", "int64", "uint8", "float32", "float16", "bool")
 
 Checker = Callable[[str, Any], Any]
+
+
+class RawArray:
+    """A typed-binary array as it came off the wire, validated only where its field is known.
+
+    The codec's ext hook cannot know which field it is decoding; keeping the bytes until the field
+    check lets a corrupt array be reported as e.g. `Trajectory.token_ids`, not just "the payload".
+    """
+
+    __slots__ = ("code", "data")
+
+    def __init__(self, code: int, data: bytes) -> None:
+        self.code = code
+        self.data = data
+
+    def to_array(self, path: str, decode: Callable[[str, int, bytes], np.ndarray]) -> np.ndarray:
+        return decode(path, self.code, self.data)
+
+
+# Set by the codec: (path, ext code, bytes) -> array, raising ProtocolError(path, ...) when corrupt.
+RAW_ARRAY_DECODER: list[Callable[[str, int, bytes], np.ndarray]] = []
 
 
 def array_field(dtype: str, **kwargs: Any) -> Any:
@@ -37,6 +58,8 @@ def check_json_like(path: str, value: Any, depth: int = 0) -> Any:
         raise ProtocolError(path, "nested more than 16 levels")
     if value is None or isinstance(value, (str, bool, int, float, bytes)):
         return value
+    if isinstance(value, RawArray):
+        raise ProtocolError(path, "typed arrays travel only in array fields")
     if isinstance(value, (list, tuple)):
         return [check_json_like(f"{path}[{i}]", v, depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
@@ -49,16 +72,20 @@ def check_json_like(path: str, value: Any, depth: int = 0) -> Any:
     raise ProtocolError(path, f"{type(value).__name__} cannot travel on the wire")
 
 
+def _kind(value: Any) -> str:
+    return "a typed array" if isinstance(value, RawArray) else type(value).__name__
+
+
 def _scalar(expected: type) -> Checker:
     def check(path: str, value: Any) -> Any:
         if expected is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ProtocolError(path, f"expected float, got {type(value).__name__}")
+                raise ProtocolError(path, f"expected float, got {_kind(value)}")
             return float(value)
         if expected is int and isinstance(value, bool):
             raise ProtocolError(path, "expected int, got bool")
         if not isinstance(value, expected):
-            raise ProtocolError(path, f"expected {expected.__name__}, got {type(value).__name__}")
+            raise ProtocolError(path, f"expected {expected.__name__}, got {_kind(value)}")
         return value
 
     return check
@@ -66,7 +93,9 @@ def _scalar(expected: type) -> Checker:
 
 def _array(dtype: str) -> Checker:
     def check(path: str, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, RawArray):
+            value = value.to_array(path, RAW_ARRAY_DECODER[0])
+        elif isinstance(value, (list, tuple)):
             try:
                 value = np.asarray(value, dtype=dtype)
             except (TypeError, ValueError, OverflowError) as exc:

@@ -21,7 +21,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 def validate_run_id(run_id: str) -> str:
     """Return run_id if it can be one subject token and part of a stream name, else raise ValueError."""
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise ValueError(
             f"run id {run_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - "
             "(it becomes a NATS subject token and part of stream names)"
@@ -30,7 +30,7 @@ def validate_run_id(run_id: str) -> str:
 
 
 def _token(value: str, what: str) -> str:
-    if not _TOKEN.match(value):
+    if not _TOKEN.fullmatch(value):
         raise ValueError(f"{what} {value!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ -")
     return value
 

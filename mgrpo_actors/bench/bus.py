@@ -30,11 +30,12 @@ SUBJECT = "mgrpo.bench.tool.echo"
 
 
 def _payload(size: int = 1024) -> ToolRequest:
-    """A ToolRequest whose encoded size is `size` bytes."""
-    text = ""
-    req = ToolRequest(call_id="c", tool="echo", arguments={"text": text})
-    overhead = len(encode(req))
-    return ToolRequest(call_id="c", tool="echo", arguments={"text": "x" * (size - overhead)})
+    """A ToolRequest whose encoded size is exactly `size` bytes."""
+    n = size
+    for _ in range(8):  # msgpack's string header grows with the length: converge on the exact size
+        req = ToolRequest(call_id="c", tool="echo", arguments={"text": "x" * n})
+        n += size - len(encode(req))
+    return req
 
 
 class EchoActor(BusActor):
@@ -58,7 +59,6 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 async def _raw_round(url: str, data: bytes, n_latency: int, n_throughput: int, window: int, with_codec: bool) -> tuple[list[float], float]:
     server = await nats.connect(url)
-    client = await nats.connect(url)
     reply = encode(ToolResult(call_id="c", ok=True, content=decode(data).arguments["text"]))  # type: ignore[attr-defined]
 
     async def respond(msg: Any) -> None:
@@ -70,6 +70,18 @@ async def _raw_round(url: str, data: bytes, n_latency: int, n_throughput: int, w
 
     await server.subscribe(SUBJECT, queue="echo-raw", cb=respond)
     await server.flush()
+    # Connect the client after the subscription exists and round-trip once: nats-server may answer
+    # "no responders" to a connection's first publish when that connection predates the subscription.
+    client = await nats.connect(url)
+    await client.flush()
+    try:
+        return await _raw_measure(client, data, n_latency, n_throughput, window, with_codec)
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def _raw_measure(client: Any, data: bytes, n_latency: int, n_throughput: int, window: int, with_codec: bool) -> tuple[list[float], float]:
     latencies = []
     for _ in range(n_latency):
         t = time.perf_counter()
@@ -84,8 +96,6 @@ async def _raw_round(url: str, data: bytes, n_latency: int, n_throughput: int, w
             for r in replies:
                 decode(r.data)
     rate = n_throughput / (time.perf_counter() - t)
-    await client.close()
-    await server.close()
     return latencies, rate
 
 

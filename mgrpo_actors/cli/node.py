@@ -10,6 +10,7 @@ config, 3 when NATS cannot be reached.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -57,12 +58,16 @@ def _fail(message: str, code: int) -> int:
 
 
 def _resolve_config(args: argparse.Namespace) -> NodeConfig:
-    overrides = list(args.overrides)
-    if args.run_id:
-        overrides.append(f"run.id={args.run_id}")
-    if args.nats:
-        overrides.append(f"nats.url={args.nats}")
-    return load_config(NodeConfig, args.config, overrides)
+    config = load_config(NodeConfig, args.config, list(args.overrides))
+    # --run-id and --nats are plain strings (not YAML like --set values: `--run-id 123` stays "123").
+    try:
+        if args.run_id is not None:
+            config = dataclasses.replace(config, run=dataclasses.replace(config.run, id=args.run_id))
+        if args.nats is not None:
+            config = dataclasses.replace(config, nats=dataclasses.replace(config.nats, url=args.nats))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

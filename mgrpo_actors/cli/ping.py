@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-import nats
 
+from mgrpo_actors.runtime.bus import connect_client
 from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode
 
 __all__ = ["add_parser", "ping_nodes"]
@@ -16,7 +16,7 @@ __all__ = ["add_parser", "ping_nodes"]
 
 async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInfo]:
     """Every NodeInfo that arrives within `wait_s` of one ping."""
-    nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1, name="mgrpo-ping")
+    nc = await connect_client(url, "mgrpo-ping")
     infos: list[NodeInfo] = []
     try:
         inbox = nc.new_inbox()
@@ -40,8 +40,8 @@ async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInf
 def _run(args: Any) -> int:
     try:
         infos = asyncio.run(ping_nodes(args.nats, args.run_id, args.wait))
-    except Exception as exc:
-        print(f"mgrpo ping: error: cannot reach NATS at {args.nats}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # BusConnectError names the URL; anything else is shown with its type
+        print(f"mgrpo ping: error: {exc if 'NATS' in str(exc) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 3
     for info in infos:
         print(json.dumps({"node": info.node, "roles": info.roles, "uptime_s": round(info.uptime_s, 1), "pid": info.pid, "host": info.host, "dead_letters": info.dead_letters, "versions": info.versions}))

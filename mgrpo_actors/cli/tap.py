@@ -15,15 +15,16 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
-import nats
-import nats.errors
 import numpy as np
 from nats.js import api as js_api
 
+from mgrpo_actors.runtime.bus import connect_client
+from mgrpo_actors.runtime.errors import BusConnectError
 from protocols import ProtocolError, decode_envelope
 
 __all__ = ["add_parser", "message_to_json", "run_tap"]
@@ -38,8 +39,8 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return "NaN"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")  # JSON has no such numbers
     return value
 
 
@@ -54,15 +55,15 @@ def message_to_json(subject: str, data: bytes) -> str:
     except ProtocolError as exc:
         return json.dumps({"subject": subject, "time": _iso(datetime.now(timezone.utc).timestamp()), "error": str(exc), "size": len(data)})
     payload = {f.name: _jsonable(getattr(env.message, f.name)) for f in dataclasses.fields(env.message)}  # type: ignore[arg-type]
-    return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload})
+    return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload}, allow_nan=False)
 
 
 async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout) -> int:
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
     try:
-        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=5, name="mgrpo-tap")
-    except Exception as exc:
-        print(f"mgrpo tap: error: cannot reach NATS at {url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        nc = await connect_client(url, "mgrpo-tap")
+    except BusConnectError as exc:
+        print(f"mgrpo tap: error: {exc}", file=sys.stderr)
         return 3
     seen = 0
     done = asyncio.Event()

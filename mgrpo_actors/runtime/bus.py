@@ -29,15 +29,19 @@ from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
 from protocols import DEFAULT_MAX_BYTES, DeadLetter, Failure, Message, Subjects, decode, encode
 
-__all__ = ["Bus", "Consumer", "KvBucket", "Subscription"]
+__all__ = ["Bus", "Consumer", "KvBucket", "Subscription", "check_reachable", "connect_client"]
 
 T = TypeVar("T")
 Target = Any  # a pykka ActorRef (anything with .tell) or a plain callable taking a Delivery
 
 log = get_logger(__name__)
 
-# A dead letter keeps at most this much of the original payload, so it always fits the size limit.
+# A dead letter keeps at most this much of the original payload (less if the size limit is smaller).
 _DLQ_PAYLOAD_BYTES = 64 * 1024
+# Room a dead letter needs besides the payload (envelope, subject, reason <= 4000 chars, names).
+_DLQ_OVERHEAD_BYTES = 6 * 1024
+# How long one pull request waits for messages; also the most a consumer's stop waits.
+_FETCH_WAIT_S = 1.0
 
 
 def _tell(target: Target, item: Any) -> None:
@@ -86,6 +90,7 @@ class Consumer:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     delivered: int = 0
     settled: collections.Counter = field(default_factory=collections.Counter)
+    _stopping: bool = False
 
     def settle(self, delivery: Delivery, how: str, delay_s: float | None = None) -> None:
         with self._lock:
@@ -102,39 +107,61 @@ class Consumer:
         self.bus.submit(coro)
 
     async def _fetch_loop(self, psub: Any) -> None:
-        while True:
+        try:
+            while not self._stopping:
+                try:
+                    msgs = await psub.fetch(self.batch, timeout=_FETCH_WAIT_S)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    continue
+                except Exception as exc:  # disconnected, consumer deleted, ...: keep trying
+                    log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in msgs:
+                    if self._stopping:  # fetched while stopping: hand it back at once
+                        await msg.nak()
+                        self.settled["returned-unseen"] += 1
+                        continue
+                    self._deliver(msg)
+        finally:
+            # Close the pull subscription so the server sends nothing more to this dead inbox.
             try:
-                msgs = await psub.fetch(self.batch, timeout=1.0)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # disconnected, consumer deleted, ...: keep trying
-                log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
-                await asyncio.sleep(0.5)
-                continue
-            for msg in msgs:
-                delivery = Delivery(
-                    subject=msg.subject,
-                    data=msg.data,
-                    reply="",
-                    headers=msg.headers,
-                    js_msg=msg,
-                    consumer=self,
-                    bus=self.bus,
-                    num_delivered=msg.metadata.num_delivered if msg.metadata else 1,
-                )
-                with self._lock:
-                    self._inflight[id(delivery)] = msg
-                self.delivered += 1
-                _tell(self.target, delivery)
+                await psub.unsubscribe()
+            except Exception:
+                pass
+
+    def _deliver(self, msg: Any) -> None:
+        delivery = Delivery(
+            subject=msg.subject,
+            data=msg.data,
+            reply="",
+            headers=msg.headers,
+            js_msg=msg,
+            consumer=self,
+            bus=self.bus,
+            num_delivered=msg.metadata.num_delivered if msg.metadata else 1,
+        )
+        with self._lock:
+            self._inflight[id(delivery)] = msg
+        self.delivered += 1
+        _tell(self.target, delivery)
 
     def stop_fetching(self) -> None:
-        """Fetch no more; what was delivered stays in flight until settled or `stop()`."""
-        if self._task is not None:
-            task, self._task = self._task, None
-            if self.bus.connected:
-                self.bus.call(_cancel(task))
+        """Fetch no more; what was delivered stays in flight until settled or `stop()`.
+
+        The fetch in progress is allowed to finish (at most _FETCH_WAIT_S) rather than cancelled,
+        so nothing it already received is lost between the server and the actor.
+        """
+        if self._task is None:
+            return
+        task, self._task = self._task, None
+        self._stopping = True
+        if not self.bus.connected:
+            return
+        try:
+            self.bus.call(asyncio.wait_for(asyncio.shield(task), _FETCH_WAIT_S + 2))
+        except Exception:
+            self.bus.call(_cancel(task))
 
     def stop(self) -> None:
         """Stop fetching; nak what was delivered and not yet settled."""
@@ -248,7 +275,8 @@ class Bus:
         self._pump_scheduled = False
         self._reply_prefix = ""
         self._reply_tokens = itertools.count(1)
-        self._awaiting_reply: dict[str, tuple[concurrent.futures.Future, asyncio.TimerHandle, str, float]] = {}
+        # token -> (future, timeout timer, subject, timeout, request bytes, retried after no-responders)
+        self._awaiting_reply: dict[str, tuple[concurrent.futures.Future, asyncio.TimerHandle, str, float, bytes, bool]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> Bus:
@@ -306,21 +334,7 @@ class Bus:
         await self._nc.subscribe(f"{self._reply_prefix}.*", cb=self._on_reply)
 
     async def _check_reachable(self) -> None:
-        """Fail fast with a clear error: nats-py would otherwise retry an unreachable first server."""
-        errors = []
-        for server in self.url.split(","):
-            parsed = urllib.parse.urlparse(server.strip() if "://" in server else f"nats://{server.strip()}")
-            try:
-                host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
-            except ValueError as exc:
-                raise BusConnectError(self.url, f"invalid URL: {exc}") from None
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self._connect_timeout_s)
-                writer.close()
-                return
-            except (OSError, asyncio.TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": "))
-        raise BusConnectError(self.url, "; ".join(errors))
+        await check_reachable(self.url, self._connect_timeout_s)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -443,7 +457,7 @@ class Bus:
         _, subject, data, outer, timeout_s = op
         token = str(next(self._reply_tokens))
         timer = self._loop.call_later(timeout_s, self._expire_request, token)
-        self._awaiting_reply[token] = (outer, timer, subject, timeout_s)
+        self._awaiting_reply[token] = (outer, timer, subject, timeout_s, data, False)
         try:
             await self._nc.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
         except Exception as exc:
@@ -456,12 +470,31 @@ class Bus:
         entry = self._awaiting_reply.pop(token, None)
         if entry is None:  # the request timed out already
             return
-        outer, timer, subject, _ = entry
-        timer.cancel()
+        outer, timer, subject, _, data, retried = entry
         if msg.headers and msg.headers.get("Status") == "503":
+            if not retried:
+                self._loop.create_task(self._retry_request(token, entry))
+                return
+            timer.cancel()
             outer.set_exception(NoResponders(subject))
-        elif not outer.done():
+            return
+        timer.cancel()
+        if not outer.done():
             outer.set_result(_Reply(msg.data, subject, self.max_bytes))
+
+    async def _retry_request(self, token: str, entry: tuple) -> None:
+        """One retry after a round trip to the server: nats-server can answer "no responders" to a
+        connection's first publish after another connection subscribed, even once that one flushed."""
+        outer, timer, subject, timeout_s, data, _ = entry
+        try:
+            await self._nc.flush(timeout=max(0.1, timeout_s))
+            self._awaiting_reply[token] = (outer, timer, subject, timeout_s, data, True)
+            await self._nc.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
+        except Exception as exc:
+            self._awaiting_reply.pop(token, None)
+            timer.cancel()
+            if not outer.done():
+                outer.set_exception(BusError(f"request on {subject} not sent: {type(exc).__name__}: {exc}"))
 
     def _expire_request(self, token: str) -> None:
         entry = self._awaiting_reply.pop(token, None)
@@ -470,7 +503,7 @@ class Bus:
 
     def _fail_awaiting(self) -> None:
         awaiting, self._awaiting_reply = self._awaiting_reply, {}
-        for outer, timer, subject, _ in awaiting.values():
+        for outer, timer, subject, *_ in awaiting.values():
             timer.cancel()
             if not outer.done():
                 outer.set_exception(BusError(f"bus closed before the reply on {subject} came"))
@@ -572,25 +605,68 @@ class Bus:
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:
-        """Send an unprocessable delivery to `mgrpo.<run>.dlq.<subject>`, count it, answer its requester."""
+        """Send an unprocessable delivery to `mgrpo.<run>.dlq.<subject>`, count it, answer its requester.
+
+        Never raises: a dead letter that cannot be sent is logged, and the actor goes on.
+        """
         self.dead_letters[delivery.subject] += 1
+        reason = reason[:4000]
+        keep = max(0, min(_DLQ_PAYLOAD_BYTES, self.max_bytes - _DLQ_OVERHEAD_BYTES))
         letter = DeadLetter(
             subject=delivery.subject,
-            reason=reason[:4000],
+            reason=reason,
             error_type=error_type,
-            payload=bytes(delivery.data[:_DLQ_PAYLOAD_BYTES]),
+            payload=bytes(delivery.data[:keep]),
             node=self.node,
             actor=actor,
             failed_at=time.time(),
         )
-        self.publish(self.subjects.dlq(delivery.subject), letter)
-        if delivery.reply:
-            self.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason[:4000], error_type=error_type))
+        try:
+            self.publish(self.subjects.dlq(delivery.subject), letter)
+            if delivery.reply:
+                self.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=error_type))
+        except Exception as exc:
+            log.error("dead letter not sent", subject=delivery.subject, reason=reason, error=f"{type(exc).__name__}: {exc}")
         delivery.term()
 
     @property
     def dead_letter_total(self) -> int:
         return sum(self.dead_letters.values())
+
+
+async def check_reachable(url: str, timeout_s: float) -> None:
+    """Raise BusConnectError unless one server of `url` (comma-separated) accepts a TCP connection.
+
+    nats-py retries an unreachable first server for a long time; this fails fast with the URL named.
+    """
+    errors = []
+    for server in url.split(","):
+        server = server.strip()
+        parsed = urllib.parse.urlparse(server if "://" in server else f"nats://{server}")
+        try:
+            host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+        except ValueError as exc:
+            raise BusConnectError(url, f"invalid URL: {exc}") from None
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+            writer.close()
+            return
+        except (OSError, asyncio.TimeoutError) as exc:
+            errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": "))
+    raise BusConnectError(url, "; ".join(errors))
+
+
+async def connect_client(url: str, name: str, timeout_s: float = 3.0) -> Any:
+    """A plain nats-py connection for short-lived tools (tap, ping): fails fast, logs quietly."""
+    await check_reachable(url, timeout_s)
+
+    async def quiet(exc: Exception) -> None:
+        log.debug("nats error", url=url, error=str(exc))
+
+    try:
+        return await nats.connect(url, name=name, connect_timeout=timeout_s, max_reconnect_attempts=3, error_cb=quiet)
+    except Exception as exc:
+        raise BusConnectError(url, f"{type(exc).__name__}: {exc}") from None
 
 
 def _log_failure(fut: concurrent.futures.Future) -> None:

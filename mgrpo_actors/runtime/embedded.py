@@ -45,6 +45,7 @@ class EmbeddedNats:
         self.max_payload = max_payload
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
+        self.store_dir.mkdir(parents=True, exist_ok=True)
         self._proc: subprocess.Popen | None = None
         self._log_path = self.store_dir / "nats-server.log"
 

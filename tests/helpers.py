@@ -1,0 +1,88 @@
+"""Polling with deadlines (no fixed sleeps) and running the project's console scripts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def venv_script(name: str) -> Path:
+    """A console script of the project's venv (`.venv/bin/NAME`), else the one beside this Python."""
+    for candidate in (REPO / ".venv" / "bin" / name, Path(sys.executable).parent / name):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"{name} not found in {REPO / '.venv' / 'bin'} nor beside {sys.executable}: run `make install`")
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for the project's console scripts run as subprocesses."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("NATS_URL", None)
+    return env
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02, what: str | Callable[[], str] = "") -> Any:
+    """Poll `predicate` until it returns something truthy (returned) or fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            detail = what() if callable(what) else what
+            raise AssertionError(f"condition not met within {timeout_s:g} s: {detail or predicate}")
+        time.sleep(interval_s)
+
+
+def run_script(name: str, *args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
+    """Run `.venv/bin/NAME ARGS...` to completion (text output captured) from the repo root."""
+    return subprocess.run(
+        [str(venv_script(name)), *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start_script(name: str, *args: str) -> subprocess.Popen:
+    """Start `.venv/bin/NAME ARGS...` in the background with piped text output."""
+    return subprocess.Popen(
+        [str(venv_script(name)), *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Terminate a process this test started (by its own handle) if it is still running."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def closed_port_url() -> str:
+    """A nats:// URL on a loopback port that nothing listens on (bound once by us, then closed)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"nats://127.0.0.1:{port}"
