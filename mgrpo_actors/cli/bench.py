@@ -11,6 +11,7 @@ __all__ = ["BENCHMARKS", "add_parser"]
 BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
+    "rollout": "mgrpo_actors.bench.rollout",
 }
 
 

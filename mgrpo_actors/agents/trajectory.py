@@ -1,0 +1,148 @@
+"""Token-in/token-out trajectories: the exact ids an agent saw and sampled, with loss mask and logprobs.
+
+The chat template is applied once, to the opening messages (system + user). From then on ids only
+grow: each engine generation is appended as sampled (loss mask 1, its behaviour logprobs), and each
+tool output is rendered with the template's own tool-turn wrapping, tokenised by itself and appended
+(loss mask 0, logprob 0) together with the header that opens the next assistant turn. Earlier text is
+never re-tokenised, so the learner trains on exactly the tokens the policy produced.
+
+The wrapping is learned from the template by rendering marker messages, e.g. for ChatML:
+  after the assistant's content  "<|im_end|>\\n"  (the model usually generated "<|im_end|>" itself)
+  around a tool output           "<|im_start|>tool\\n" … "<|im_end|>\\n<|im_start|>assistant\\n"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.engines.base import Generation
+
+__all__ = ["ChatTurnWrapping", "Trajectory", "TrajectoryBuilder"]
+
+Message = Mapping[str, str]
+
+_ASSISTANT_MARK = "\x00ASSISTANT-CONTENT\x00"
+_TOOL_MARK = "\x00TOOL-CONTENT\x00"
+
+
+def _render(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(
+        [dict(message) for message in messages], tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+@dataclass(frozen=True)
+class ChatTurnWrapping:
+    """The template text that closes an assistant turn and that wraps a tool output."""
+
+    assistant_close: str  # after an assistant message's content, e.g. "<|im_end|>\n"
+    tool_open: str  # before a tool output, e.g. "<|im_start|>tool\n"
+    tool_close: str  # after a tool output through the next assistant header: "<|im_end|>\n<|im_start|>assistant\n"
+
+    @classmethod
+    def from_template(cls, tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -> ChatTurnWrapping:
+        """Learn the wrapping by rendering marker turns after the opening messages."""
+        assistant = [*opening, {"role": "assistant", "content": _ASSISTANT_MARK}]
+        before_tool = _render(tokenizer, assistant, generation_prompt=False)
+        with_tool = _render(tokenizer, [*assistant, {"role": "tool", "content": _TOOL_MARK}], generation_prompt=True)
+        if not with_tool.startswith(before_tool) or _TOOL_MARK not in with_tool:
+            raise ValueError("the chat template does not render a tool turn as an append after the assistant turn")
+        tool_open, tool_close = with_tool[len(before_tool) :].split(_TOOL_MARK)
+        assistant_close = before_tool[before_tool.rindex(_ASSISTANT_MARK) + len(_ASSISTANT_MARK) :]
+        return cls(assistant_close=assistant_close, tool_open=tool_open, tool_close=tool_close)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One agent's whole rollout as token arrays, ready for the wire and the learner."""
+
+    token_ids: np.ndarray  # int32 [T]: prompt, generations and tool outputs, in order
+    loss_mask: np.ndarray  # uint8 [T]: 1 exactly on the tokens the agent sampled
+    behaviour_logprobs: np.ndarray  # float32 [T]: logprob of each sampled token, 0 elsewhere
+    prompt_len: int  # tokens of the opening (system + user) prompt
+    policy_version: int  # oldest policy version among the turns (what staleness is measured by)
+    turn_spans: tuple[tuple[int, int], ...]  # [start, end) of each generation in token_ids
+    turn_policy_versions: tuple[int, ...]  # policy version of each generation
+    finish_reasons: tuple[str, ...]  # finish reason of each generation
+
+
+class TrajectoryBuilder:
+    """Grows one agent's token sequence turn by turn; `context_ids()` is the next engine prompt."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]):
+        self._tokenizer = tokenizer
+        self._wrapping = ChatTurnWrapping.from_template(tokenizer, opening)
+        prompt_ids = self._encode(_render(tokenizer, opening, generation_prompt=True))
+        self._ids: list[int] = list(prompt_ids)
+        self._mask: list[int] = [0] * len(prompt_ids)
+        self._logprobs: list[float] = [0.0] * len(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        self._spans: list[tuple[int, int]] = []
+        self._versions: list[int] = []
+        self._finish_reasons: list[str] = []
+        self._awaiting_generation = True
+
+    def _encode(self, text: str) -> list[int]:
+        # Templates write their own markers (BOS included where a model wants it): add nothing here.
+        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float]) -> None:
+        self._ids.extend(ids)
+        self._mask.extend([mask] * len(ids))
+        self._logprobs.extend(logprobs)
+
+    def context_ids(self) -> list[int]:
+        """All ids so far: the prompt for the agent's next generation."""
+        return list(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add_generation(self, generation: Generation) -> None:
+        """Append what the engine sampled, exactly as sampled (loss mask 1)."""
+        if not self._awaiting_generation:
+            raise ValueError("a generation must follow the prompt or a tool output, not another generation")
+        start = len(self._ids)
+        self._append(generation.token_ids, 1, generation.logprobs.tolist())
+        self._spans.append((start, len(self._ids)))
+        self._versions.append(generation.policy_version)
+        self._finish_reasons.append(generation.finish_reason)
+        self._awaiting_generation = False
+
+    def _closing_text(self) -> str:
+        """What the template puts after the assistant's content, minus the stop token the model already sampled."""
+        close = self._wrapping.assistant_close
+        last_span = self._spans[-1]
+        if self._finish_reasons[-1] == "stop" and last_span[1] > last_span[0]:
+            stop_text = self._tokenizer.decode([self._ids[last_span[1] - 1]], skip_special_tokens=False)
+            if stop_text and close.startswith(stop_text):
+                return close[len(stop_text) :]
+        return close
+
+    def add_tool_output(self, text: str) -> None:
+        """Append a tool message and the next assistant header, tokenised by themselves (loss mask 0)."""
+        if self._awaiting_generation:
+            raise ValueError("a tool output must follow a generation")
+        wrapped = self._closing_text() + self._wrapping.tool_open + text + self._wrapping.tool_close
+        ids = self._encode(wrapped)
+        self._append(ids, 0, [0.0] * len(ids))
+        self._awaiting_generation = True
+
+    def finish(self) -> Trajectory:
+        """The trajectory so far, as typed arrays."""
+        if not self._spans:
+            raise ValueError("a trajectory needs at least one generation")
+        return Trajectory(
+            token_ids=np.asarray(self._ids, dtype=np.int32),
+            loss_mask=np.asarray(self._mask, dtype=np.uint8),
+            behaviour_logprobs=np.asarray(self._logprobs, dtype=np.float32),
+            prompt_len=self.prompt_len,
+            policy_version=min(self._versions),
+            turn_spans=tuple(self._spans),
+            turn_policy_versions=tuple(self._versions),
+            finish_reasons=tuple(self._finish_reasons),
+        )

@@ -1,0 +1,31 @@
+"""`make_engine(name, ...)`: the rollout engine a config names."""
+
+from __future__ import annotations
+
+import os
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from mgrpo_actors.engines.base import EngineConfig, RolloutEngine
+from mgrpo_actors.engines.hf import HFEngine
+from mgrpo_actors.engines.vllm import VLLMEngine
+
+__all__ = ["ENGINE_NAMES", "make_engine"]
+
+ENGINE_NAMES = ("hf", "vllm")
+
+
+def make_engine(
+    name: str,
+    model: PreTrainedModel | str | os.PathLike[str],
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: EngineConfig | None = None,
+) -> RolloutEngine:
+    """Build engine `name`: "hf" takes a loaded model; "vllm" a local model directory (or a model loaded from one)."""
+    if name == "hf":
+        if not isinstance(model, PreTrainedModel):
+            raise TypeError(f"engine 'hf' needs a loaded transformers model, got {type(model).__name__}")
+        return HFEngine(model, tokenizer, cfg)
+    if name == "vllm":
+        return VLLMEngine(model, tokenizer, cfg)
+    raise ValueError(f"unknown rollout engine {name!r}: known engines are {', '.join(ENGINE_NAMES)}")

@@ -1,0 +1,206 @@
+"""Tiny seeded Llama models with a locally trained BPE tokenizer, for tests and CPU smoke runs.
+
+Nothing is downloaded: the tokenizer is trained with `tokenizers` on a built-in corpus of the chat and
+tool-call formats plus generic English, given a ChatML chat template (roles system/user/assistant/tool),
+and saved next to a randomly initialised `LlamaForCausalLM`. It is reloaded with
+`PreTrainedTokenizerFast` (never `AutoTokenizer`, which may pick another class and change ids).
+Builds are cached (see cache.py) under a key that changes with the config, the recipe (corpus, template)
+and the library versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tokenizers
+import torch
+import transformers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.models.cache import build_once, cache_root
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "FORMAT_TOKENS",
+    "SPECIAL_TOKENS",
+    "TINY_PRESETS",
+    "TinyModelConfig",
+    "build_tiny",
+    "tiny_model_dir",
+    "train_tokenizer",
+]
+
+log = get_logger("mgrpo.models.tiny")
+
+# Bump when the corpus, the template or the build recipe changes: it is part of the cache key.
+_RECIPE_VERSION = 1
+
+PAD_TOKEN = "<|endoftext|>"
+BOS_TOKEN = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"  # end of a turn: what an assistant generation stops on
+SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
+# The turn format's tags (m-grpo.md): single ids that decode to themselves, not "special" (kept by decode).
+FORMAT_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>")
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('unknown chat role: ' + message['role']) }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape and seed of one tiny model (its tokenizer is shared by all presets)."""
+
+    name: str  # preset name, part of the cache directory name
+    seed: int  # seeds the weight initialisation
+    hidden_size: int = 64  # model width
+    intermediate_size: int = 128  # MLP width
+    num_hidden_layers: int = 2  # transformer blocks
+    num_attention_heads: int = 4  # query heads
+    num_key_value_heads: int = 2  # key/value heads (grouped-query attention)
+    max_position_embeddings: int = 2048  # longest context
+    # Far above HF's 0.02 so next-token distributions are peaked rather than uniform: top-k/top-p then
+    # cut something, and stop tokens get sampled at realistic rates.
+    initializer_range: float = 0.3
+    vocab_size: int = 1024  # BPE target size (the corpus may yield slightly fewer)
+
+
+# Distinct models for the main agent and the sub-agent, as in a real vertical system.
+TINY_PRESETS: dict[str, TinyModelConfig] = {
+    "main": TinyModelConfig(name="main", seed=0),
+    "sub": TinyModelConfig(name="sub", seed=1, hidden_size=48, intermediate_size=96, num_attention_heads=4,
+                           num_key_value_heads=4),
+}
+
+_WORDS = (
+    "the a an of to and in is was for on with as by at from that this it be are or which who what when where "
+    "how city river country capital founded born wrote book company museum university year population north "
+    "south east west first second largest oldest author painter scientist mountain island bridge language "
+    "search visit reason page result answer question find evidence entity link title name date found not "
+    "about more than two three one many people named called located near built after before during between"
+).split()
+_NAMES = ("Aldora", "Brevik", "Castellan", "Dunmore", "Elowen", "Farrow", "Galen", "Hestia", "Ivara", "Jorund")
+_SYSTEM_PROMPTS = (
+    "You are the main agent. Plan, delegate subtasks with tool calls, then answer.",
+    "You are a research sub-agent. Use search and visit to complete the subtask.",
+)
+
+
+def _sentence(rng: random.Random) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 14))]
+    words.insert(rng.randrange(len(words)), rng.choice(_NAMES))
+    return " ".join(words).capitalize() + rng.choice((".", ".", "?", "!"))
+
+
+def _tool_call(rng: random.Random) -> str:
+    name = rng.choice(("search", "visit", "reason", "delegate"))
+    argument = {"search": "query", "visit": "page", "reason": "problem", "delegate": "task"}[name]
+    payload = {"name": name, "arguments": {argument: _sentence(rng)}}
+    return f"<tool_call>{json.dumps(payload)}</tool_call>"
+
+
+def _dialogue(rng: random.Random) -> str:
+    turns = [("system", rng.choice(_SYSTEM_PROMPTS)), ("user", _sentence(rng))]
+    for _ in range(rng.randint(1, 3)):
+        turns.append(("assistant", f"<think>{_sentence(rng)}</think>{_tool_call(rng)}"))
+        turns.append(("tool", " ".join(_sentence(rng) for _ in range(rng.randint(1, 3)))))
+    turns.append(("assistant", f"<think>{_sentence(rng)}</think><answer>{rng.choice(_NAMES)}</answer>"))
+    return "".join(f"{BOS_TOKEN}{role}\n{content}{EOS_TOKEN}\n" for role, content in turns)
+
+
+def _corpus(num_dialogues: int = 400, num_paragraphs: int = 400) -> list[str]:
+    rng = random.Random(1234)
+    dialogues = [_dialogue(rng) for _ in range(num_dialogues)]
+    paragraphs = [" ".join(_sentence(rng) for _ in range(rng.randint(2, 6))) for _ in range(num_paragraphs)]
+    return dialogues + paragraphs
+
+
+def train_tokenizer(vocab_size: int) -> Tokenizer:
+    """Byte-level BPE trained on the built-in corpus; special and format tokens are single ids."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in FORMAT_TOKENS])
+    return tokenizer
+
+
+def _fast_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+        # Prompts come from the chat template, which writes its own markers: add nothing on encode.
+        add_bos_token=False,
+        add_eos_token=False,
+    )
+
+
+def _llama(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        initializer_range=cfg.initializer_range,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
+        torch.manual_seed(cfg.seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    return model
+
+
+def build_tiny(cfg: TinyModelConfig, out_dir: Path) -> None:
+    """Train the tokenizer, initialise the model and save both (safetensors) into `out_dir`."""
+    tokenizer = _fast_tokenizer(train_tokenizer(cfg.vocab_size))
+    model = _llama(cfg, tokenizer)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _cache_key(cfg: TinyModelConfig) -> str:
+    # Library versions too: another tokenizers/transformers may train or initialise differently.
+    versions = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
+    spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **asdict(cfg)}, sort_keys=True)
+    return hashlib.sha256(spec.encode()).hexdigest()[:12]
+
+
+def tiny_model_dir(preset: str) -> Path:
+    """The local HF directory of a tiny preset ("main" or "sub"), built on first use."""
+    if preset not in TINY_PRESETS:
+        raise ValueError(f"unknown tiny model preset {preset!r}: expected one of {', '.join(TINY_PRESETS)}")
+    cfg = TINY_PRESETS[preset]
+    target = cache_root() / f"tiny-{cfg.name}-{_cache_key(cfg)}"
+    if not target.exists():
+        log.info("tiny_model_build", preset=preset, path=str(target))
+    return build_once(target, lambda tmp_dir: build_tiny(cfg, tmp_dir))
