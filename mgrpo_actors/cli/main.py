@@ -6,12 +6,12 @@ import argparse
 import sys
 
 from mgrpo_actors.log import configure_logging
-from mgrpo_actors.cli import bench, ping, run, tap, world
+from mgrpo_actors.cli import bench, ping, rollout, run, tap, world
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (run, world, tap, ping, bench)
+COMMANDS = (run, world, tap, ping, bench, rollout)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,47 @@
+"""`AgentConfig`: one agent's turn and token budgets and how it samples (m-grpo.md §The system being trained)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mgrpo_actors.engines.base import SamplingParams
+
+__all__ = ["AgentConfig"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Budgets and sampling of one agent (main, sub or single); each role has its own instance."""
+
+    max_turns: int = 20  # generations per episode, the forced final-answer turn included (m-grpo.md: ~20)
+    max_new_tokens_per_turn: int = 512  # generation budget of one turn
+    max_context_tokens: int = 8192  # context budget: prompt + every turn + every tool output
+    temperature: float = 1.0  # sampling temperature (reference code: 1.0)
+    top_p: float = 1.0  # nucleus sampling mass; 1.0 = off
+    top_k: int = 0  # keep only the k most likely tokens; 0 = off
+    system_prompt: str | None = None  # replaces the role's default system prompt (prompts.py); None = default
+    # End each turn right after its first complete, valid action block, as a stop string would: what was
+    # sampled after it is dropped; the ids and logprobs kept are unchanged (a prefix does not depend on its tail).
+    stop_after_action: bool = True
+    demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"agent max_turns must be >= 1, got {self.max_turns!r}")
+        if self.max_new_tokens_per_turn < 1:
+            raise ValueError(f"agent max_new_tokens_per_turn must be >= 1, got {self.max_new_tokens_per_turn!r}")
+        if self.max_context_tokens <= self.max_new_tokens_per_turn:
+            raise ValueError(
+                f"agent max_context_tokens ({self.max_context_tokens}) must exceed max_new_tokens_per_turn "
+                f"({self.max_new_tokens_per_turn}): the prompt needs room too"
+            )
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"agent temperature must be a finite number >= 0, got {self.temperature!r}")
+        SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
+
+    def sampling_params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
+        """The engine's sampling parameters for one turn of this agent."""
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, max_new_tokens=max_new_tokens, seed=seed
+        )

@@ -1,0 +1,177 @@
+"""`run_episodes`: a batch of agent episodes on one engine, turn by turn, until every one is done.
+
+Each step makes one batched `engine.generate` over the prompts of all running episodes (one call per
+distinct sampling setting, in practice one), then carries out what the turns asked for:
+- tool calls go, all at once, to a `ToolExecutor` (locally a ToolRegistry; in the pipeline, tool actors
+  over NATS);
+- `delegate` calls of M go, all at once, to a `Delegate` callback (locally sub-agent episodes batched
+  on the sub engine, local_delegate.py; in the pipeline, sub-agent actors over NATS);
+- malformed turns and calls of tools the agent does not have get an error message back.
+Every answer returns to its episode as a tool message (loss mask 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.agents.delegation import (
+    DELEGATE_TOOL_NAME,
+    Delegate,
+    DelegationRequest,
+    delegation_request,
+    format_subtask_result,
+)
+from mgrpo_actors.agents.episode import Action, AgentEpisode, Malformed, ToolCall
+from mgrpo_actors.agents.turn_format import format_tool_result
+from mgrpo_actors.engines.base import RolloutEngine, SamplingParams
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.registry import ToolRegistry
+
+__all__ = ["AgentModel", "DriverStats", "ToolExecutor", "registry_executor", "run_episodes", "step_seed"]
+
+log = get_logger("mgrpo.agents.driver")
+
+ToolExecutor = Callable[[Sequence[ToolCall]], list[ToolResult]]
+
+
+@dataclass(frozen=True)
+class AgentModel:
+    """An agent's policy as the loop needs it: the engine that samples and the tokenizer of its ids."""
+
+    engine: RolloutEngine
+    tokenizer: PreTrainedTokenizerBase
+
+
+@dataclass
+class DriverStats:
+    """Where a batch of episodes spent its time."""
+
+    steps: int = 0  # batched generation steps
+    turns: int = 0  # generations over all episodes
+    generated_tokens: int = 0  # tokens sampled over all episodes (tails cut after an action included)
+    generate_s: float = 0.0  # seconds in engine.generate
+    tools_s: float = 0.0  # seconds in the tool executor
+    delegate_s: float = 0.0  # seconds in the delegate callback (the sub-agents' whole episodes)
+
+    def add(self, other: DriverStats) -> None:
+        for name in ("steps", "turns", "generated_tokens", "generate_s", "tools_s", "delegate_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def registry_executor(registry: ToolRegistry) -> ToolExecutor:
+    """The local ToolExecutor: each call through `registry.call`, which never raises."""
+
+    def execute(calls: Sequence[ToolCall]) -> list[ToolResult]:
+        return [registry.call(call.name, call.arguments) for call in calls]
+
+    return execute
+
+
+def step_seed(seed: int | None, *path: int) -> int | None:
+    """A sampling seed for one generate call, derived from the run's seed and where the call is."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0])
+
+
+def _generate(episodes: Sequence[AgentEpisode], engine: RolloutEngine, seed: int | None, stats: DriverStats) -> list[Action]:
+    """One turn of every episode: one generate call per distinct sampling setting."""
+    groups: dict[SamplingParams, list[int]] = {}
+    for index, episode in enumerate(episodes):
+        groups.setdefault(episode.sampling_params(seed=None), []).append(index)
+    actions: list[Action | None] = [None] * len(episodes)
+    for group_index, (params, members) in enumerate(groups.items()):
+        params = dataclasses.replace(params, seed=step_seed(seed, group_index))
+        started = time.perf_counter()
+        generations = engine.generate([episodes[i].next_prompt_ids() for i in members], params)
+        stats.generate_s += time.perf_counter() - started
+        for i, generation in zip(members, generations, strict=True):
+            actions[i] = episodes[i].apply(generation)
+            stats.generated_tokens += len(generation.token_ids)
+    stats.turns += len(episodes)
+    return [action for action in actions if action is not None]
+
+
+def _unknown_tool(name: str, episode: AgentEpisode) -> str:
+    return f"Error: unknown tool {name[:100]!r}; known tools: {', '.join(episode.tool_names) or 'none'}"
+
+
+def _run_tools(calls: list[tuple[AgentEpisode, ToolCall]], execute: ToolExecutor, stats: DriverStats) -> None:
+    if not calls:
+        return
+    started = time.perf_counter()
+    results = execute([call for _, call in calls])
+    stats.tools_s += time.perf_counter() - started
+    if len(results) != len(calls):
+        raise RuntimeError(f"the tool executor answered {len(results)} of {len(calls)} calls")
+    for (episode, _), result in zip(calls, results, strict=True):
+        episode.add_tool_result(format_tool_result(result), ok=result.ok)
+
+
+def _run_delegations(
+    requests: list[tuple[AgentEpisode, DelegationRequest]], delegate: Delegate | None, stats: DriverStats
+) -> None:
+    if not requests:
+        return
+    if delegate is None:
+        raise ValueError(f"episodes may call {DELEGATE_TOOL_NAME!r} but no delegate callback was given")
+    started = time.perf_counter()
+    results = delegate([request for _, request in requests])
+    stats.delegate_s += time.perf_counter() - started
+    if len(results) != len(requests):
+        raise RuntimeError(f"the delegate answered {len(results)} of {len(requests)} delegations")
+    for (episode, request), result in zip(requests, results, strict=True):
+        if result.call_id != request.call_id:
+            raise RuntimeError(f"delegation {request.call_id} was answered by a result for {result.call_id}")
+        episode.add_tool_result(format_subtask_result(result), ok=result.ok)
+
+
+def _route(
+    episode: AgentEpisode,
+    action: Action,
+    tool_calls: list[tuple[AgentEpisode, ToolCall]],
+    delegations: list[tuple[AgentEpisode, DelegationRequest]],
+) -> None:
+    """Queue a turn's call for the batch, or answer it at once with an error message."""
+    if isinstance(action, Malformed):
+        episode.add_tool_result(action.feedback, ok=False)
+    elif isinstance(action, ToolCall) and action.name not in episode.tool_names:
+        episode.add_tool_result(_unknown_tool(action.name, episode), ok=False)
+    elif isinstance(action, ToolCall) and action.name == DELEGATE_TOOL_NAME:
+        request = delegation_request(action.arguments, episode.rollout_index, action.call_id)
+        if isinstance(request, str):
+            episode.add_tool_result(f"Error: {request}", ok=False)
+        else:
+            delegations.append((episode, request))
+    elif isinstance(action, ToolCall):
+        tool_calls.append((episode, action))
+
+
+def run_episodes(
+    episodes: Sequence[AgentEpisode],
+    engine: RolloutEngine,
+    execute_tools: ToolExecutor,
+    delegate: Delegate | None = None,
+    seed: int | None = None,
+) -> DriverStats:
+    """Run every episode to its end; seed (None: the engine's own RNG stream) makes sampling reproducible."""
+    stats = DriverStats()
+    while running := [episode for episode in episodes if not episode.done]:
+        actions = _generate(running, engine, step_seed(seed, stats.steps), stats)
+        stats.steps += 1
+        tool_calls: list[tuple[AgentEpisode, ToolCall]] = []
+        delegations: list[tuple[AgentEpisode, DelegationRequest]] = []
+        for episode, action in zip(running, actions, strict=True):
+            if not episode.done:  # an Answer, or the final turn, ends the episode: nothing to carry out
+                _route(episode, action, tool_calls, delegations)
+        _run_tools(tool_calls, execute_tools, stats)
+        _run_delegations(delegations, delegate, stats)
+    log.debug("episodes_done", episodes=len(episodes), steps=stats.steps, tokens=stats.generated_tokens)
+    return stats

@@ -1,0 +1,279 @@
+"""`AgentEpisode`: one agent's multi-turn episode as a step function, driven from outside one turn at a time.
+
+    prompt = episode.next_prompt_ids()      # token ids to generate from
+    action = episode.apply(generation)      # ToolCall | Answer | Malformed; the turn enters the trajectory
+    episode.add_tool_result(text)           # unless episode.done: the tool's output (or the parse error)
+
+Token-in/token-out (agents/trajectory.py): the ids the engine sampled enter the trajectory as they are
+(loss mask 1, behaviour logprobs); tool outputs, parse errors and budget notes enter with mask 0. The
+text that is parsed is decoded from the sampled ids and is never tokenised back into the loss.
+
+Budgets (m-grpo.md §The system being trained: ~20 turns per agent). Before each tool output is added
+the episode checks that the budgets leave room for one more ordinary turn and a final answer after it;
+when they do not (the next turn would be the last allowed, or the context would not hold both), the
+tool output is cut to fit, an early-stop note asking for the final answer is appended to it, and the
+next turn is the final one: whatever it is, the episode ends after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.trajectory import ChatTurnWrapping, Trajectory, TrajectoryBuilder
+from mgrpo_actors.agents.turn_format import ParsedTurn, format_parse_error, parse_turn
+from mgrpo_actors.engines.base import Generation, SamplingParams
+
+__all__ = [
+    "ACTION_CLOSE_TAGS",
+    "Action",
+    "AgentEpisode",
+    "Answer",
+    "BUDGET_NOTES",
+    "ContextBudgetError",
+    "EpisodeRecord",
+    "Malformed",
+    "StopReason",
+    "ToolCall",
+    "TRUNCATION_NOTE",
+    "TurnRecord",
+    "cut_after_action",
+]
+
+StopReason = Literal["answer", "turns", "context"]  # answered, or the turn / context budget ran out
+
+BUDGET_NOTES: dict[StopReason, str] = {
+    "turns": "You have reached the turn limit. Do not call any more tools: "
+    "write your final answer now, inside <answer>...</answer>.",
+    "context": "Your context is almost full. Do not call any more tools: "
+    "write your final answer now, inside <answer>...</answer>.",
+}
+TRUNCATION_NOTE = "\n[cut to fit the context budget]"
+ACTION_CLOSE_TAGS = ("</tool_call>", "</answer>")
+# Tokenising pieces separately can differ by a token or two from tokenising them joined: keep a margin.
+_TOKEN_MARGIN = 8
+
+
+class ContextBudgetError(ValueError):
+    """The opening messages leave no room for a turn within max_context_tokens."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The turn called a tool (M's `delegate` included)."""
+
+    call_id: str  # "<episode id>.t<turn>", unique within the query
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The turn gave the final answer."""
+
+    text: str  # inside <answer>…</answer>, stripped
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """The turn broke the turn format; `feedback` is what the agent reads next."""
+
+    error: str  # why the turn could not be read (turn_format.parse_turn)
+    feedback: str  # the tool message that tells the agent
+
+
+Action = ToolCall | Answer | Malformed
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn as a person reads it in a transcript."""
+
+    text: str  # the generation, decoded from the sampled ids (special tokens dropped)
+    action: Action
+    finish_reason: str  # "stop" or "length" (the turn ran out of tokens)
+    num_tokens: int  # tokens sampled in this turn
+    tool_result: str | None = None  # the tool message that followed, as appended (cut and noted if so)
+    tool_ok: bool | None = None  # whether that tool call succeeded; None if no tool message followed
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """A finished episode: its trajectory and what scoring and transcripts need."""
+
+    episode_id: str
+    trajectory: Trajectory
+    turns: tuple[TurnRecord, ...]
+    turn_errors: tuple[str | None, ...]  # per turn: None if it parsed, else why not (feeds r_format)
+    answer: str | None  # the final answer, None if the episode ended without one
+    stop_reason: StopReason
+
+
+def cut_after_action(generation: Generation, tokenizer: PreTrainedTokenizerBase) -> Generation:
+    """The generation up to the first token that completes a valid action block, else unchanged.
+
+    Equivalent to sampling with the closing tags as stop strings: each kept token's logprob is
+    conditioned on its prefix only, so the cut turn is distributed exactly as a stopped one would be.
+    Only prefixes that end in a closing tag and parse as a whole turn count, so a tag inside a
+    thought or inside a JSON string does not cut the turn short.
+    """
+    ids = generation.token_ids
+    for end in range(1, len(ids) + 1):
+        if ">" not in tokenizer.decode(ids[end - 1 : end]):
+            continue
+        text = tokenizer.decode(ids[:end], skip_special_tokens=True)
+        if text.rstrip().endswith(ACTION_CLOSE_TAGS) and parse_turn(text).is_valid:
+            if end == len(ids):
+                return generation
+            return Generation(ids[:end], generation.logprobs[:end].copy(), "stop", generation.policy_version)
+    return generation
+
+
+def _action(turn: ParsedTurn, call_id: str) -> Action:
+    if turn.kind == "answer":
+        assert turn.answer is not None
+        return Answer(text=turn.answer)
+    if turn.kind == "tool_call":
+        assert turn.tool_name is not None and turn.tool_arguments is not None
+        return ToolCall(call_id=call_id, name=turn.tool_name, arguments=turn.tool_arguments)
+    assert turn.error is not None
+    return Malformed(error=turn.error, feedback=format_parse_error(turn))
+
+
+class AgentEpisode:
+    """One agent's episode; the driver batches many of them on one engine."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        opening: Sequence[Mapping[str, str]],
+        cfg: AgentConfig,
+        episode_id: str,
+        tool_names: Sequence[str],
+        rollout_index: int = 0,
+    ) -> None:
+        """opening: system + user messages; tool_names: what this agent may call (others get an error)."""
+        self.cfg = cfg
+        self.episode_id = episode_id
+        self.tool_names = tuple(tool_names)
+        self.rollout_index = rollout_index
+        self._tokenizer = tokenizer
+        self._builder = TrajectoryBuilder(tokenizer, opening)
+        if len(self._builder) + cfg.max_new_tokens_per_turn > cfg.max_context_tokens:
+            raise ContextBudgetError(
+                f"episode {episode_id}: the opening prompt has {len(self._builder)} tokens; with "
+                f"max_new_tokens_per_turn={cfg.max_new_tokens_per_turn} it exceeds "
+                f"max_context_tokens={cfg.max_context_tokens}"
+            )
+        wrapping = ChatTurnWrapping.from_template(tokenizer, opening)
+        self._wrap_tokens = self._count(wrapping.assistant_close + wrapping.tool_open + wrapping.tool_close)
+        self._note_tokens = max(self._count(note) for note in BUDGET_NOTES.values())
+        self._turns: list[TurnRecord] = []
+        self._turn_errors: list[str | None] = []
+        self._answer: str | None = None
+        self._stop_reason: StopReason | None = None
+        # Why the next turn is the last one; None while the budgets allow more.
+        self._final_reason: StopReason | None = None
+        if cfg.max_turns == 1:
+            self._final_reason = "turns"
+        elif len(self._builder) + cfg.max_new_tokens_per_turn + self._final_turn_room() > cfg.max_context_tokens:
+            self._final_reason = "context"
+
+    def _count(self, text: str) -> int:
+        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @property
+    def done(self) -> bool:
+        """The episode answered, or its final turn is over."""
+        return self._stop_reason is not None
+
+    @property
+    def turns(self) -> tuple[TurnRecord, ...]:
+        """The turns so far."""
+        return tuple(self._turns)
+
+    def next_prompt_ids(self) -> list[int]:
+        """The token ids the next turn is generated from."""
+        if self.done:
+            raise ValueError(f"episode {self.episode_id} is done")
+        return self._builder.context_ids()
+
+    def sampling_params(self, seed: int | None) -> SamplingParams:
+        """Sampling for the next turn: the turn budget, or what is left of the context if less."""
+        room = self.cfg.max_context_tokens - len(self._builder)
+        return self.cfg.sampling_params(max_new_tokens=min(self.cfg.max_new_tokens_per_turn, room), seed=seed)
+
+    def apply(self, generation: Generation) -> Action:
+        """Append the sampled turn (mask 1) and read what it asks for."""
+        if self.done:
+            raise ValueError(f"episode {self.episode_id} is done")
+        if self.cfg.stop_after_action:
+            generation = cut_after_action(generation, self._tokenizer)
+        self._builder.add_generation(generation)
+        text = self._tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+        turn = parse_turn(text)
+        action = _action(turn, call_id=f"{self.episode_id}.t{len(self._turns)}")
+        self._turns.append(TurnRecord(text, action, generation.finish_reason, len(generation.token_ids)))
+        self._turn_errors.append(turn.error)
+        if isinstance(action, Answer):
+            self._answer, self._stop_reason = action.text, "answer"
+        elif self._final_reason is not None:
+            self._stop_reason = self._final_reason
+        return action
+
+    def _final_turn_room(self) -> int:
+        """Tokens a noted tool output (its text aside) and the final turn after it take at most."""
+        return self._wrap_tokens + self._note_tokens + self.cfg.max_new_tokens_per_turn + _TOKEN_MARGIN
+
+    def _fits_two_more_turns(self, text_tokens: int) -> bool:
+        """After a tool output of `text_tokens`: room for an ordinary turn, then a noted tool output and a final turn."""
+        needed = self._wrap_tokens + text_tokens + self.cfg.max_new_tokens_per_turn + self._final_turn_room()
+        return len(self._builder) + needed <= self.cfg.max_context_tokens
+
+    def _cut_to_fit(self, text: str) -> str:
+        """`text` shortened so that it, the early-stop note and a final turn fit the context budget."""
+        room = self.cfg.max_context_tokens - len(self._builder) - self._final_turn_room()
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= room:
+            return text
+        keep = max(room - self._count(TRUNCATION_NOTE), 0)
+        return self._tokenizer.decode(ids[:keep]) + TRUNCATION_NOTE
+
+    def add_tool_result(self, text: str, ok: bool = True) -> None:
+        """Append a tool's output (mask 0), with an early-stop note if the budgets leave one turn.
+
+        ok: whether the call succeeded (False for errors and parse-error feedback); kept in the turn record.
+        """
+        if self.done:
+            raise ValueError(f"episode {self.episode_id} is done")
+        if len(self._turns) >= self.cfg.max_turns - 1:
+            self._final_reason = "turns"
+        elif not self._fits_two_more_turns(self._count(text)):
+            self._final_reason = "context"
+        if self._final_reason is not None:
+            note = BUDGET_NOTES[self._final_reason]
+            text = f"{self._cut_to_fit(text)}\n\n{note}"
+        self._builder.add_tool_output(text)
+        last = self._turns[-1]
+        self._turns[-1] = dataclasses.replace(last, tool_result=text, tool_ok=ok)
+        if len(self._builder) >= self.cfg.max_context_tokens:  # only if a cut text re-tokenised far longer
+            self._stop_reason = "context"
+
+    def record(self) -> EpisodeRecord:
+        """The finished episode."""
+        if not self.done:
+            raise ValueError(f"episode {self.episode_id} is still running")
+        assert self._stop_reason is not None
+        return EpisodeRecord(
+            episode_id=self.episode_id,
+            trajectory=self._builder.finish(),
+            turns=tuple(self._turns),
+            turn_errors=tuple(self._turn_errors),
+            answer=self._answer,
+            stop_reason=self._stop_reason,
+        )

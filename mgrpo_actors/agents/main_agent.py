@@ -1,0 +1,38 @@
+"""The main agent M: plans, calls `reason`, delegates `{task, context}` to sub-agents, reads their results,
+answers (m-grpo.md §The system being trained). Its loop is AgentEpisode's; this module says which
+tools M has and what it is asked."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME
+from mgrpo_actors.agents.episode import AgentEpisode
+from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, main_system_prompt, opening_messages
+from mgrpo_actors.tools.registry import ToolRegistry
+
+__all__ = ["MAIN_REGISTRY_TOOLS", "main_episode", "main_tools"]
+
+MAIN_REGISTRY_TOOLS = ("reason",)  # M's tools that a ToolExecutor runs; `delegate` goes to the Delegate callback
+
+
+def main_tools(tools: ToolRegistry) -> ToolRegistry:
+    """The tools of `tools` that M may call (those of MAIN_REGISTRY_TOOLS it has)."""
+    return tools.subset(name for name in MAIN_REGISTRY_TOOLS if name in tools)
+
+
+def main_episode(
+    question: str, tokenizer: PreTrainedTokenizerBase, tools: ToolRegistry, cfg: AgentConfig, rollout_index: int
+) -> AgentEpisode:
+    """M's episode for rollout `rollout_index` of `question`; its id is "r<rollout_index>"."""
+    own_tools = main_tools(tools)
+    system_prompt = cfg.system_prompt or main_system_prompt(own_tools)
+    return AgentEpisode(
+        tokenizer,
+        opening_messages(system_prompt, question, MAIN_DEMONSTRATION if cfg.demonstration else ()),
+        cfg,
+        episode_id=f"r{rollout_index}",
+        tool_names=(*own_tools.names, DELEGATE_TOOL_NAME),
+        rollout_index=rollout_index,
+    )

@@ -1,0 +1,134 @@
+"""`run_rollouts`: K rollouts of one question by M and its sub-agents, run and scored locally.
+
+M's K episodes run batched on the main engine (driver.py); whenever some of them delegate, the
+delegations run batched as sub-agent episodes on the sub engine (local_delegate.py). Each rollout
+records M's trajectory and answer, its sub calls (call id, S's trajectory, S's result) and its scores
+(scoring.py). Every trajectory carries the policy version of the weights that sampled it.
+`run_single_agent_rollouts` is the single-agent baseline: one agent with every tool, scored like M.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.driver import AgentModel, DriverStats, registry_executor, run_episodes, step_seed
+from mgrpo_actors.agents.episode import EpisodeRecord
+from mgrpo_actors.agents.local_delegate import LocalSubAgents, SubCall
+from mgrpo_actors.agents.main_agent import main_episode
+from mgrpo_actors.agents.scoring import MainScore, SubScore, expert_references, score_main, score_sub
+from mgrpo_actors.agents.single_agent import single_episode
+from mgrpo_actors.algo.config import RewardConfig
+from mgrpo_actors.algo.rewards import SubRewardWeights, resolve_sub_weights
+from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.tools.registry import ToolRegistry
+
+__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "run_rollouts", "run_single_agent_rollouts"]
+
+log = get_logger("mgrpo.agents.rollout")
+
+# m-grpo.md §Rewards: resolve β once per configuration (folding β3 logs a warning), not once per question.
+_sub_weights = functools.cache(resolve_sub_weights)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Everything that shapes the K rollouts of a question besides models, tools and seed."""
+
+    main: AgentConfig = field(default_factory=AgentConfig)  # M's budgets and sampling (or the single agent's)
+    sub: AgentConfig = field(default_factory=AgentConfig)  # S's budgets and sampling
+    rewards: RewardConfig = field(default_factory=RewardConfig)  # α and β (m-grpo.md §Rewards)
+    # r_expert by the local rule contains_reference(S's findings, scoring.expert_references(question));
+    # False: no expert scorer, β3 is folded into β2 (m-grpo.md §Rewards [ours]).
+    expert_rule: bool = True
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Rollout k of a question: M's episode, its sub calls in call order, and their scores."""
+
+    index: int  # k
+    main: EpisodeRecord  # M's episode (the single agent's in single-agent mode)
+    main_score: MainScore  # R_M and its parts
+    sub_calls: tuple[SubCall, ...]  # d_k invocations of S (empty in single-agent mode)
+    sub_scores: tuple[SubScore, ...]  # R_S and its parts, one per sub call
+
+
+@dataclass(frozen=True)
+class RolloutGroup:
+    """The K rollouts of one question."""
+
+    question: Question
+    rollouts: tuple[Rollout, ...]
+    sub_weights: SubRewardWeights | None  # β as used for R_S; None in single-agent mode
+    main_stats: DriverStats  # M's (or the single agent's) generation and tool time
+    sub_stats: DriverStats  # S's, summed over every delegation batch
+    seconds: float  # wall time of the whole group
+
+
+def _references(question: Question, expert_rule: bool) -> list[str] | None:
+    if not expert_rule:
+        return None
+    references = expert_references(question)
+    if not references:
+        raise ValueError(
+            f"question {question.id!r} has no evidence to score r_expert by: use expert_rule=False (β3 folds into β2)"
+        )
+    return references
+
+
+def run_rollouts(
+    question: Question,
+    k: int,
+    main: AgentModel,
+    sub: AgentModel,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
+    seed: int | None = None,
+) -> RolloutGroup:
+    """K rollouts of `question` by M (`main`) delegating to S (`sub`); `tools` holds reason, search and visit."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    started = time.perf_counter()
+    references = _references(question, cfg.expert_rule)
+    execute_tools = registry_executor(tools)
+    sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
+    episodes = [main_episode(question.question, main.tokenizer, tools, cfg.main, index) for index in range(k)]
+    main_stats = run_episodes(episodes, main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
+    records = [episode.record() for episode in episodes]
+    main_scores = score_main(records, question.answers, cfg.main.max_turns, cfg.rewards)
+    weights = _sub_weights(cfg.rewards, cfg.expert_rule)
+    calls = sorted(sub_agents.calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
+    main_correct = [main_scores[call.request.rollout_index].r_correct for call in calls]
+    sub_scores = score_sub(calls, main_correct, references, weights, cfg.sub.max_turns)
+    rollouts = tuple(
+        Rollout(
+            index=index,
+            main=record,
+            main_score=main_scores[index],
+            sub_calls=tuple(call for call in calls if call.request.rollout_index == index),
+            sub_scores=tuple(s for call, s in zip(calls, sub_scores, strict=True) if call.request.rollout_index == index),
+        )
+        for index, record in enumerate(records)
+    )
+    seconds = time.perf_counter() - started
+    log.info("rollouts_done", question=question.id, k=k, sub_calls=len(calls), seconds=round(seconds, 2))
+    return RolloutGroup(question, rollouts, weights, main_stats, sub_agents.stats, seconds)
+
+
+def run_single_agent_rollouts(
+    question: Question, k: int, model: AgentModel, tools: ToolRegistry, cfg: RolloutConfig, seed: int | None = None
+) -> RolloutGroup:
+    """K rollouts of `question` by the single agent (budgets cfg.main), scored like M."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    started = time.perf_counter()
+    episodes = [single_episode(question.question, model.tokenizer, tools, cfg.main, index) for index in range(k)]
+    stats = run_episodes(episodes, model.engine, registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
+    records = [episode.record() for episode in episodes]
+    scores = score_main(records, question.answers, cfg.main.max_turns, cfg.rewards)
+    rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))
+    return RolloutGroup(question, rollouts, None, stats, DriverStats(), time.perf_counter() - started)
