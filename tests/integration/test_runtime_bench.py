@@ -17,13 +17,14 @@ def test_bus_benchmark_quick_returns_its_figures(nats_server):
     results = bench_bus.run(quick=True, url=nats_server.url)
     assert results["message_bytes"] > 0
     assert results["rounds"] >= 1 and results["requests_latency"] > 0 and results["requests_throughput"] > 0
-    for path in ("raw", "raw+codec", "runtime"):
-        figures = results[path]
-        assert set(figures) >= {"p50_us", "p99_us", "throughput_msg_s"}, path
-        assert all(math.isfinite(v) and v > 0 for v in figures.values()), (path, figures)
-        assert figures["p99_us"] >= figures["p50_us"], (path, figures)
-    for ratio in ("ratio_latency_p50", "ratio_throughput"):
-        assert math.isfinite(results[ratio]) and results[ratio] > 0
+    for topology in ("in-process", "cross-process"):
+        for path in ("raw", "raw+codec", "runtime"):
+            figures = results[topology][path]
+            assert set(figures) >= {"p50_us", "p99_us", "throughput_msg_s"}, path
+            assert all(math.isfinite(v) and v > 0 for v in figures.values()), (path, figures)
+            assert figures["p99_us"] >= figures["p50_us"], (path, figures)
+        for ratio in ("ratio_latency_p50", "ratio_throughput", "ratio_latency_p50_vs_codec"):
+            assert math.isfinite(results[topology][ratio]) and results[topology][ratio] > 0
 
 
 def test_bench_payload_has_the_size_it_promises():
