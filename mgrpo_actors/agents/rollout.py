@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.driver import AgentModel, DriverStats, registry_executor, run_episodes, step_seed
+from mgrpo_actors.agents.driver import AgentModel, DriverStats, ToolExecutor, registry_executor, run_episodes, step_seed
 from mgrpo_actors.agents.episode import EpisodeRecord
 from mgrpo_actors.agents.local_delegate import LocalSubAgents, SubCall
 from mgrpo_actors.agents.main_agent import main_episode
@@ -88,13 +88,18 @@ def run_rollouts(
     tools: ToolRegistry,
     cfg: RolloutConfig,
     seed: int | None = None,
+    execute_tools: ToolExecutor | None = None,
 ) -> RolloutGroup:
-    """K rollouts of `question` by M (`main`) delegating to S (`sub`); `tools` holds reason, search and visit."""
+    """K rollouts of `question` by M (`main`) delegating to S (`sub`); `tools` holds reason, search and visit.
+
+    `execute_tools` runs the agents' tool calls (default: `tools` in this process; the pipeline passes
+    one that sends them to tool actors over NATS).
+    """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
     references = _references(question, cfg.expert_rule)
-    execute_tools = registry_executor(tools)
+    execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
     episodes = [main_episode(question.question, main.tokenizer, tools, cfg.main, index) for index in range(k)]
     main_stats = run_episodes(episodes, main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
@@ -120,14 +125,20 @@ def run_rollouts(
 
 
 def run_single_agent_rollouts(
-    question: Question, k: int, model: AgentModel, tools: ToolRegistry, cfg: RolloutConfig, seed: int | None = None
+    question: Question,
+    k: int,
+    model: AgentModel,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
+    seed: int | None = None,
+    execute_tools: ToolExecutor | None = None,
 ) -> RolloutGroup:
     """K rollouts of `question` by the single agent (budgets cfg.main), scored like M."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
     episodes = [single_episode(question.question, model.tokenizer, tools, cfg.main, index) for index in range(k)]
-    stats = run_episodes(episodes, model.engine, registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
+    stats = run_episodes(episodes, model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
     records = [episode.record() for episode in episodes]
     scores = score_main(records, question.answers, cfg.main.max_turns, cfg.rewards)
     rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))

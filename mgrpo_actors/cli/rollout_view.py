@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from rich.console import Console, Group
@@ -20,7 +20,7 @@ from rich.text import Text
 from transformers.utils import logging as transformers_logging
 
 from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.driver import AgentModel, DriverStats
+from mgrpo_actors.agents.driver import AgentModel, DriverStats, ToolExecutor
 from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.episode import ToolCall, TurnRecord
 from mgrpo_actors.agents.local_delegate import SubCall
@@ -177,7 +177,7 @@ def _check(args: argparse.Namespace) -> AgentConfig:
         raise SystemExit(f"mgrpo rollout: error: {exc}") from None
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: argparse.Namespace, console: Console, make_executor: Callable[[ToolRegistry], ToolExecutor] | None) -> int:
     agent_cfg = _check(args)
     started = time.perf_counter()
     web = build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=args.web_seed, num_entities=args.entities)))
@@ -197,10 +197,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"{models} · policy version {main.engine.policy_version}")
     console.print(f"K={args.k} · seed {args.seed} · temperature {args.temperature} · "
                   f"{args.max_turns} turns × {args.max_new_tokens} tokens per agent")  # fmt: skip
+    execute_tools = make_executor(tools) if make_executor else None
     if args.single_agent:
-        group = run_single_agent_rollouts(question, args.k, main, tools, cfg, seed=args.seed)
+        group = run_single_agent_rollouts(question, args.k, main, tools, cfg, seed=args.seed, execute_tools=execute_tools)
     else:
-        group = run_rollouts(question, args.k, main, sub, tools, cfg, seed=args.seed)
+        group = run_rollouts(question, args.k, main, sub, tools, cfg, seed=args.seed, execute_tools=execute_tools)
     print_group(console, group, cfg, args.result_chars, args.single_agent)
     console.print(f"timings: web and models {ready - started:.1f} s · rollouts {group.seconds:.1f} s · "
                   f"total {time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -211,13 +212,16 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def run_rollout_command(args: argparse.Namespace) -> int:
-    """`mgrpo rollout`; the torch thread count is restored afterwards (the command may run in-process)."""
+def run_rollout_command(args: argparse.Namespace, make_executor: Callable[[ToolRegistry], ToolExecutor] | None = None) -> int:
+    """`mgrpo rollout`; the torch thread count is restored afterwards (the command may run in-process).
+
+    `make_executor(tools)` may route tool calls elsewhere (`mgrpo run` sends them over NATS).
+    """
     transformers_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the transcript
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
         # soft_wrap: one-line texts are left to the terminal; Rich's own wrapping pads lines with spaces.
-        return _run(args, Console(highlight=False, soft_wrap=True))
+        return _run(args, Console(highlight=False, soft_wrap=True), make_executor)
     finally:
         torch.set_num_threads(threads)
