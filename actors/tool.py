@@ -10,19 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.config.node import BUILTIN_TOOLS
 from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols import ToolRequest, ToolResult
 
-__all__ = ["BUILTIN_TOOLS", "ToolActor", "build_tool_registry", "start_tool_actors"]
+__all__ = ["ToolActor", "build_tool_registry", "start_tool_actors"]
 
-# Built-in tools a node can serve by name; `tools.extra` adds more by import path.
-BUILTIN_TOOLS = {
-    "search": "mgrpo_actors.tools.search:SearchTool",
-    "visit": "mgrpo_actors.tools.visit:VisitTool",
-}
 
 
 class ToolActor(BusActor):
@@ -52,11 +48,7 @@ class ToolActor(BusActor):
 
 def build_tool_registry(config: NodeConfig) -> ToolRegistry:
     """The tools `config.tools.serve` names: built-ins over the synthetic web (or a pages file), plus extras."""
-    tools = config.tools
-    extra_names = {entry.get("name") for entry in tools.extra}
-    unknown = [name for name in tools.serve if name not in BUILTIN_TOOLS and name not in extra_names]
-    if unknown:
-        raise ValueError(f"tools.serve names unknown tool(s) {unknown}; built-in: {sorted(BUILTIN_TOOLS)}, from tools.extra: {sorted(n for n in extra_names if n)}")
+    tools = config.tools  # names were checked when the config loaded (ToolsConfig)
     builtin = [name for name in tools.serve if name in BUILTIN_TOOLS]
     pages: Any = tools.pages
     if builtin and pages is None:
@@ -67,10 +59,9 @@ def build_tool_registry(config: NodeConfig) -> ToolRegistry:
     return ToolRegistry.from_config(entries, extra_args={name: {"pages": pages} for name in builtin})
 
 
-def start_tool_actors(bus: Bus, config: NodeConfig) -> list[Any]:
+def start_tool_actors(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """Start `actors_per_tool` actors per served tool, appending each to `started`."""
     registry = build_tool_registry(config)
-    return [
-        ToolActor.start_ready(bus, registry, name, index)
-        for name in config.tools.serve
-        for index in range(config.tools.actors_per_tool)
-    ]
+    for name in config.tools.serve:
+        for index in range(config.tools.actors_per_tool):
+            started.append(ToolActor.start_ready(bus, registry, name, index))

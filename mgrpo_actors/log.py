@@ -54,8 +54,23 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
-    # Libraries that use stdlib logging (nats-py, transformers) go to the same stream, warnings only.
-    logging.basicConfig(stream=stream, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    # Libraries that use stdlib logging (nats-py, transformers, asyncio) go to the same stream, in the
+    # same format and with the same run/node/role fields; warnings and above only.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=renderer,
+            foreign_pre_chain=[
+                _add_context,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
     for noisy in ("bm25s", "nats"):  # they set their own loggers to DEBUG/INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

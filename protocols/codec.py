@@ -104,8 +104,9 @@ def encode(message: Message, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
 def _unpack(data: Any, max_bytes: int) -> dict:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError("<payload>", f"expected bytes, got {type(data).__name__}")
-    if len(data) > max_bytes:
-        raise ProtocolError("<payload>", f"size {len(data)} bytes exceeds the limit of {max_bytes}")
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if size > max_bytes:
+        raise ProtocolError("<payload>", f"size {size} bytes exceeds the limit of {max_bytes}")
     try:
         obj = msgpack.unpackb(data if isinstance(data, bytes) else bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False)
     except ProtocolError:

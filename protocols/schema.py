@@ -93,13 +93,10 @@ def _scalar(expected: type) -> Checker:
 
 def _array(dtype: str) -> Checker:
     def check(path: str, value: Any) -> Any:
+        # Only typed binary off the wire: a list would be coerced by numpy ("12" -> 12, True -> 1).
+        # (Lists given when a message is built by hand were converted in Message.__post_init__.)
         if isinstance(value, RawArray):
             value = value.to_array(path, RAW_ARRAY_DECODER[0])
-        elif isinstance(value, (list, tuple)):
-            try:
-                value = np.asarray(value, dtype=dtype)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise ProtocolError(path, f"cannot convert to a {dtype} array: {exc}") from None
         if not isinstance(value, np.ndarray):
             raise ProtocolError(path, f"expected a {dtype} array, got {type(value).__name__}")
         if value.dtype != np.dtype(dtype):

@@ -100,6 +100,8 @@ class Subjects:
         """Metric samples, one subject per metric name (`>` for all of them)."""
         if name == ">":
             return f"{self.root}.metrics.>"
+        for token in name.split("."):  # dotted names (e.g. "main.loss") are several tokens
+            _token(token, "metric name part")
         return f"{self.root}.metrics.{name}"
 
     @property

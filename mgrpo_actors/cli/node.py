@@ -4,7 +4,8 @@
     mgrpo-node --role all            # every role in one process, on an embedded nats-server
 
 Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
-config, 3 when NATS cannot be reached.
+config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later), 1 when
+a role fails to start for another reason.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -21,7 +23,7 @@ import yaml
 
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.log import configure_logging, get_logger
-from mgrpo_actors.runtime import Bus, BusConnectError, EmbeddedNats, ShutdownSignal
+from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
 from mgrpo_actors.cli.roles import ROLES, expand_roles, unbuilt_roles
 from mgrpo_actors.versions import package_versions
 from protocols import Event
@@ -30,6 +32,7 @@ __all__ = ["main", "build_parser"]
 
 EXIT_USAGE = 2
 EXIT_NATS = 3
+EXIT_FAILED = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +105,14 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
     """Connect, start the roles' actors, wait for a stop signal, then drain. Returns the exit code."""
     log = get_logger("mgrpo.node")
     stop = ShutdownSignal().install()
+    lost = threading.Event()
     server = EmbeddedNats(max_payload=config.nats.max_message_bytes).start() if embedded else None
     url = server.url if server else config.nats.url
+
+    def connection_lost() -> None:  # reconnect attempts used up: exit 3 so a supervisor restarts us
+        lost.set()
+        stop.set()
+
     bus = Bus(
         url,
         run_id=config.run.id,
@@ -111,7 +120,9 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
         connect_timeout_s=config.nats.connect_timeout_s,
         max_reconnect_attempts=config.nats.max_reconnect_attempts,
         reconnect_wait_s=config.nats.reconnect_wait_s,
+        request_timeout_s=config.nats.request_timeout_s,
         max_bytes=config.nats.max_message_bytes,
+        on_connection_lost=connection_lost,
     )
     try:
         bus.connect()
@@ -120,41 +131,69 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
             server.stop()
         return _fail(str(exc), EXIT_NATS)
     actors: list[Any] = []
+    code = 0
     try:
-        streams = bus.ensure_streams()
-        from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
-
-        actors.append(NodeInfoActor.start_ready(bus, roles))
-        for role in roles:
-            actors.extend(ROLES[role].start(bus, config))  # type: ignore[misc]
-        log.info("node started", nats=url, embedded=bool(server), streams=len(streams), actors=len(actors))
-        bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
-        deadline = time.monotonic() + duration_s if duration_s is not None else None
-        while not stop.wait(0.2):
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-        log.info("node stopping", reason=stop.signal_name or "duration elapsed")
+        code = _start(bus, config, roles, actors)
+        if code != 0 and lost.is_set():
+            code = EXIT_NATS  # the start failed because NATS went away meanwhile
+        if code == 0:
+            log.info("node started", nats=url, embedded=bool(server), actors=len(actors))
+            bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
+            _wait(stop, duration_s)
+            code = EXIT_NATS if lost.is_set() else 0
+            log.info("node stopping", reason="NATS connection lost" if lost.is_set() else stop.signal_name or "duration elapsed")
     finally:
         bus.stop_intake()
-        _stop_actors(actors)
-        try:
+        _stop_actors(actors, config.run.stop_timeout_s)
+        if bus.connected:
             bus.publish(bus.subjects.events, Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)))
-        except Exception:
-            pass
         bus.drain()
         if server:
             server.stop()
-    log.info("node stopped", dead_letters=bus.dead_letter_total)
+    log.info("node stopped", dead_letters=bus.dead_letter_total, exit_code=code)
+    return code
+
+
+def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> int:
+    """Start the node's actors into `actors` (so whatever started is stopped on any failure)."""
+    from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
+
+    try:
+        bus.ensure_streams()
+        actors.append(NodeInfoActor.start_ready(bus, roles))
+        for role in roles:
+            ROLES[role].start(bus, config, actors)  # type: ignore[misc]
+    except BusError as exc:
+        return _fail(str(exc), EXIT_NATS)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        return _fail(f"cannot start: {exc}", EXIT_USAGE)
+    except Exception as exc:
+        get_logger("mgrpo.node").exception("node failed to start")
+        return _fail(f"cannot start: {type(exc).__name__}: {exc}", EXIT_FAILED)
     return 0
 
 
-def _stop_actors(actors: list[Any]) -> None:
-    # pykka's stop() is queued behind what is already in the mailbox, so in-flight work finishes.
+def _wait(stop: ShutdownSignal, duration_s: float | None) -> None:
+    deadline = time.monotonic() + duration_s if duration_s is not None else None
+    while not stop.wait(0.2):
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+
+
+def _stop_actors(actors: list[Any], timeout_s: float) -> None:
+    """Stop all actors at once; pykka queues stop() behind what is in each mailbox, so work in hand finishes."""
+    futures = []
     for ref in reversed(actors):
         try:
-            ref.stop(timeout=30)
+            futures.append((ref, ref.stop(block=False)))
         except Exception:
             pass
+    deadline = time.monotonic() + timeout_s
+    for ref, future in futures:
+        try:
+            future.get(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            get_logger("mgrpo.node").warning("actor did not stop in time", actor=str(ref))
 
 
 if __name__ == "__main__":

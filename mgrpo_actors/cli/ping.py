@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 
-from mgrpo_actors.runtime.bus import connect_client
-from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode
+from mgrpo_actors.runtime.connect import connect_client
+from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode, validate_run_id
 
 __all__ = ["add_parser", "ping_nodes"]
 
@@ -38,6 +38,11 @@ async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInf
 
 
 def _run(args: Any) -> int:
+    try:
+        validate_run_id(args.run_id)
+    except ValueError as exc:
+        print(f"mgrpo ping: error: {exc}", file=sys.stderr)
+        return 2
     try:
         infos = asyncio.run(ping_nodes(args.nats, args.run_id, args.wait))
     except Exception as exc:  # BusConnectError names the URL; anything else is shown with its type

@@ -14,7 +14,9 @@ from mgrpo_actors.runtime import Bus
 
 __all__ = ["ROLES", "RoleSpec", "expand_roles", "unbuilt_roles"]
 
-StartFn = Callable[[Bus, NodeConfig], list[Any]]
+# start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
+# leaves nothing running that the node does not know about), raises on failure.
+StartFn = Callable[[Bus, NodeConfig, list[Any]], None]
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,10 @@ class RoleSpec:
     comes_with: str = ""
 
 
-def _start_tools(bus: Bus, config: NodeConfig) -> list[Any]:
+def _start_tools(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
     from actors.tool import start_tool_actors  # the composition root is the one place that knows actors
 
-    return start_tool_actors(bus, config)
+    start_tool_actors(bus, config, started)
 
 
 ROLES: dict[str, RoleSpec] = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import time
 from typing import Any
@@ -55,7 +56,7 @@ def _check_bus(bus: Bus, config: NodeConfig, console: Console) -> None:
             continue
         t = time.perf_counter()
         result = bus.request(bus.subjects.tool(request.tool), request, timeout_s=config.nats.request_timeout_s)
-        first = (getattr(result, "content", "") or getattr(result, "error", "") or "").splitlines()[0][:70]
+        first = ((getattr(result, "content", "") or getattr(result, "error", "") or "").splitlines() or [""])[0][:70]
         table.add_row(f"{request.tool}({request.arguments})"[:60], str(getattr(result, "ok", False)), f"{(time.perf_counter() - t) * 1e3:.1f}", first)
     console.print(table)
     console.print(f"node {info.node}: roles {info.roles}, dead letters {info.dead_letters}")
@@ -96,7 +97,7 @@ def run_job(config: NodeConfig, args: argparse.Namespace, console: Console) -> i
         actors: list[Any] = [NodeInfoActor.start_ready(bus, built)]
         try:
             for role in built:
-                actors.extend(ROLES[role].start(bus, config))  # type: ignore[misc]
+                ROLES[role].start(bus, config, actors)  # type: ignore[misc]
             console.print(f"started roles {', '.join(built)} ({len(actors)} actors) in {time.perf_counter() - t0:.1f} s")
             _check_bus(bus, config, console)
             if not args.no_rollout:
@@ -105,7 +106,7 @@ def run_job(config: NodeConfig, args: argparse.Namespace, console: Console) -> i
         finally:
             bus.stop_intake()
             for ref in reversed(actors):
-                ref.stop()
+                ref.stop(timeout=config.run.stop_timeout_s)
     console.print(
         f"[bold]Training not run:[/bold] roles {', '.join(missing)} are not built yet "
         "(they come with the NATS pipeline and DeepSpeed learner issues)."
@@ -120,7 +121,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mgrpo run: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
+    # SIGTERM unwinds like Ctrl-C, so the embedded nats-server and its store are cleaned up.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     return run_job(config, args, Console())
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def add_parser(subparsers: Any) -> None:

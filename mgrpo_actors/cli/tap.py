@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from nats.js import api as js_api
 
-from mgrpo_actors.runtime.bus import connect_client
+from mgrpo_actors.runtime.connect import connect_client
 from mgrpo_actors.runtime.errors import BusConnectError
 from protocols import ProtocolError, decode_envelope
 
@@ -48,6 +48,13 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _valid_subject(subject: str) -> bool:
+    tokens = subject.split(".")
+    if not subject or any(not t or any(c.isspace() for c in t) for t in tokens):
+        return False
+    return all(t != ">" or i == len(tokens) - 1 for i, t in enumerate(tokens))
+
+
 def message_to_json(subject: str, data: bytes) -> str:
     """One tap line for a raw NATS message."""
     try:
@@ -60,6 +67,9 @@ def message_to_json(subject: str, data: bytes) -> str:
 
 async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout) -> int:
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
+    if not _valid_subject(subject):
+        print(f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)", file=sys.stderr)
+        return 2
     try:
         nc = await connect_client(url, "mgrpo-tap")
     except BusConnectError as exc:
@@ -100,12 +110,19 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("tap", help="print messages of a subject or stream as JSON lines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("subject", nargs="?", default="mgrpo.>", help="subject to listen to (default: mgrpo.>)")
     p.add_argument("--nats", default="nats://127.0.0.1:4222", metavar="URL", help="NATS server URL")
     p.add_argument("--stream", metavar="NAME", help="read a JetStream stream instead of live core subjects")
     p.add_argument("--from-start", action="store_true", help="with --stream: replay from the first stored message")
-    p.add_argument("--count", type=int, metavar="N", help="stop after N messages")
+    p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages (N >= 1)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.set_defaults(func=lambda a: asyncio.run(run_tap(a.nats, a.subject, a.stream, a.from_start, a.count, a.duration)))

@@ -7,11 +7,21 @@ section is a dataclass of its own with a one-line doc per field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import re
+from pathlib import Path
 from typing import Any, Literal
 
+from mgrpo_actors.envs.world import MIN_ENTITIES
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
-__all__ = ["LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+__all__ = ["BUILTIN_TOOLS", "LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+
+# Tools a node serves by name (`tools.serve`); `tools.extra` adds more by import path.
+BUILTIN_TOOLS = {
+    "search": "mgrpo_actors.tools.search:SearchTool",
+    "visit": "mgrpo_actors.tools.visit:VisitTool",
+}
+
 
 
 @dataclass(frozen=True)
@@ -20,9 +30,12 @@ class RunConfig:
 
     id: str = "default"  # run id: scopes every subject (mgrpo.<id>.…), stream and bucket
     seed: int = 0  # base seed of everything random in the run
+    stop_timeout_s: float = 45.0  # graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)
+        if self.stop_timeout_s <= 0:
+            raise ValueError("run.stop_timeout_s must be positive")
 
 
 @dataclass(frozen=True)
@@ -61,10 +74,25 @@ class ToolsConfig:
     extra: list[dict[str, Any]] = field(default_factory=list)  # more tools: {name, factory: "pkg.mod:Class", args: {...}}
 
     def __post_init__(self) -> None:
+        # Checked when the config loads (exit 2 naming the key), not after the node has connected.
         if self.actors_per_tool < 1:
             raise ValueError("tools.actors_per_tool must be at least 1")
         if not self.serve:
             raise ValueError("tools.serve must name at least one tool")
+        extra_names = [entry.get("name") for entry in self.extra]
+        for entry in self.extra:
+            if not isinstance(entry.get("name"), str) or not isinstance(entry.get("factory"), str):
+                raise ValueError(f"tools.extra entry {entry!r} needs a 'name' and a 'factory' (\"package.module:Class\")")
+        unknown = [name for name in self.serve if name not in BUILTIN_TOOLS and name not in extra_names]
+        if unknown:
+            raise ValueError(f"tools.serve names unknown tool(s) {unknown}; built-in: {list(BUILTIN_TOOLS)}; add others under tools.extra")
+        for name in self.serve:
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+                raise ValueError(f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)")
+        if self.pages is not None and not Path(self.pages).is_file():
+            raise ValueError(f"tools.pages file {self.pages!r} does not exist")
+        if self.web_entities < MIN_ENTITIES:
+            raise ValueError(f"tools.web_entities must be at least {MIN_ENTITIES}, got {self.web_entities}")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,10 @@ URL_PREFIX = "synth://wiki/"
 ENTITY_TYPES = ("person", "organisation", "city", "country", "product", "event")
 
 
+# Fewer entities cannot give every type enough members for the relations and questions.
+MIN_ENTITIES = 60
+
+
 @dataclass(frozen=True)
 class AttributeSpec:
     """A typed value an entity of one type carries."""
@@ -192,8 +196,8 @@ def parse_number(text: str) -> int:
 
 
 def _type_counts(config: WorldConfig) -> dict[str, int]:
-    if config.num_entities < 60:
-        raise ValueError(f"num_entities must be at least 60, got {config.num_entities}")
+    if config.num_entities < MIN_ENTITIES:
+        raise ValueError(f"num_entities must be at least {MIN_ENTITIES}, got {config.num_entities}")
     n = config.num_entities
     counts = {
         "person": round(n * config.person_share),

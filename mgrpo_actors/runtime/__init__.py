@@ -8,7 +8,10 @@
 """
 
 from mgrpo_actors.runtime.actor import BusActor
-from mgrpo_actors.runtime.bus import Bus, Consumer, KvBucket, Subscription
+from mgrpo_actors.runtime.bus import Bus, Subscription
+from mgrpo_actors.runtime.connect import check_reachable, connect_client
+from mgrpo_actors.runtime.consumer import Consumer
+from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
@@ -29,5 +32,7 @@ __all__ = [
     "RequestTimeout",
     "ShutdownSignal",
     "Subscription",
+    "check_reachable",
+    "connect_client",
     "nats_server_binary",
 ]

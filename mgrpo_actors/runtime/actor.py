@@ -15,7 +15,8 @@ from typing import Any, Callable, ClassVar
 import pykka
 
 from mgrpo_actors.log import get_logger
-from mgrpo_actors.runtime.bus import Bus, Consumer, Subscription
+from mgrpo_actors.runtime.bus import Bus, Subscription
+from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from protocols import Message, ProtocolError, decode
 
@@ -78,23 +79,36 @@ class BusActor(pykka.ThreadingActor):
         self._handlers = dict(self.handlers())
 
     def on_stop(self) -> None:
+        self._release_intake()
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        # pykka skips on_stop after a crash: stop intake here, or the dead actor keeps being fed.
+        self.log.error("actor crashed", error=f"{exception_type.__name__}: {exception_value}")
+        self._release_intake()
+
+    def _release_intake(self) -> None:
         for sub in self._subscriptions:
             sub.stop()
         for consumer in self._consumers:
             consumer.stop()
-
-    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
-        self.log.error("actor crashed", error=f"{exception_type.__name__}: {exception_value}")
+        self._subscriptions, self._consumers = [], []
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Delivery):
             return self._on_delivery(message)
         if isinstance(message, KvUpdate):
-            return self.on_kv_update(message)
+            try:
+                return self.on_kv_update(message)
+            except Exception as exc:  # like a failing handler: logged and counted, the actor goes on
+                self.dead_letters += 1
+                self.log.error("kv update handler failed", bucket=message.bucket, key=message.key, error=f"{type(exc).__name__}: {exc}")
+                return None
         return super().on_receive(message)
 
     # ---- the one path every delivery takes ---------------------------------------------------
     def _on_delivery(self, delivery: Delivery) -> None:
+        if delivery.handed_back:  # its consumer stopped and gave it back: another consumer handles it
+            return
         try:
             message = decode(delivery.data, self.bus.max_bytes)
         except ProtocolError as exc:
@@ -107,13 +121,13 @@ class BusActor(pykka.ThreadingActor):
             return
         try:
             reply = handler(message, delivery)
+            if reply is not None and delivery.reply:
+                self.bus.publish(delivery.reply, reply)  # encodes here: a bad reply is this handler's failure
         except Exception as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             reason = f"{type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
             self._dead_letter(delivery, reason, type(exc).__name__)
             return
-        if reply is not None and delivery.reply:
-            self.bus.publish(delivery.reply, reply)
         delivery.ack()
         self.handled += 1
 

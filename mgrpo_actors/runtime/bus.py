@@ -1,8 +1,8 @@
 """The process's NATS connection, on its own asyncio thread, with a blocking API for actors.
 
 One `Bus` per process (design.md §Engines/§Delivery): every actor of the process shares it. Actor
-threads call its methods; they hop onto the bus thread with `run_coroutine_threadsafe`. Incoming
-messages hop the other way as `Delivery` objects told into an actor's mailbox. Encoding and
+threads call its methods; work hops onto the bus thread through an outbox (one wake-up per burst).
+Incoming messages hop the other way as `Delivery` objects told into an actor's mailbox. Encoding and
 decoding happen in the caller's or the actor's thread, never on the bus thread.
 """
 
@@ -10,29 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import concurrent.futures
+import itertools
 import threading
 import time
-import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, TypeVar
 
 import nats
 import nats.errors
 import nats.js.errors
-import pykka
 from nats.js import api as js_api
 
 from mgrpo_actors.log import get_logger
-from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
+from mgrpo_actors.runtime.connect import check_reachable
+from mgrpo_actors.runtime.consumer import Consumer
+from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime.kv import KvBucket
+from mgrpo_actors.runtime.targets import Target, tell
 from protocols import DEFAULT_MAX_BYTES, DeadLetter, Failure, Message, Subjects, decode, encode
 
-__all__ = ["Bus", "Consumer", "KvBucket", "Subscription", "check_reachable", "connect_client"]
+__all__ = ["Bus", "Subscription"]
 
 T = TypeVar("T")
-Target = Any  # a pykka ActorRef (anything with .tell) or a plain callable taking a Delivery
 
 log = get_logger(__name__)
 
@@ -40,19 +41,8 @@ log = get_logger(__name__)
 _DLQ_PAYLOAD_BYTES = 64 * 1024
 # Room a dead letter needs besides the payload (envelope, subject, reason <= 4000 chars, names).
 _DLQ_OVERHEAD_BYTES = 6 * 1024
-# How long one pull request waits for messages; also the most a consumer's stop waits.
-_FETCH_WAIT_S = 1.0
-
-
-def _tell(target: Target, item: Any) -> None:
-    try:
-        if hasattr(target, "tell"):
-            target.tell(item)
-        else:
-            target(item)
-    except pykka.ActorDeadError:
-        # Only possible while stopping: a stream message is redelivered later, a core one is gone.
-        log.info("delivery to a stopped actor dropped", subject=getattr(item, "subject", ""))
+# A blocking request waits this much longer than its own timeout before giving up on the bus itself.
+_REQUEST_GRACE_S = 5.0
 
 
 @dataclass
@@ -65,178 +55,13 @@ class Subscription:
     _sub: Any = None
 
     def stop(self) -> None:
-        if self._sub is not None and self.bus.connected:
-            self.bus.call(self._sub.unsubscribe())
+        # Also while disconnected: nats-py then drops the subscription from what it restores on reconnect.
+        if self._sub is not None and self.bus.loop_running:
+            try:
+                self.bus.call(self._sub.unsubscribe(), timeout=5)
+            except Exception as exc:
+                log.warning("unsubscribe failed", subject=self.subject, error=str(exc))
         self._sub = None
-
-
-@dataclass
-class Consumer:
-    """A durable JetStream pull consumer feeding a target, with explicit ack.
-
-    Messages are fetched in batches and told to the target; each must be settled (ack, nak or
-    term) through its Delivery. `stop()` stops fetching and naks whatever was delivered but not
-    settled, so a restarted consumer gets it again at once (at-least-once, nothing lost).
-    """
-
-    bus: Bus
-    stream: str
-    durable: str
-    subject: str
-    target: Target
-    batch: int
-    _task: asyncio.Task | None = None
-    _inflight: dict[int, Any] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    delivered: int = 0
-    settled: collections.Counter = field(default_factory=collections.Counter)
-    _stopping: bool = False
-
-    def settle(self, delivery: Delivery, how: str, delay_s: float | None = None) -> None:
-        with self._lock:
-            msg = self._inflight.pop(id(delivery), None)
-        if msg is None:
-            return
-        self.settled[how] += 1
-        if how == "ack":
-            coro = msg.ack()
-        elif how == "nak":
-            coro = msg.nak(delay=delay_s)
-        else:
-            coro = msg.term()
-        self.bus.submit(coro)
-
-    async def _fetch_loop(self, psub: Any) -> None:
-        try:
-            while not self._stopping:
-                try:
-                    msgs = await psub.fetch(self.batch, timeout=_FETCH_WAIT_S)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    continue
-                except Exception as exc:  # disconnected, consumer deleted, ...: keep trying
-                    log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
-                    await asyncio.sleep(0.5)
-                    continue
-                for msg in msgs:
-                    if self._stopping:  # fetched while stopping: hand it back at once
-                        await msg.nak()
-                        self.settled["returned-unseen"] += 1
-                        continue
-                    self._deliver(msg)
-        finally:
-            # Close the pull subscription so the server sends nothing more to this dead inbox.
-            try:
-                await psub.unsubscribe()
-            except Exception:
-                pass
-
-    def _deliver(self, msg: Any) -> None:
-        delivery = Delivery(
-            subject=msg.subject,
-            data=msg.data,
-            reply="",
-            headers=msg.headers,
-            js_msg=msg,
-            consumer=self,
-            bus=self.bus,
-            num_delivered=msg.metadata.num_delivered if msg.metadata else 1,
-        )
-        with self._lock:
-            self._inflight[id(delivery)] = msg
-        self.delivered += 1
-        _tell(self.target, delivery)
-
-    def stop_fetching(self) -> None:
-        """Fetch no more; what was delivered stays in flight until settled or `stop()`.
-
-        The fetch in progress is allowed to finish (at most _FETCH_WAIT_S) rather than cancelled,
-        so nothing it already received is lost between the server and the actor.
-        """
-        if self._task is None:
-            return
-        task, self._task = self._task, None
-        self._stopping = True
-        if not self.bus.connected:
-            return
-        try:
-            self.bus.call(asyncio.wait_for(asyncio.shield(task), _FETCH_WAIT_S + 2))
-        except Exception:
-            self.bus.call(_cancel(task))
-
-    def stop(self) -> None:
-        """Stop fetching; nak what was delivered and not yet settled."""
-        self.stop_fetching()
-        with self._lock:
-            pending, self._inflight = list(self._inflight.values()), {}
-        if self.bus.connected:
-            for msg in pending:
-                self.bus.call(msg.nak())
-            self.settled["nak-on-stop"] += len(pending)
-
-
-async def _cancel(task: asyncio.Task) -> None:
-    task.cancel()
-    try:
-        await task
-    except (asyncio.CancelledError, Exception):
-        pass
-
-
-@dataclass
-class KvBucket:
-    """A JetStream KV bucket with a blocking API."""
-
-    bus: Bus
-    name: str
-    _kv: Any
-
-    def get(self, key: str) -> bytes | None:
-        async def _get() -> bytes | None:
-            try:
-                entry = await self._kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                return None
-            return entry.value
-
-        return self.bus.call(_get())
-
-    def put(self, key: str, value: bytes | Message) -> int:
-        data = encode(value, self.bus.max_bytes) if isinstance(value, Message) else value
-        return self.bus.call(self._kv.put(key, data))
-
-    def delete(self, key: str) -> None:
-        self.bus.call(self._kv.delete(key))
-
-    def keys(self) -> list[str]:
-        async def _keys() -> list[str]:
-            try:
-                return list(await self._kv.keys())
-            except nats.js.errors.NoKeysError:
-                return []
-
-        return self.bus.call(_keys())
-
-    def watch(self, keys: str, target: Target, include_history: bool = False) -> Callable[[], None]:
-        """Tell `target` a KvUpdate for every change of `keys` (wildcards allowed); returns a stop function."""
-
-        async def _watch() -> asyncio.Task:
-            watcher = await self._kv.watch(keys, include_history=include_history)
-
-            async def pump() -> None:
-                try:
-                    async for entry in watcher:
-                        if entry is None:  # marks the end of the initial values
-                            continue
-                        op = entry.operation or "PUT"
-                        value = entry.value if op == "PUT" else None
-                        _tell(target, KvUpdate(self.name, entry.key, value, entry.revision or 0, str(op)))
-                finally:
-                    await watcher.stop()
-
-            return asyncio.ensure_future(pump())
-
-        task = self.bus.call(_watch())
-        return lambda: self.bus.call(_cancel(task)) if self.bus.connected else None
 
 
 class Bus:
@@ -251,45 +76,53 @@ class Bus:
         connect_timeout_s: float = 3.0,
         max_reconnect_attempts: int = 60,
         reconnect_wait_s: float = 1.0,
+        request_timeout_s: float = 30.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        on_connection_lost: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.subjects = Subjects(run_id)
         self.run_id = run_id
         self.node = node
         self.max_bytes = max_bytes
+        self.request_timeout_s = request_timeout_s
+        # Called (on the bus thread) when NATS is gone for good: reconnect attempts are used up.
+        self.on_connection_lost = on_connection_lost
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
-        self._loop = asyncio.new_event_loop()
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"nats-bus-{node or 'proc'}", daemon=True)
         self._nc: Any = None
         self._js: Any = None
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
+        self._counter_lock = threading.Lock()
         self.dead_letters: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
-        self._closing = False
+        self._closing = False  # our own close/drain has begun: no more sends
         self._outbox: list[tuple] = []
         self._outbox_lock = threading.Lock()
         self._pump_scheduled = False
         self._reply_prefix = ""
         self._reply_tokens = itertools.count(1)
-        # token -> (future, timeout timer, subject, timeout, request bytes, retried after no-responders)
-        self._awaiting_reply: dict[str, tuple[concurrent.futures.Future, asyncio.TimerHandle, str, float, bytes, bool]] = {}
+        # token -> [future, timeout timer, subject, timeout, request bytes, retried after no-responders]
+        self._awaiting_reply: dict[str, list[Any]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> Bus:
-        """Start the bus thread and connect; raises BusConnectError naming the URL on failure."""
+        """Start the bus thread and connect within connect_timeout_s; else BusConnectError naming the URL."""
         self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._connect(), self.loop)
         try:
-            self.call(self._connect(), timeout=self._connect_timeout_s + 5)
+            future.result(self._connect_timeout_s + 1)
         except BusConnectError:
             self._stop_loop()
             raise
         except concurrent.futures.TimeoutError:
+            future.cancel()
             self._stop_loop()
-            raise BusConnectError(self.url, f"no connection within {self._connect_timeout_s:g} s") from None
+            raise BusConnectError(self.url, f"no NATS handshake within {self._connect_timeout_s:g} s (is it a NATS server?)") from None
         return self
 
     def __enter__(self) -> Bus:
@@ -300,7 +133,11 @@ class Bus:
 
     @property
     def connected(self) -> bool:
-        return self._nc is not None and self._nc.is_connected and self._loop.is_running()
+        return self._nc is not None and self._nc.is_connected and self.loop.is_running()
+
+    @property
+    def loop_running(self) -> bool:
+        return self.loop.is_running() and not self.loop.is_closed()
 
     async def _connect(self) -> None:
         async def on_disconnect() -> None:
@@ -314,7 +151,13 @@ class Bus:
         async def on_error(exc: Exception) -> None:
             log.warning("nats error", url=self.url, error=str(exc))
 
-        await self._check_reachable()
+        async def on_closed() -> None:
+            if not self._closing:
+                log.error("nats connection lost for good: reconnect attempts used up", url=self.url, attempts=self._max_reconnect_attempts)
+                if self.on_connection_lost is not None:
+                    self.on_connection_lost()
+
+        await check_reachable(self.url, self._connect_timeout_s)
         try:
             self._nc = await nats.connect(
                 self.url,
@@ -326,26 +169,32 @@ class Bus:
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
                 error_cb=on_error,
+                closed_cb=on_closed,
             )
         except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, ...
             raise BusConnectError(self.url, f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        if self._nc.max_payload < self.max_bytes:
+            # A message the server would refuse must fail at encode, with a clear error, not vanish.
+            log.warning("nats-server max_payload is below the configured message limit; using it", url=self.url, server_max_payload=self._nc.max_payload, configured=self.max_bytes)
+            self.max_bytes = self._nc.max_payload
         self._js = self._nc.jetstream()
         self._reply_prefix = self._nc.new_inbox()
         await self._nc.subscribe(f"{self._reply_prefix}.*", cb=self._on_reply)
 
-    async def _check_reachable(self) -> None:
-        await check_reachable(self.url, self._connect_timeout_s)
-
     def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
 
     def _stop_loop(self) -> None:
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._fail_awaiting)
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._closing = True
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self._fail_awaiting)
+            self.loop.call_soon_threadsafe(self.loop.stop)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
+        if not self._thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+        self._fail_awaiting()  # anything sent after the loop stopped
 
     def stop_intake(self) -> None:
         """First step of a graceful stop: no new deliveries; what is in mailboxes can still finish."""
@@ -355,42 +204,47 @@ class Bus:
             consumer.stop_fetching()
 
     def drain(self, timeout_s: float = 10.0) -> None:
-        """Graceful stop: stop consumers (naking unsettled work), then drain and close the connection."""
-        self._closing = True
-        for consumer in list(self._consumers):
-            consumer.stop()
-        self._consumers.clear()
-        if self._nc is not None and self._nc.is_connected:
-            try:
-                self.call(self._nc.drain(), timeout=timeout_s)
-            except Exception as exc:
-                log.warning("nats drain incomplete", error=str(exc))
-        self._stop_loop()
+        """Graceful stop: stop consumers (naking unsettled work), send the outbox, drain, close."""
+        self._finish(lambda: self._nc.drain(), timeout_s)
 
     def close(self) -> None:
-        """Stop consumers and close now (drain() is the graceful variant)."""
-        self._closing = True
+        """Stop consumers, send what is in the outbox, close."""
+        self._finish(lambda: self._nc.close(), 5.0)
+
+    def _finish(self, last: Callable[[], Coroutine[Any, Any, Any]], timeout_s: float) -> None:
         for consumer in list(self._consumers):
             consumer.stop()
         self._consumers.clear()
-        if self._nc is not None and not self._nc.is_closed and self._loop.is_running():
+        if self._nc is not None and not self._nc.is_closed and self.loop_running:
+            self._closing = True  # before the final call: our own close is not "connection lost"
             try:
-                self.call(self._nc.close(), timeout=5)
-            except Exception:
-                pass
+                self.call(self._flush_outbox_then(last()), timeout=timeout_s)
+            except Exception as exc:
+                log.warning("nats close incomplete", error=f"{type(exc).__name__}: {exc}")
         self._stop_loop()
 
     # ---- hopping onto the bus thread --------------------------------------------------------
+    def _not_on_bus_thread(self, what: str) -> None:
+        if threading.current_thread() is self._thread:
+            raise BusError(f"{what} from the bus thread would deadlock: deliver to an actor instead")
+
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         """Run `coro` on the bus thread and wait for its result."""
-        if threading.current_thread() is self._thread:
+        try:
+            self._not_on_bus_thread("Bus.call")
+            if not self.loop_running:
+                raise BusError(f"bus to {self.url} is closed")
+        except BusError:
             coro.close()
-            raise BusError("Bus.call from the bus thread would deadlock; use the async API there")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
         """Run `coro` on the bus thread without waiting; failures are logged."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if not self.loop_running:
+            coro.close()
+            return None
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         fut.add_done_callback(_log_failure)
         return fut
 
@@ -399,41 +253,50 @@ class Bus:
         return message if isinstance(message, (bytes, bytearray)) else encode(message, self.max_bytes)
 
     def publish(self, subject: str, message: Message | bytes, headers: dict[str, str] | None = None, reply: str = "") -> None:
-        """Fire-and-forget publish, in order with this process's other publishes."""
+        """Fire-and-forget publish, in order with this process's other publishes; BusError once closed."""
         self._send(("pub", subject, self._encode(message), headers, reply))
 
     def flush(self, timeout_s: float = 5.0) -> None:
         """Wait until the server has everything published so far."""
         self.call(self._flush_outbox_then(self._nc.flush(timeout=timeout_s)), timeout=timeout_s + 1)
 
-    def request(self, subject: str, message: Message | bytes, timeout_s: float = 5.0) -> Message:
-        """Send a request and wait for the decoded reply.
+    def request(self, subject: str, message: Message | bytes, timeout_s: float | None = None) -> Message:
+        """Send a request and wait for the decoded reply (timeout default: request_timeout_s).
 
-        Raises RequestTimeout, NoResponders, RemoteFailure (the responder replied with a Failure)
-        or ProtocolError (the reply did not decode).
+        Raises RequestTimeout, NoResponders, RemoteFailure (the responder replied with a Failure),
+        ProtocolError (the reply did not decode) or BusError (the bus closed meanwhile).
         """
-        return self.request_future(subject, message, timeout_s).result()
+        self._not_on_bus_thread("Bus.request")
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        future = self.request_future(subject, message, timeout_s)
+        try:
+            return future.result(timeout_s + _REQUEST_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            raise BusError(f"no reply or timeout on {subject}: the bus to {self.url} stopped answering") from None
 
-    def request_future(self, subject: str, message: Message | bytes, timeout_s: float = 5.0) -> concurrent.futures.Future:
+    def request_future(self, subject: str, message: Message | bytes, timeout_s: float | None = None) -> concurrent.futures.Future:
         """`request` without waiting: a Future of the decoded reply (for many requests in flight)."""
         outer = _ReplyFuture()
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         self._send(("req", subject, self._encode(message), outer, timeout_s))
         return outer
 
     # The outbox: any thread appends operations; one wake-up of the bus thread sends them all, in
     # order, from one task. Replies come back on one wildcard inbox subscription and complete the
-    # caller's Future directly. This keeps the runtime's cost over raw nats-py small (one
-    # call_soon_threadsafe per burst, no Task or asyncio.wait_for per request; see `mgrpo bench bus`).
+    # caller's Future directly: one call_soon_threadsafe per burst, no Task or asyncio.wait_for per
+    # request (see `mgrpo bench bus`).
     def _send(self, op: tuple) -> None:
         with self._outbox_lock:
+            if self._closing and not self.loop_running or self.loop.is_closed():
+                raise BusError(f"bus to {self.url} is closed")
             self._outbox.append(op)
             if self._pump_scheduled:
                 return
             self._pump_scheduled = True
-        self._loop.call_soon_threadsafe(self._start_pump)
+        self.loop.call_soon_threadsafe(self._start_pump)
 
     def _start_pump(self) -> None:
-        self._loop.create_task(self._pump())
+        self.loop.create_task(self._pump())
 
     async def _pump(self) -> None:
         """Send everything in the outbox, in order, until it stays empty."""
@@ -456,60 +319,71 @@ class Bus:
             return
         _, subject, data, outer, timeout_s = op
         token = str(next(self._reply_tokens))
-        timer = self._loop.call_later(timeout_s, self._expire_request, token)
-        self._awaiting_reply[token] = (outer, timer, subject, timeout_s, data, False)
+        timer = self.loop.call_later(timeout_s, self._expire_request, token)
+        self._awaiting_reply[token] = [outer, timer, subject, timeout_s, data, False]
+        await self._publish_request(token)
+
+    async def _publish_request(self, token: str) -> None:
+        entry = self._awaiting_reply.get(token)
+        if entry is None:  # expired meanwhile
+            return
         try:
-            await self._nc.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
+            await self._nc.publish(entry[2], entry[4], reply=f"{self._reply_prefix}.{token}")
         except Exception as exc:
-            self._awaiting_reply.pop(token, None)
-            timer.cancel()
-            outer.set_exception(BusError(f"request on {subject} not sent: {type(exc).__name__}: {exc}"))
+            self._complete(token, BusError(f"request on {entry[2]} not sent: {type(exc).__name__}: {exc}"))
 
     async def _on_reply(self, msg: Any) -> None:
         token = msg.subject.rsplit(".", 1)[-1]
-        entry = self._awaiting_reply.pop(token, None)
+        entry = self._awaiting_reply.get(token)
         if entry is None:  # the request timed out already
             return
-        outer, timer, subject, _, data, retried = entry
         if msg.headers and msg.headers.get("Status") == "503":
-            if not retried:
-                self._loop.create_task(self._retry_request(token, entry))
+            if not entry[5]:
+                # One retry after a round trip: nats-server can answer "no responders" to a connection's
+                # first publish after another connection subscribed, even once that one flushed.
+                entry[5] = True
+                self.loop.create_task(self._retry_request(token))
                 return
-            timer.cancel()
-            outer.set_exception(NoResponders(subject))
+            self._complete(token, NoResponders(entry[2]))
             return
-        timer.cancel()
-        if not outer.done():
-            outer.set_result(_Reply(msg.data, subject, self.max_bytes))
+        self._complete(token, _Reply(msg.data, entry[2], self.max_bytes))
 
-    async def _retry_request(self, token: str, entry: tuple) -> None:
-        """One retry after a round trip to the server: nats-server can answer "no responders" to a
-        connection's first publish after another connection subscribed, even once that one flushed."""
-        outer, timer, subject, timeout_s, data, _ = entry
+    async def _retry_request(self, token: str) -> None:
         try:
-            await self._nc.flush(timeout=max(0.1, timeout_s))
-            self._awaiting_reply[token] = (outer, timer, subject, timeout_s, data, True)
-            await self._nc.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
-        except Exception as exc:
-            self._awaiting_reply.pop(token, None)
-            timer.cancel()
-            if not outer.done():
-                outer.set_exception(BusError(f"request on {subject} not sent: {type(exc).__name__}: {exc}"))
+            await self._nc.flush(timeout=1)
+        except Exception:
+            pass
+        await self._publish_request(token)
+
+    def _complete(self, token: str, outcome: Any) -> None:
+        entry = self._awaiting_reply.pop(token, None)
+        if entry is None:
+            return
+        outer, timer = entry[0], entry[1]
+        timer.cancel()
+        if outer.done():  # cancelled by the caller
+            return
+        if isinstance(outcome, BaseException):
+            outer.set_exception(outcome)
+        else:
+            outer.set_result(outcome)
 
     def _expire_request(self, token: str) -> None:
-        entry = self._awaiting_reply.pop(token, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(RequestTimeout(entry[2], entry[3]))
+        entry = self._awaiting_reply.get(token)
+        if entry is not None:
+            self._complete(token, RequestTimeout(entry[2], entry[3]))
 
     def _fail_awaiting(self) -> None:
-        awaiting, self._awaiting_reply = self._awaiting_reply, {}
-        for outer, timer, subject, *_ in awaiting.values():
-            timer.cancel()
-            if not outer.done():
-                outer.set_exception(BusError(f"bus closed before the reply on {subject} came"))
+        for token in list(self._awaiting_reply):
+            self._complete(token, BusError(f"bus closed before the reply on {self._awaiting_reply[token][2]} came"))
+        with self._outbox_lock:
+            ops, self._outbox = self._outbox, []
+        for op in ops:
+            if op[0] == "req" and not op[3].done():
+                op[3].set_exception(BusError(f"bus closed before the request on {op[1]} was sent"))
 
     async def _flush_outbox_then(self, coro: Coroutine[Any, Any, T]) -> T:
-        while self._pump_scheduled:  # let the outbox empty first, so flush covers earlier publishes
+        while self._pump_scheduled:  # let the outbox empty first, so what follows covers earlier publishes
             await asyncio.sleep(0.001)
         return await coro
 
@@ -517,7 +391,10 @@ class Bus:
         """Tell `target` a Delivery for every message on `subject` (one of a queue group if `queue`)."""
 
         async def on_msg(msg: Any) -> None:
-            _tell(target, Delivery(msg.subject, msg.data, msg.reply, msg.headers, bus=self))
+            delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers, bus=self)
+            if not tell(target, delivery) and msg.reply:
+                # The actor is gone: tell the requester now rather than let it time out.
+                await self._nc.publish(msg.reply, encode(Failure(subject=msg.subject, reason="the actor serving this subject has stopped", error_type="ActorStopped")))
 
         async def _sub() -> Any:
             sub = await self._nc.subscribe(subject, queue=queue, cb=on_msg)
@@ -530,10 +407,12 @@ class Bus:
 
     # ---- JetStream --------------------------------------------------------------------------
     def ensure_streams(self, max_age_s: float = 7 * 24 * 3600) -> list[str]:
-        """Create (or update) every stream of the run (protocols.Subjects.streams); returns their names."""
+        """Create or update every stream of the run (protocols.Subjects.streams); returns their names.
+
+        Raises BusError saying so when the server has no JetStream.
+        """
 
         async def _ensure() -> list[str]:
-            names = []
             for name, subjects in self.subjects.streams().items():
                 config = js_api.StreamConfig(
                     name=name,
@@ -544,13 +423,19 @@ class Bus:
                     max_msg_size=self.max_bytes,
                 )
                 try:
-                    await self._js.add_stream(config)
-                except nats.js.errors.BadRequestError:
-                    await self._js.update_stream(config)
-                names.append(name)
-            return names
+                    await self._js.stream_info(name)
+                    exists = True
+                except nats.js.errors.NotFoundError:
+                    exists = False
+                await (self._js.update_stream(config) if exists else self._js.add_stream(config))
+            return list(self.subjects.streams())
 
-        return self.call(_ensure())
+        try:
+            return self.call(_ensure())
+        except nats.js.errors.ServiceUnavailableError:
+            raise BusError(f"JetStream is not enabled at {self.url}: start nats-server with -js (or `jetstream {{}}` in its config)") from None
+        except nats.errors.NoRespondersError:
+            raise BusError(f"JetStream is not enabled at {self.url}: start nats-server with -js (or `jetstream {{}}` in its config)") from None
 
     def add_stream(self, name: str, subjects: list[str]) -> None:
         """Create one stream (used by tests and benchmarks for ad-hoc streams)."""
@@ -559,7 +444,7 @@ class Bus:
     def js_publish(self, subject: str, message: Message | bytes, timeout_s: float = 5.0) -> int:
         """Publish into a stream and wait for the server's ack; returns the stream sequence."""
         data = self._encode(message)
-        ack = self.call(self._js.publish(subject, data, timeout=timeout_s), timeout=timeout_s + 1)
+        ack = self.call(self._flush_outbox_then(self._js.publish(subject, data, timeout=timeout_s)), timeout=timeout_s + 1)
         return ack.seq
 
     def consume(
@@ -571,9 +456,13 @@ class Bus:
         batch: int = 16,
         ack_wait_s: float = 60.0,
         max_ack_pending: int = 256,
-        max_deliver: int = 5,
+        max_deliver: int = -1,
     ) -> Consumer:
-        """Feed `target` from a durable pull consumer (created if missing, resumed if present)."""
+        """Feed `target` from a durable pull consumer (created if missing, resumed if present).
+
+        At most `batch` deliveries are unsettled at a time (backpressure). `max_deliver` -1 (default)
+        never drops a message that keeps coming back: nothing accepted is lost silently.
+        """
         consumer = Consumer(self, stream, durable, subject or "", target, batch)
 
         async def _start() -> asyncio.Task:
@@ -586,7 +475,7 @@ class Bus:
             )
             filter_subject = subject or ">"
             psub = await self._js.pull_subscribe(filter_subject, durable=durable, stream=stream, config=config)
-            return asyncio.ensure_future(consumer._fetch_loop(psub))
+            return asyncio.ensure_future(consumer.run(psub))
 
         consumer._task = self.call(_start())
         self._consumers.append(consumer)
@@ -607,22 +496,19 @@ class Bus:
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:
         """Send an unprocessable delivery to `mgrpo.<run>.dlq.<subject>`, count it, answer its requester.
 
-        Never raises: a dead letter that cannot be sent is logged, and the actor goes on.
+        Never raises: a dead letter that cannot be sent is logged, and the actor goes on. A message
+        that was itself on a dead-letter subject is only logged and counted (no dlq.dlq.… loops).
         """
-        self.dead_letters[delivery.subject] += 1
+        with self._counter_lock:
+            self.dead_letters[delivery.subject] += 1
         reason = reason[:4000]
-        keep = max(0, min(_DLQ_PAYLOAD_BYTES, self.max_bytes - _DLQ_OVERHEAD_BYTES))
-        letter = DeadLetter(
-            subject=delivery.subject,
-            reason=reason,
-            error_type=error_type,
-            payload=bytes(delivery.data[:keep]),
-            node=self.node,
-            actor=actor,
-            failed_at=time.time(),
-        )
         try:
-            self.publish(self.subjects.dlq(delivery.subject), letter)
+            if delivery.subject.startswith(self.subjects.dlq(">")[:-1]):
+                log.error("a dead letter could not be handled either", subject=delivery.subject, reason=reason)
+            else:
+                keep = max(0, min(_DLQ_PAYLOAD_BYTES, self.max_bytes - _DLQ_OVERHEAD_BYTES))
+                letter = DeadLetter(delivery.subject, reason, error_type, bytes(delivery.data[:keep]), self.node, actor, time.time())
+                self.publish(self.subjects.dlq(delivery.subject), letter)
             if delivery.reply:
                 self.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=error_type))
         except Exception as exc:
@@ -631,42 +517,8 @@ class Bus:
 
     @property
     def dead_letter_total(self) -> int:
-        return sum(self.dead_letters.values())
-
-
-async def check_reachable(url: str, timeout_s: float) -> None:
-    """Raise BusConnectError unless one server of `url` (comma-separated) accepts a TCP connection.
-
-    nats-py retries an unreachable first server for a long time; this fails fast with the URL named.
-    """
-    errors = []
-    for server in url.split(","):
-        server = server.strip()
-        parsed = urllib.parse.urlparse(server if "://" in server else f"nats://{server}")
-        try:
-            host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
-        except ValueError as exc:
-            raise BusConnectError(url, f"invalid URL: {exc}") from None
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
-            writer.close()
-            return
-        except (OSError, asyncio.TimeoutError) as exc:
-            errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": "))
-    raise BusConnectError(url, "; ".join(errors))
-
-
-async def connect_client(url: str, name: str, timeout_s: float = 3.0) -> Any:
-    """A plain nats-py connection for short-lived tools (tap, ping): fails fast, logs quietly."""
-    await check_reachable(url, timeout_s)
-
-    async def quiet(exc: Exception) -> None:
-        log.debug("nats error", url=url, error=str(exc))
-
-    try:
-        return await nats.connect(url, name=name, connect_timeout=timeout_s, max_reconnect_attempts=3, error_cb=quiet)
-    except Exception as exc:
-        raise BusConnectError(url, f"{type(exc).__name__}: {exc}") from None
+        with self._counter_lock:
+            return sum(self.dead_letters.values())
 
 
 def _log_failure(fut: concurrent.futures.Future) -> None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mgrpo_actors.runtime.bus import Bus, Consumer
+    from mgrpo_actors.runtime.bus import Bus
+    from mgrpo_actors.runtime.consumer import Consumer
 
 __all__ = ["Delivery", "KvUpdate"]
 
@@ -36,6 +37,16 @@ class Delivery:
         """Acknowledge a JetStream message (no-op for core NATS)."""
         if self.consumer is not None:
             self.consumer.settle(self, "ack")
+
+    def ack_sync(self) -> None:
+        """Acknowledge and wait until the server confirmed it (a learner, after applying a batch)."""
+        if self.consumer is not None:
+            self.consumer.settle(self, "ack", wait=True)
+
+    @property
+    def handed_back(self) -> bool:
+        """A stream message its consumer already gave back (nak'ed on stop): do not handle it."""
+        return self.consumer is not None and not self.consumer.owns(self)
 
     def nak(self, delay_s: float | None = None) -> None:
         """Ask JetStream to redeliver (no-op for core NATS)."""

@@ -5,8 +5,11 @@ Used by `mgrpo-node --role all` without `--nats`, by `mgrpo run`, the benchmarks
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import re
+import signal
 import shutil
 import socket
 import subprocess
@@ -31,6 +34,19 @@ def nats_server_binary() -> Path:
     raise FileNotFoundError("nats-server not found beside the Python interpreter or on PATH: run `make install`")
 
 
+def _die_with_parent() -> None:
+    """In the child: have Linux send it SIGTERM when the parent dies (no orphaned servers).
+
+    Linux ties this to the *thread* that started the child: start servers from a long-lived thread
+    (the main thread, as every caller here does).
+    """
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux/glibc: the server is still stopped by stop() and at exit
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
 _LISTENING = re.compile(r"Listening for client connections on 127\.0\.0\.1:(\d+)")
 
 
@@ -52,21 +68,25 @@ class EmbeddedNats:
     def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
         conf = self.store_dir / "nats.conf"
         conf.write_text(
-            f"listen: \"127.0.0.1:{self.port}\"\n"
+            f"listen: {json.dumps(f'127.0.0.1:{self.port}')}\n"
             f"max_payload: {self.max_payload}\n"
             # The server's write deadline must cover a max_payload message to a slow client.
-            "write_deadline: \"10s\"\n"
-            f"jetstream {{ store_dir: \"{self.store_dir / 'js'}\" }}\n"
+            'write_deadline: "10s"\n'
+            f"jetstream {{ store_dir: {json.dumps(str(self.store_dir / 'js'))} }}\n"
         )
-        log_file = open(self._log_path, "ab")
-        self._proc = subprocess.Popen(
-            [str(nats_server_binary()), "-c", str(conf)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log_file.close()
-        self._wait_ready(timeout_s)
+        try:
+            with open(self._log_path, "wb") as log_file:  # a fresh log: the port is read from it
+                self._proc = subprocess.Popen(
+                    [str(nats_server_binary()), "-c", str(conf)],
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent,
+                )
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _listening_port(self) -> int | None:

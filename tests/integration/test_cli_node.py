@@ -95,7 +95,7 @@ def test_print_config_shows_file_overrides_and_flags(tmp_path):
     result = run_script("mgrpo-node", "--print-config", "--config", str(path), "--set", "tools.actors_per_tool=5", "--nats", "nats://elsewhere:4333", "--set", "log.level=debug")
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(result.stdout)
-    assert config["run"] == {"id": "from-file", "seed": 7}
+    assert (config["run"]["id"], config["run"]["seed"]) == ("from-file", 7)
     assert config["tools"]["actors_per_tool"] == 5
     assert config["nats"]["url"] == "nats://elsewhere:4333"
     assert config["log"]["level"] == "debug"

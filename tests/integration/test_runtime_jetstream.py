@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 import pytest
 
+from mgrpo_actors.runtime.consumer import FETCH_WAIT_S
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from protocols import Metric, decode
 from tests.helpers import wait_until
@@ -60,14 +62,17 @@ def test_consumer_acks_after_handling(bus, actors):
 
 
 def test_unsettled_deliveries_are_nakked_on_stop_and_redelivered_at_once(bus, make_bus):
-    # A plain callable target that never settles: stop() must nak everything it was given, so a new
-    # consumer on the durable gets it again at once (ack_wait is 60 s: waiting for it would time out here).
+    # A plain callable target that never settles: the consumer stops at `batch` unsettled deliveries
+    # (backpressure), and stop() must nak everything it was given, so a new consumer on the durable
+    # gets it again at once (ack_wait is 60 s: waiting for it would time out here).
     stream, _ = _publish_jobs(bus, 12)
     held: list[Delivery] = []
     first = bus.consume(stream, "naker", held.append, batch=4, max_ack_pending=6, ack_wait_s=60)
-    wait_until(lambda: len(held) == 6, what=lambda: f"delivered {len(held)}")
+    wait_until(lambda: len(held) == 4, what=lambda: f"delivered {len(held)}")
+    time.sleep(2 * FETCH_WAIT_S)  # long enough for more fetches, if backpressure did not hold them back
+    assert len(held) == 4 and first.delivered == 4
     first.stop()
-    assert first.settled["nak-on-stop"] == 6
+    assert first.settled["nak-on-stop"] == 4
 
     again: list[Delivery] = []
     other_bus = make_bus("restarted")
@@ -85,7 +90,7 @@ def test_durable_consumer_stopped_and_restarted_loses_nothing(bus, make_bus, act
     durable = "workers"
     kwargs = dict(batch=4, max_ack_pending=8, ack_wait_s=60)  # ack_wait far beyond the test's deadlines
 
-    # First actor: blocks on its first job until its mailbox is full (max_ack_pending deliveries), then
+    # First actor: blocks on its first job until its mailbox is full (`batch` deliveries), then
     # is asked to stop while more deliveries arrive behind the stop request (those get nak'ed on stop).
     seen1: list = []
     holder1: dict = {}
@@ -93,7 +98,7 @@ def test_durable_consumer_stopped_and_restarted_loses_nothing(bus, make_bus, act
     first_bus = make_bus("first")
     first = Worker.start_ready(first_bus, stream, durable, seen1, holder1, gate=gate, **kwargs)
     consumer1 = holder1["consumer"]
-    wait_until(lambda: consumer1.delivered >= kwargs["max_ack_pending"], what=lambda: f"delivered {consumer1.delivered}")
+    wait_until(lambda: consumer1.delivered >= kwargs["batch"], what=lambda: f"delivered {consumer1.delivered}")
     stopped = first.stop(block=False)
     gate.set()
     assert stopped.get(timeout=30)

@@ -1,0 +1,54 @@
+"""Reaching NATS: a fast reachability check and quiet short-lived connections for CLI tools."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from typing import Any
+
+import nats
+
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.errors import BusConnectError
+
+__all__ = ["check_reachable", "connect_client"]
+
+log = get_logger(__name__)
+
+
+async def check_reachable(url: str, timeout_s: float) -> None:
+    """Raise BusConnectError unless one server of `url` (comma-separated) accepts a TCP connection.
+
+    nats-py retries an unreachable first server for a long time; this fails fast with the URL named.
+    """
+    errors = []
+    for server in url.split(","):
+        server = server.strip()
+        parsed = urllib.parse.urlparse(server if "://" in server else f"nats://{server}")
+        try:
+            host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+        except ValueError as exc:
+            raise BusConnectError(url, f"invalid URL: {exc}") from None
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+            writer.close()
+            return
+        except (OSError, asyncio.TimeoutError) as exc:
+            errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": "))
+    raise BusConnectError(url, "; ".join(errors))
+
+
+async def connect_client(url: str, name: str, timeout_s: float = 3.0) -> Any:
+    """A plain nats-py connection for short-lived tools (tap, ping): fails fast, logs quietly."""
+    await check_reachable(url, timeout_s)
+
+    async def quiet(exc: Exception) -> None:
+        log.debug("nats error", url=url, error=str(exc))
+
+    try:
+        return await asyncio.wait_for(
+            nats.connect(url, name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet),
+            timeout_s + 1,
+        )
+    except Exception as exc:
+        raise BusConnectError(url, f"{type(exc).__name__}: {exc}".rstrip(": ")) from None

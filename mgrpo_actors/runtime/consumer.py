@@ -1,0 +1,160 @@
+"""A durable JetStream pull consumer feeding an actor's mailbox, with explicit ack and backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.delivery import Delivery
+from mgrpo_actors.runtime.targets import Target, tell
+
+if TYPE_CHECKING:
+    from mgrpo_actors.runtime.bus import Bus
+
+__all__ = ["Consumer"]
+
+log = get_logger(__name__)
+
+# How long one pull request waits for messages; also the most a consumer's stop waits for it.
+FETCH_WAIT_S = 1.0
+# A message redelivered this often is logged as suspicious (its handler may be killing its process).
+_WARN_DELIVERIES = 3
+
+
+@dataclass(eq=False)
+class Consumer:
+    """Messages are fetched only while fewer than `batch` are unsettled, so nothing waits in a
+    mailbox long enough for its ack_wait to run out (which would make JetStream redeliver work that is
+    still queued). Each delivery must be settled (ack, nak or term) through its Delivery. `stop()`
+    stops fetching and naks whatever was delivered but not settled, so a restarted consumer gets it
+    again at once; the actor skips deliveries its consumer has already handed back.
+    """
+
+    bus: Bus
+    stream: str
+    durable: str
+    subject: str
+    target: Target
+    batch: int
+    _task: asyncio.Task | None = None
+    _inflight: dict[int, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _capacity: asyncio.Event | None = None
+    delivered: int = 0
+    settled: collections.Counter = field(default_factory=collections.Counter)
+    _stopping: bool = False
+
+    def owns(self, delivery: Delivery) -> bool:
+        """True while `delivery` is unsettled (False once acked, nak'ed or handed back on stop)."""
+        with self._lock:
+            return id(delivery) in self._inflight
+
+    def settle(self, delivery: Delivery, how: str, delay_s: float | None = None, wait: bool = False) -> None:
+        """ack / nak / term a delivery; `wait` blocks until the server confirmed an ack."""
+        with self._lock:
+            msg = self._inflight.pop(id(delivery), None)
+            if msg is None:
+                return
+            self.settled[how] += 1
+        if how == "ack":
+            coro = msg.ack_sync() if wait else msg.ack()
+        elif how == "nak":
+            coro = msg.nak(delay=delay_s)
+        else:
+            coro = msg.term()
+        if wait:
+            self.bus.call(coro)
+        else:
+            self.bus.submit(coro)
+        if self._capacity is not None:
+            self.bus.loop.call_soon_threadsafe(self._capacity.set)
+
+    async def run(self, psub: Any) -> None:
+        """The fetch loop (on the bus thread)."""
+        self._capacity = asyncio.Event()
+        try:
+            while not self._stopping:
+                room = self.batch - len(self._inflight)
+                if room <= 0:
+                    self._capacity.clear()
+                    try:
+                        await asyncio.wait_for(self._capacity.wait(), FETCH_WAIT_S)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                try:
+                    msgs = await psub.fetch(room, timeout=FETCH_WAIT_S)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    continue
+                except Exception as exc:  # disconnected, consumer deleted, ...: keep trying, slowly
+                    log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
+                    await asyncio.sleep(1.0)
+                    continue
+                for msg in msgs:
+                    if self._stopping:  # fetched while stopping: hand it back at once
+                        await msg.nak()
+                        with self._lock:
+                            self.settled["returned-unseen"] += 1
+                        continue
+                    self._deliver(msg)
+        finally:
+            # Close the pull subscription so the server sends nothing more to this dead inbox.
+            try:
+                await psub.unsubscribe()
+            except Exception:
+                pass
+
+    def _deliver(self, msg: Any) -> None:
+        num_delivered = msg.metadata.num_delivered if msg.metadata else 1
+        if num_delivered >= _WARN_DELIVERIES:
+            log.warning("message delivered again", stream=self.stream, durable=self.durable, subject=msg.subject, deliveries=num_delivered)
+        delivery = Delivery(msg.subject, msg.data, "", msg.headers, js_msg=msg, consumer=self, bus=self.bus, num_delivered=num_delivered)
+        with self._lock:
+            self._inflight[id(delivery)] = msg
+            self.delivered += 1
+        if not tell(self.target, delivery):
+            self.settle(delivery, "nak")  # the actor is gone: give the message back now
+
+    def stop_fetching(self) -> None:
+        """Fetch no more; what was delivered stays in flight until settled or `stop()`.
+
+        The fetch in progress is allowed to finish (at most FETCH_WAIT_S) rather than cancelled, so
+        nothing it already received is lost between the server and the actor.
+        """
+        if self._task is None:
+            return
+        task, self._task = self._task, None
+        self._stopping = True
+        if not self.bus.loop_running:
+            return
+        try:
+            self.bus.call(asyncio.wait_for(asyncio.shield(task), FETCH_WAIT_S + 2))
+        except Exception:
+            self.bus.call(cancel_task(task))
+
+    def stop(self) -> None:
+        """Stop fetching; nak what was delivered and not yet settled."""
+        self.stop_fetching()
+        with self._lock:
+            pending, self._inflight = list(self._inflight.values()), {}
+            self.settled["nak-on-stop"] += len(pending)
+        if self.bus.loop_running:
+            for msg in pending:
+                try:
+                    self.bus.call(msg.nak(), timeout=5)
+                except Exception as exc:  # disconnected: JetStream redelivers after ack_wait anyway
+                    log.warning("nak on stop failed", stream=self.stream, error=str(exc))
+
+
+async def cancel_task(task: asyncio.Task) -> None:
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass

@@ -1,0 +1,76 @@
+"""A JetStream KV bucket with a blocking API, and watches delivered into an actor's mailbox."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import nats.js.errors
+
+from mgrpo_actors.runtime.consumer import cancel_task
+from mgrpo_actors.runtime.delivery import KvUpdate
+from mgrpo_actors.runtime.targets import Target, tell
+from protocols import Message, encode
+
+if TYPE_CHECKING:
+    from mgrpo_actors.runtime.bus import Bus
+
+__all__ = ["KvBucket"]
+
+
+@dataclass
+class KvBucket:
+    """Small shared state of a run (design.md §Delivery and state): reward statistics, versions, run state."""
+
+    bus: Bus
+    name: str
+    _kv: Any
+
+    def get(self, key: str) -> bytes | None:
+        async def _get() -> bytes | None:
+            try:
+                entry = await self._kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            return entry.value
+
+        return self.bus.call(_get())
+
+    def put(self, key: str, value: bytes | Message) -> int:
+        data = encode(value, self.bus.max_bytes) if isinstance(value, Message) else value
+        return self.bus.call(self._kv.put(key, data))
+
+    def delete(self, key: str) -> None:
+        self.bus.call(self._kv.delete(key))
+
+    def keys(self) -> list[str]:
+        async def _keys() -> list[str]:
+            try:
+                return list(await self._kv.keys())
+            except nats.js.errors.NoKeysError:
+                return []
+
+        return self.bus.call(_keys())
+
+    def watch(self, keys: str, target: Target, include_history: bool = False) -> Callable[[], None]:
+        """Tell `target` a KvUpdate for every change of `keys` (wildcards allowed); returns a stop function."""
+
+        async def _watch() -> asyncio.Task:
+            watcher = await self._kv.watch(keys, include_history=include_history)
+
+            async def pump() -> None:
+                try:
+                    async for entry in watcher:
+                        if entry is None:  # marks the end of the initial values
+                            continue
+                        op = entry.operation or "PUT"
+                        value = entry.value if op == "PUT" else None
+                        tell(target, KvUpdate(self.name, entry.key, value, entry.revision or 0, str(op)))
+                finally:
+                    await watcher.stop()
+
+            return asyncio.ensure_future(pump())
+
+        task = self.bus.call(_watch())
+        return lambda: self.bus.call(cancel_task(task)) if self.bus.loop_running else None
