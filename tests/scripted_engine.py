@@ -34,7 +34,8 @@ def by_turn(*turns: str) -> Callable[[str], str]:
 
 @dataclass
 class ScriptedEngine:
-    """Answers each prompt with `respond(decoded prompt)`, tokenised, eos appended, cut at max_new_tokens."""
+    """Answers each prompt with `respond(decoded prompt)`, tokenised, eos appended, ended like a real engine's
+    generation: after the first eos or stop id (kept), or at max_new_tokens."""
 
     tokenizer: PreTrainedTokenizerBase
     respond: Callable[[str], str]
@@ -44,6 +45,8 @@ class ScriptedEngine:
     def _generation(self, prompt: Sequence[int], params: SamplingParams) -> Generation:
         text = self.respond(self.tokenizer.decode(list(prompt)))
         ids = [*self.tokenizer(text, add_special_tokens=False)["input_ids"], self.tokenizer.eos_token_id]
+        stops = {self.tokenizer.eos_token_id, *params.stop_token_ids}
+        ids = ids[: next(i + 1 for i, token in enumerate(ids) if token in stops)]
         reason = "length" if len(ids) > params.max_new_tokens else "stop"
         ids = ids[: params.max_new_tokens]
         logprobs = np.full(len(ids), SCRIPTED_LOGPROB, dtype=np.float32)

@@ -21,8 +21,9 @@ class AgentConfig:
     top_p: float = 1.0  # nucleus sampling mass; 1.0 = off
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
     system_prompt: str | None = None  # replaces the role's default system prompt (prompts.py); None = default
-    # End each turn right after its first complete, valid action block, as a stop string would: what was
-    # sampled after it is dropped; the ids and logprobs kept are unchanged (a prefix does not depend on its tail).
+    # End each turn right after its first complete, valid action block, as a stop string would: the engine
+    # stops on closing tags that are single ids; otherwise what was sampled after the block is dropped (the
+    # ids and logprobs kept are unchanged: a prefix does not depend on its tail).
     stop_after_action: bool = True
     demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
 
@@ -40,8 +41,15 @@ class AgentConfig:
             raise ValueError(f"agent temperature must be a finite number >= 0, got {self.temperature!r}")
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
 
-    def sampling_params(self, max_new_tokens: int, seed: int | None) -> SamplingParams:
+    def sampling_params(
+        self, max_new_tokens: int, seed: int | None, stop_token_ids: tuple[int, ...] = ()
+    ) -> SamplingParams:
         """The engine's sampling parameters for one turn of this agent."""
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, max_new_tokens=max_new_tokens, seed=seed
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=stop_token_ids,
+            seed=seed,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mgrpo_actors.agents.driver import AgentModel
+from mgrpo_actors.agents.trajectory import encode_opening
 from mgrpo_actors.engines.base import SamplingParams
 
 __all__ = ["engine_text_generator"]
@@ -19,9 +20,7 @@ def engine_text_generator(model: AgentModel, params: SamplingParams) -> Callable
     tokenizer = model.tokenizer
 
     def generate(prompt: str) -> str:
-        messages = [{"role": "user", "content": prompt}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = encode_opening(tokenizer, [{"role": "user", "content": prompt}])  # M's text cannot write control ids
         (generation,) = model.engine.generate([ids], params)
         return tokenizer.decode(generation.token_ids, skip_special_tokens=True)
 

@@ -8,24 +8,31 @@ Token-in/token-out (agents/trajectory.py): the ids the engine sampled enter the 
 (loss mask 1, behaviour logprobs); tool outputs, parse errors and budget notes enter with mask 0. The
 text that is parsed is decoded from the sampled ids and is never tokenised back into the loss.
 
+A turn ends at its first complete, valid action block, as if the closing tags were stop strings: where
+the tags are single token ids the engine stops on them, elsewhere the sampled tail is cut off here.
+
 Budgets (m-grpo.md §The system being trained: ~20 turns per agent). Before each tool output is added
 the episode checks that the budgets leave room for one more ordinary turn and a final answer after it;
 when they do not (the next turn would be the last allowed, or the context would not hold both), the
 tool output is cut to fit, an early-stop note asking for the final answer is appended to it, and the
-next turn is the final one: whatever it is, the episode ends after it.
+next turn is the final one: whatever it is, the episode ends after it. Every turn, the final one
+included, gets its whole max_new_tokens_per_turn.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.trajectory import ChatTurnWrapping, Trajectory, TrajectoryBuilder
+from mgrpo_actors.agents.trajectory import Trajectory, TrajectoryBuilder, encode_plain, encode_template
 from mgrpo_actors.agents.turn_format import ParsedTurn, format_parse_error, parse_turn
 from mgrpo_actors.engines.base import Generation, SamplingParams
 
@@ -42,6 +49,7 @@ __all__ = [
     "ToolCall",
     "TRUNCATION_NOTE",
     "TurnRecord",
+    "action_stop_ids",
     "cut_after_action",
 ]
 
@@ -55,7 +63,9 @@ BUDGET_NOTES: dict[StopReason, str] = {
 }
 TRUNCATION_NOTE = "\n[cut to fit the context budget]"
 ACTION_CLOSE_TAGS = ("</tool_call>", "</answer>")
-# Tokenising pieces separately can differ by a token or two from tokenising them joined: keep a margin.
+_CLOSE_TAG = re.compile("|".join(re.escape(tag) for tag in ACTION_CLOSE_TAGS))
+# The final turn's reserve counts the template's whole closing text; the closing actually appended is
+# its tail after a sampled stop token, which a tokenizer may split differently: keep a margin.
 _TOKEN_MARGIN = 8
 
 
@@ -114,24 +124,51 @@ class EpisodeRecord:
     stop_reason: StopReason
 
 
-def cut_after_action(generation: Generation, tokenizer: PreTrainedTokenizerBase) -> Generation:
-    """The generation up to the first token that completes a valid action block, else unchanged.
+def _decode_with_ends(ids: Sequence[int], tokenizer: PreTrainedTokenizerBase) -> tuple[str, list[int]]:
+    """The text of `ids` (special tokens dropped) and, per id, where in it that id's text ends.
+
+    Incremental decoding, linear in len(ids): each id is decoded once, and an id that ends inside a
+    multi-byte character gets its text with the id that completes it.
+    """
+    stream = DecodeStream(skip_special_tokens=True)
+    chunks: list[str] = []
+    ends: list[int] = []
+    length = 0
+    for token in ids:
+        chunk = stream.step(tokenizer.backend_tokenizer, token) or ""
+        chunks.append(chunk)
+        length += len(chunk)
+        ends.append(length)
+    return "".join(chunks), ends
+
+
+def cut_after_action(generation: Generation, tokenizer: PreTrainedTokenizerBase) -> tuple[Generation, str]:
+    """(the generation up to the id that completes its first valid action block, the text to parse).
 
     Equivalent to sampling with the closing tags as stop strings: each kept token's logprob is
     conditioned on its prefix only, so the cut turn is distributed exactly as a stopped one would be.
     Only prefixes that end in a closing tag and parse as a whole turn count, so a tag inside a
-    thought or inside a JSON string does not cut the turn short.
+    thought or inside a JSON string does not cut the turn short. A tokenizer may merge a tag's ">" with
+    what follows (SmolLM2 has ">.", ">,", "></"): that id is kept whole, as sampled, and the text is
+    cut at the tag, as vLLM does with stop strings. No valid block: the generation and its whole text.
     """
     ids = generation.token_ids
-    for end in range(1, len(ids) + 1):
-        if ">" not in tokenizer.decode(ids[end - 1 : end]):
+    text, ends = _decode_with_ends(ids, tokenizer)
+    for tag in _CLOSE_TAG.finditer(text):
+        turn = text[: tag.end()]
+        if not parse_turn(turn).is_valid:
             continue
-        text = tokenizer.decode(ids[:end], skip_special_tokens=True)
-        if text.rstrip().endswith(ACTION_CLOSE_TAGS) and parse_turn(text).is_valid:
-            if end == len(ids):
-                return generation
-            return Generation(ids[:end], generation.logprobs[:end].copy(), "stop", generation.policy_version)
-    return generation
+        keep = bisect.bisect_left(ends, tag.end()) + 1  # the first id whose text reaches the tag's end
+        if keep == len(ids):
+            return generation, turn
+        return Generation(ids[:keep], generation.logprobs[:keep].copy(), "stop", generation.policy_version), turn
+    return generation, text
+
+
+def action_stop_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The closing tags that are single ids: the engine can stop on them instead of sampling a tail to cut."""
+    encoded = [encode_template(tokenizer, tag) for tag in ACTION_CLOSE_TAGS]
+    return tuple(sorted({ids[0] for ids in encoded if len(ids) == 1}))
 
 
 def _action(turn: ParsedTurn, call_id: str) -> Action:
@@ -143,6 +180,11 @@ def _action(turn: ParsedTurn, call_id: str) -> Action:
         return ToolCall(call_id=call_id, name=turn.tool_name, arguments=turn.tool_arguments)
     assert turn.error is not None
     return Malformed(error=turn.error, feedback=format_parse_error(turn))
+
+
+def _final_text(text: str, note: str, cut: bool) -> str:
+    """The tool message before the final turn: the (possibly cut) output, then the early-stop note."""
+    return f"{text}{TRUNCATION_NOTE if cut else ''}\n\n{note}"
 
 
 class AgentEpisode:
@@ -170,9 +212,11 @@ class AgentEpisode:
                 f"max_new_tokens_per_turn={cfg.max_new_tokens_per_turn} it exceeds "
                 f"max_context_tokens={cfg.max_context_tokens}"
             )
-        wrapping = ChatTurnWrapping.from_template(tokenizer, opening)
-        self._wrap_tokens = self._count(wrapping.assistant_close + wrapping.tool_open + wrapping.tool_close)
-        self._note_tokens = max(self._count(note) for note in BUDGET_NOTES.values())
+        self._stop_ids = action_stop_ids(tokenizer) if cfg.stop_after_action else ()
+        # What a tool output cut to nothing but the notes takes: _cut_to_fit can always fall back to it.
+        self._final_note_tokens = max(
+            self._builder.tool_output_bound(_final_text("", note, cut=True)) for note in BUDGET_NOTES.values()
+        )
         self._turns: list[TurnRecord] = []
         self._turn_errors: list[str | None] = []
         self._answer: str | None = None
@@ -183,9 +227,6 @@ class AgentEpisode:
             self._final_reason = "turns"
         elif len(self._builder) + cfg.max_new_tokens_per_turn + self._final_turn_room() > cfg.max_context_tokens:
             self._final_reason = "context"
-
-    def _count(self, text: str) -> int:
-        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
     @property
     def done(self) -> bool:
@@ -206,16 +247,18 @@ class AgentEpisode:
     def sampling_params(self, seed: int | None) -> SamplingParams:
         """Sampling for the next turn: the turn budget, or what is left of the context if less."""
         room = self.cfg.max_context_tokens - len(self._builder)
-        return self.cfg.sampling_params(max_new_tokens=min(self.cfg.max_new_tokens_per_turn, room), seed=seed)
+        max_new_tokens = min(self.cfg.max_new_tokens_per_turn, room)
+        return self.cfg.sampling_params(max_new_tokens=max_new_tokens, seed=seed, stop_token_ids=self._stop_ids)
 
     def apply(self, generation: Generation) -> Action:
         """Append the sampled turn (mask 1) and read what it asks for."""
         if self.done:
             raise ValueError(f"episode {self.episode_id} is done")
         if self.cfg.stop_after_action:
-            generation = cut_after_action(generation, self._tokenizer)
+            generation, text = cut_after_action(generation, self._tokenizer)
+        else:
+            text = self._tokenizer.decode(generation.token_ids, skip_special_tokens=True)
         self._builder.add_generation(generation)
-        text = self._tokenizer.decode(generation.token_ids, skip_special_tokens=True)
         turn = parse_turn(text)
         action = _action(turn, call_id=f"{self.episode_id}.t{len(self._turns)}")
         self._turns.append(TurnRecord(text, action, generation.finish_reason, len(generation.token_ids)))
@@ -227,22 +270,36 @@ class AgentEpisode:
         return action
 
     def _final_turn_room(self) -> int:
-        """Tokens a noted tool output (its text aside) and the final turn after it take at most."""
-        return self._wrap_tokens + self._note_tokens + self.cfg.max_new_tokens_per_turn + _TOKEN_MARGIN
+        """Tokens a tool output cut down to its notes and the final turn after it take at most."""
+        return self._final_note_tokens + self.cfg.max_new_tokens_per_turn + _TOKEN_MARGIN
 
-    def _fits_two_more_turns(self, text_tokens: int) -> bool:
-        """After a tool output of `text_tokens`: room for an ordinary turn, then a noted tool output and a final turn."""
-        needed = self._wrap_tokens + text_tokens + self.cfg.max_new_tokens_per_turn + self._final_turn_room()
-        return len(self._builder) + needed <= self.cfg.max_context_tokens
+    def _fits(self, tool_tokens: int, then: int) -> bool:
+        """Whether a tool output of `tool_tokens`, a whole turn and `then` more tokens fit the context."""
+        needed = len(self._builder) + tool_tokens + self.cfg.max_new_tokens_per_turn + then
+        return needed <= self.cfg.max_context_tokens
 
-    def _cut_to_fit(self, text: str) -> str:
-        """`text` shortened so that it, the early-stop note and a final turn fit the context budget."""
-        room = self.cfg.max_context_tokens - len(self._builder) - self._final_turn_room()
-        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) <= room:
-            return text
-        keep = max(room - self._count(TRUNCATION_NOTE), 0)
-        return self._tokenizer.decode(ids[:keep]) + TRUNCATION_NOTE
+    def _cut_to_fit(self, text: str, note: str) -> str:
+        """`text` and the early-stop note, `text` cut until the final turn keeps its whole token budget.
+
+        Measured on the ids the tool message will really have (wrapping included); binary search over
+        how many of the text's ids to keep, since a cut text can re-tokenise a little differently.
+        """
+        whole = _final_text(text, note, cut=False)
+        if self._fits(len(self._builder.tool_output_ids(whole)), then=0):
+            return whole
+        ids = encode_plain(self._tokenizer, text)
+
+        def cut(keep: int) -> str:
+            return _final_text(self._tokenizer.decode(ids[:keep]), note, cut=True)
+
+        fits, too_long = 0, len(ids)  # keeping nothing fits: the final-turn reserve guarantees it
+        while too_long - fits > 1:
+            middle = (fits + too_long) // 2
+            if self._fits(len(self._builder.tool_output_ids(cut(middle))), then=0):
+                fits = middle
+            else:
+                too_long = middle
+        return cut(fits)
 
     def add_tool_result(self, text: str, ok: bool = True) -> None:
         """Append a tool's output (mask 0), with an early-stop note if the budgets leave one turn.
@@ -253,16 +310,13 @@ class AgentEpisode:
             raise ValueError(f"episode {self.episode_id} is done")
         if len(self._turns) >= self.cfg.max_turns - 1:
             self._final_reason = "turns"
-        elif not self._fits_two_more_turns(self._count(text)):
+        elif not self._fits(len(self._builder.tool_output_ids(text)), then=self._final_turn_room()):
             self._final_reason = "context"
         if self._final_reason is not None:
-            note = BUDGET_NOTES[self._final_reason]
-            text = f"{self._cut_to_fit(text)}\n\n{note}"
+            text = self._cut_to_fit(text, BUDGET_NOTES[self._final_reason])
         self._builder.add_tool_output(text)
         last = self._turns[-1]
         self._turns[-1] = dataclasses.replace(last, tool_result=text, tool_ok=ok)
-        if len(self._builder) >= self.cfg.max_context_tokens:  # only if a cut text re-tokenised far longer
-            self._stop_reason = "context"
 
     def record(self) -> EpisodeRecord:
         """The finished episode."""

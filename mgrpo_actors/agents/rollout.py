@@ -21,7 +21,9 @@ from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.scoring import MainScore, SubScore, expert_references, score_main, score_sub
 from mgrpo_actors.agents.single_agent import single_episode
 from mgrpo_actors.algo.config import RewardConfig
+from mgrpo_actors.algo.judge import Judge
 from mgrpo_actors.algo.rewards import SubRewardWeights, resolve_sub_weights
+from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.tools.registry import ToolRegistry
@@ -30,8 +32,11 @@ __all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "run_rollouts", "run_sing
 
 log = get_logger("mgrpo.agents.rollout")
 
-# m-grpo.md §Rewards: resolve β once per configuration (folding β3 logs a warning), not once per question.
+# m-grpo.md §Rewards: resolve β once per configuration and reason (folding β3 logs a warning), not once
+# per question.
 _sub_weights = functools.cache(resolve_sub_weights)
+NO_EXPERT = "no expert judge configured"
+NO_EVIDENCE = "questions without evidence (e.g. a plain JSONL benchmark) give the expert judge nothing to check"
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,19 @@ class RolloutConfig:
     main: AgentConfig = field(default_factory=AgentConfig)  # M's budgets and sampling (or the single agent's)
     sub: AgentConfig = field(default_factory=AgentConfig)  # S's budgets and sampling
     rewards: RewardConfig = field(default_factory=RewardConfig)  # α and β (m-grpo.md §Rewards)
-    # r_expert by the local rule contains_reference(S's findings, scoring.expert_references(question));
-    # False: no expert scorer, β3 is folded into β2 (m-grpo.md §Rewards [ours]).
-    expert_rule: bool = True
+    # M's r_correct: scores M's answer against the gold answer and its aliases (best of them).
+    correct: Judge = field(default_factory=ExactMatchJudge)
+    # S's r_expert: scores S's findings against scoring.expert_references(question) (best of them); the
+    # default is the local rule "did S's result contain the evidence"; None: no expert judge, β3 is folded
+    # into β2 (m-grpo.md §Rewards [ours]), as it is for a question without evidence.
+    expert: Judge | None = field(default_factory=ContainsReferenceJudge)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.correct, Judge):
+            raise TypeError(f"rollout correct judge must follow algo.judge.Judge, got {type(self.correct).__name__}")
+        if self.expert is not None and not isinstance(self.expert, Judge):
+            got = type(self.expert).__name__
+            raise TypeError(f"rollout expert judge must follow algo.judge.Judge or be None, got {got}")
 
 
 @dataclass(frozen=True)
@@ -69,15 +84,17 @@ class RolloutGroup:
     seconds: float  # wall time of the whole group
 
 
-def _references(question: Question, expert_rule: bool) -> list[str] | None:
-    if not expert_rule:
-        return None
+def _expert(question: Question, cfg: RolloutConfig) -> tuple[tuple[Judge, list[str]] | None, SubRewardWeights]:
+    """The expert judge with its references for `question`, and the β weights that go with it.
+
+    A question without evidence folds β3 into β2 for that question only; the log says so once.
+    """
+    if cfg.expert is None:
+        return None, _sub_weights(cfg.rewards, False, NO_EXPERT)
     references = expert_references(question)
     if not references:
-        raise ValueError(
-            f"question {question.id!r} has no evidence to score r_expert by: use expert_rule=False (β3 folds into β2)"
-        )
-    return references
+        return None, _sub_weights(cfg.rewards, False, NO_EVIDENCE)
+    return (cfg.expert, references), _sub_weights(cfg.rewards, True)
 
 
 def run_rollouts(
@@ -98,17 +115,16 @@ def run_rollouts(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
-    references = _references(question, cfg.expert_rule)
+    expert, weights = _expert(question, cfg)
     execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
     episodes = [main_episode(question.question, main.tokenizer, tools, cfg.main, index) for index in range(k)]
     main_stats = run_episodes(episodes, main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
     records = [episode.record() for episode in episodes]
-    main_scores = score_main(records, question.answers, cfg.main.max_turns, cfg.rewards)
-    weights = _sub_weights(cfg.rewards, cfg.expert_rule)
+    main_scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
     calls = sorted(sub_agents.calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
     main_correct = [main_scores[call.request.rollout_index].r_correct for call in calls]
-    sub_scores = score_sub(calls, main_correct, references, weights, cfg.sub.max_turns)
+    sub_scores = score_sub(calls, main_correct, expert, weights, cfg.sub.max_turns)
     rollouts = tuple(
         Rollout(
             index=index,
@@ -140,6 +156,6 @@ def run_single_agent_rollouts(
     episodes = [single_episode(question.question, model.tokenizer, tools, cfg.main, index) for index in range(k)]
     stats = run_episodes(episodes, model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
     records = [episode.record() for episode in episodes]
-    scores = score_main(records, question.answers, cfg.main.max_turns, cfg.rewards)
+    scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
     rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))
     return RolloutGroup(question, rollouts, None, stats, DriverStats(), time.perf_counter() - started)

@@ -2,7 +2,7 @@
 (findings, evidence urls) that is all M sees of it (m-grpo.md §The system being trained).
 
 S's `<answer>` may hold the JSON object `{"findings": "...", "evidence": ["url", ...]}`; any other answer
-text is taken as the findings, with the urls S visited successfully as the evidence.
+text is taken as the findings, with no evidence: what S visited is its transcript, which M never sees.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DelegationRequest
-from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord, ToolCall
+from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord
 from mgrpo_actors.agents.prompts import SUB_DEMONSTRATION, opening_messages, sub_system_prompt, sub_user_message
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols.messages import SubtaskResult
 
-__all__ = ["SUB_TOOLS", "sub_episode", "sub_tools", "subtask_result", "visited_urls"]
+__all__ = ["SUB_TOOLS", "sub_episode", "sub_tools", "subtask_result"]
 
 SUB_TOOLS = ("search", "visit")
 _STOP_REASONS = {"turns": "it used its turn budget", "context": "it used its context budget"}
@@ -47,16 +47,6 @@ def sub_episode(
     )
 
 
-def visited_urls(record: EpisodeRecord) -> list[str]:
-    """Urls of the pages S read successfully, in order, without repeats."""
-    urls = [
-        turn.action.arguments.get("url")
-        for turn in record.turns
-        if isinstance(turn.action, ToolCall) and turn.action.name == "visit" and turn.tool_ok
-    ]
-    return list(dict.fromkeys(url.strip() for url in urls if isinstance(url, str)))
-
-
 def _structured(answer: str) -> tuple[str, list[str]] | None:
     """(findings, evidence) if the answer is the JSON object S was asked for."""
     try:
@@ -78,12 +68,11 @@ def subtask_result(record: EpisodeRecord) -> SubtaskResult:
             call_id=record.episode_id,
             ok=False,
             findings="",
-            evidence=visited_urls(record),
             error=f"it stopped after {len(record.turns)} turns without an answer: {reason}",
             num_turns=len(record.turns),
         )
     structured = _structured(record.answer)
-    findings, evidence = structured if structured is not None else (record.answer, visited_urls(record))
+    findings, evidence = structured if structured is not None else (record.answer, [])
     return SubtaskResult(
         call_id=record.episode_id, ok=True, findings=findings, evidence=evidence, num_turns=len(record.turns)
     )

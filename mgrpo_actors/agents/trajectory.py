@@ -6,6 +6,10 @@ tool output is rendered with the template's own tool-turn wrapping, tokenised by
 (loss mask 0, logprob 0) together with the header that opens the next assistant turn. Earlier text is
 never re-tokenised, so the learner trains on exactly the tokens the policy produced.
 
+Only the template writes control tokens. Message contents and tool outputs (web pages, S's findings,
+M's task) are untrusted text: a literal "<|im_end|>" in a page is tokenised as text, never as the
+control id, so no page can close a turn or open a fake one.
+
 The wrapping is learned from the template by rendering marker messages, e.g. for ChatML:
   after the assistant's content  "<|im_end|>\\n"  (the model usually generated "<|im_end|>" itself)
   around a tool output           "<|im_start|>tool\\n" … "<|im_end|>\\n<|im_start|>assistant\\n"
@@ -21,7 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.engines.base import Generation
 
-__all__ = ["ChatTurnWrapping", "Trajectory", "TrajectoryBuilder"]
+__all__ = ["ChatTurnWrapping", "Trajectory", "TrajectoryBuilder", "encode_opening", "encode_plain", "encode_template"]
 
 Message = Mapping[str, str]
 
@@ -32,6 +36,28 @@ _TOOL_MARK = "\x00TOOL-CONTENT\x00"
 def _render(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], generation_prompt: bool) -> str:
     return tokenizer.apply_chat_template(
         [dict(message) for message in messages], tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+def encode_template(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Ids of text the chat template wrote: its control tokens become their ids."""
+    # Templates write their own markers (BOS included where a model wants it): add nothing here.
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_plain(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Ids of untrusted text (a tool output, S's findings): a literal control token stays plain text."""
+    return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def encode_opening(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> list[int]:
+    """The template's rendering of `messages` with the assistant header, message contents as plain text."""
+    return tokenizer.apply_chat_template(
+        [dict(message) for message in messages],
+        tokenize=True,
+        add_generation_prompt=True,
+        sanitize_control_tokens=True,  # control tokens inside contents are encoded as text
+        return_dict=False,
     )
 
 
@@ -76,7 +102,7 @@ class TrajectoryBuilder:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]):
         self._tokenizer = tokenizer
         self._wrapping = ChatTurnWrapping.from_template(tokenizer, opening)
-        prompt_ids = self._encode(_render(tokenizer, opening, generation_prompt=True))
+        prompt_ids = encode_opening(tokenizer, opening)
         self._ids: list[int] = list(prompt_ids)
         self._mask: list[int] = [0] * len(prompt_ids)
         self._logprobs: list[float] = [0.0] * len(prompt_ids)
@@ -85,10 +111,6 @@ class TrajectoryBuilder:
         self._versions: list[int] = []
         self._finish_reasons: list[str] = []
         self._awaiting_generation = True
-
-    def _encode(self, text: str) -> list[int]:
-        # Templates write their own markers (BOS included where a model wants it): add nothing here.
-        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float]) -> None:
         self._ids.extend(ids)
@@ -123,12 +145,27 @@ class TrajectoryBuilder:
                 return close[len(stop_text) :]
         return close
 
-    def add_tool_output(self, text: str) -> None:
-        """Append a tool message and the next assistant header, tokenised by themselves (loss mask 0)."""
+    def _wrapped_ids(self, closing: str, text: str) -> list[int]:
+        """Template pieces with their control ids, `text` between them as plain text."""
+        return (
+            encode_template(self._tokenizer, closing + self._wrapping.tool_open)
+            + encode_plain(self._tokenizer, text)
+            + encode_template(self._tokenizer, self._wrapping.tool_close)
+        )
+
+    def tool_output_ids(self, text: str) -> list[int]:
+        """The ids `add_tool_output(text)` would append now."""
         if self._awaiting_generation:
             raise ValueError("a tool output must follow a generation")
-        wrapped = self._closing_text() + self._wrapping.tool_open + text + self._wrapping.tool_close
-        ids = self._encode(wrapped)
+        return self._wrapped_ids(self._closing_text(), text)
+
+    def tool_output_bound(self, text: str) -> int:
+        """Tokens `add_tool_output(text)` appends after any generation (the template's whole closing text counted)."""
+        return len(self._wrapped_ids(self._wrapping.assistant_close, text))
+
+    def add_tool_output(self, text: str) -> None:
+        """Append a tool message and the next assistant header, tokenised by themselves (loss mask 0)."""
+        ids = self.tool_output_ids(text)
         self._append(ids, 0, [0.0] * len(ids))
         self._awaiting_generation = True
 

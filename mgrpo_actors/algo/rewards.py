@@ -28,18 +28,21 @@ class SubRewardWeights:
     expert_folded: bool
 
 
-def resolve_sub_weights(cfg: RewardConfig, expert_configured: bool) -> SubRewardWeights:
+def resolve_sub_weights(
+    cfg: RewardConfig, expert_configured: bool, reason: str = "no expert scorer configured"
+) -> SubRewardWeights:
     """The β weights for R_S; without an expert scorer β3 is folded into β2 and the log says so.
 
     m-grpo.md §Rewards: "with no scorer configured, its weight is folded into β2 and the run says so
-    in its log". Call this once at start-up and reuse the result.
+    in its log". Call this once at start-up and reuse the result. `reason`: why there is no expert
+    score, for the log.
     """
     if expert_configured:
         return SubRewardWeights(cfg.beta_format, cfg.beta_correct, cfg.beta_expert, expert_folded=False)
     folded = cfg.beta_correct + cfg.beta_expert
     log.warning(
         "sub_reward_expert_folded",
-        reason="no expert scorer configured",
+        reason=reason,
         beta_expert=cfg.beta_expert,
         beta_correct_before=cfg.beta_correct,
         beta_correct_after=folded,

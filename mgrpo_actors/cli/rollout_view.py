@@ -135,6 +135,14 @@ def _reward_title(group: RolloutGroup, cfg: RolloutConfig) -> str:
     return title + ")"
 
 
+def _judges(group: RolloutGroup, cfg: RolloutConfig) -> str:
+    """Which judge gave r_correct and, unless β3 was folded, r_expert."""
+    judges = f"r_correct by {cfg.correct.name}"
+    if group.sub_weights is not None and not group.sub_weights.expert_folded and cfg.expert is not None:
+        judges += f", r_expert by {cfg.expert.name}"
+    return judges
+
+
 def _reward_table(group: RolloutGroup) -> Table:
     table = Table()
     for column in ("agent", "format", "r_format", "r_correct", "r_expert", "reward"):
@@ -142,11 +150,11 @@ def _reward_table(group: RolloutGroup) -> Table:
     for rollout in group.rollouts:
         m = rollout.main_score
         table.add_row(f"M r{rollout.index}", _clip(m.format.reason or "ok", 60), f"{m.r_format:.0f}",
-                      f"{m.r_correct:.0f}", "", f"R_M {m.reward:.3f}")  # fmt: skip
+                      f"{m.r_correct:.2g}", "", f"R_M {m.reward:.3f}")  # fmt: skip
         for s in rollout.sub_scores:
-            expert = "" if s.r_expert is None else f"{s.r_expert:.0f}"
+            expert = "" if s.r_expert is None else f"{s.r_expert:.2g}"  # a judge may give partial credit
             table.add_row(f"S {s.call_id}", _clip(s.format.reason or "ok", 60), f"{s.r_format:.0f}",
-                          f"{s.main_correct:.0f} (M's)", expert, f"R_S {s.reward:.3f}")  # fmt: skip
+                          f"{s.main_correct:.2g} (M's)", expert, f"R_S {s.reward:.3f}")  # fmt: skip
     return table
 
 
@@ -163,6 +171,7 @@ def print_group(console: Console, group: RolloutGroup, cfg: RolloutConfig, resul
         for part in _main_transcript(agent, rollout, console.width, result_chars):
             console.print(part)
     console.print(_reward_title(group, cfg), style="bold")
+    console.print(_judges(group, cfg))
     console.print(_reward_table(group))
 
 

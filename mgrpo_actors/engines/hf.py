@@ -18,6 +18,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
 
 from mgrpo_actors.engines.base import EngineConfig, Generation, SamplingParams, WeightsSource
+from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.logprobs import sampling_warpers
 from mgrpo_actors.engines.weights import check_fits, read_weights
 from mgrpo_actors.log import get_logger
@@ -73,16 +74,6 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
-def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    configured = model.generation_config.eos_token_id
-    ids = set(configured if isinstance(configured, list) else [configured])
-    ids.add(tokenizer.eos_token_id)
-    ids.discard(None)
-    if not ids:
-        raise ValueError("neither the tokenizer nor the model's generation config names an eos token")
-    return ids
-
-
 def _trim(ids: list[int], logprobs: np.ndarray, stop_ids: set[int], version: int) -> Generation:
     """Cut a row after its first stop id; what follows is padding."""
     end = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), None)
@@ -101,7 +92,7 @@ class HFEngine:
         if cfg.device is not None or cfg.dtype is not None:
             model.to(device=cfg.device, dtype=getattr(torch, cfg.dtype) if cfg.dtype else None)
         self.model = model.eval()
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = eos_token_ids(tokenizer, model.generation_config)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.policy_version = 0
         # The engine owns the sampling distribution: a checkpoint's generation_config.json (repetition

@@ -4,8 +4,10 @@ Importable without vLLM: vLLM is imported when an engine is built, and a missing
 `EngineUnavailable` naming the extra. Same contract as the hf engine: prompts as token ids, sampled
 ids, behaviour logprobs of the distribution actually sampled from (`logprobs_mode="processed_logprobs"`:
 after temperature and top-k/top-p; vLLM's default would return the raw model's), finish reason, policy
-version. New weights are loaded in place in the worker through `LLM.apply_model`; a directory or file
-of safetensors is read inside the worker, so only its path crosses the process boundary.
+version. It stops on the same eos ids as the hf engine (eos.py): vLLM itself stops only on the
+tokenizer's, since the checkpoint's generation config is not used. A request vLLM aborted is an error,
+never a finished turn. New weights are loaded in place in the worker through `LLM.apply_model`; a
+directory or file of safetensors is read inside the worker, so only its path crosses the process boundary.
 Needs vLLM >= 0.10.2 (`logprobs_mode`). Not exercised by CI (no GPU there).
 """
 
@@ -20,9 +22,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from mgrpo_actors.engines.base import EngineConfig, EngineUnavailable, Generation, SamplingParams, WeightsSource
+from mgrpo_actors.engines.base import (
+    EngineConfig,
+    EngineUnavailable,
+    FinishReason,
+    Generation,
+    SamplingParams,
+    WeightsSource,
+)
+from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.weights import safetensors_files
 from mgrpo_actors.log import get_logger
 
@@ -50,6 +60,22 @@ def _model_dir(model: PreTrainedModel | str | os.PathLike[str]) -> Path:
     return path
 
 
+def _generation_config(model: PreTrainedModel | str | os.PathLike[str], model_dir: Path) -> GenerationConfig | None:
+    """The model's generation config: the loaded model's, or the directory's generation_config.json if any."""
+    if isinstance(model, PreTrainedModel):
+        return model.generation_config
+    if (model_dir / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(model_dir, local_files_only=True)
+    return None
+
+
+def _finish_reason(reason: str | None) -> FinishReason:
+    """vLLM's finish reason as ours; "abort" (or an unfinished request) has no generation to return."""
+    if reason in ("stop", "length"):
+        return reason
+    raise RuntimeError(f"vLLM did not finish a request (finish reason {reason!r}): it has no complete generation")
+
+
 def _load_state_into(tensors: dict[str, torch.Tensor], model: Any) -> int:
     """Runs in the vLLM worker: HF-named tensors into vLLM's (possibly fused) parameters."""
     return len(model.load_weights(weights=iter(tensors.items())))
@@ -74,6 +100,7 @@ class VLLMEngine:
         cfg = cfg or EngineConfig()
         self._vllm = import_vllm()
         model_dir = _model_dir(model)
+        self.eos_token_ids = eos_token_ids(tokenizer, _generation_config(model, model_dir))
         # apply_model ships a function to the engine-core process; vLLM only pickles callables when allowed.
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         self.llm = self._vllm.LLM(
@@ -87,7 +114,6 @@ class VLLMEngine:
             # vLLM's neutral defaults, not the checkpoint's generation_config.json: SamplingParams decides.
             generation_config="vllm",
         )
-        self.eos_token_ids = {tokenizer.eos_token_id} - {None}
         self.policy_version = 0
 
     def _sampling_params(self, params: SamplingParams, index: int) -> Any:
@@ -111,7 +137,7 @@ class VLLMEngine:
         return Generation(
             token_ids=ids,
             logprobs=logprobs.astype(np.float32),
-            finish_reason="length" if completion.finish_reason == "length" else "stop",
+            finish_reason=_finish_reason(completion.finish_reason),
             policy_version=self.policy_version,
         )
 

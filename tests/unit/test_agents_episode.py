@@ -3,8 +3,12 @@ episode with an early-stop note and one final turn."""
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+import mgrpo_actors.agents.episode as episode_module
 from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.driver import run_episodes
 from mgrpo_actors.agents.episode import (
     BUDGET_NOTES,
     TRUNCATION_NOTE,
@@ -17,9 +21,11 @@ from mgrpo_actors.agents.episode import (
 )
 from mgrpo_actors.agents.prompts import opening_messages
 from mgrpo_actors.agents.scoring import format_check
-from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
+from mgrpo_actors.agents.turn_format import format_answer, format_tool_call, parse_turn
 from mgrpo_actors.engines import Generation
+from mgrpo_actors.models.loader import load_tokenizer, resolve_model_dir
 from tests.agent_helpers import tiny_tokenizer
+from tests.scripted_engine import ScriptedEngine, by_turn
 
 OPENING = opening_messages("You are a research agent.", "Who founded Aldora?")
 SEARCH = format_tool_call("search", {"query": "Aldora"}, think="look it up")
@@ -98,8 +104,8 @@ def test_text_is_decoded_from_the_sampled_ids_and_the_sampled_ids_are_the_masked
 def test_a_turn_ends_after_its_first_complete_action_as_if_stopped_there():
     tokenizer = tiny_tokenizer()
     sampled = turn(SEARCH + "\n<answer>Galen</answer> and more")
-    kept = cut_after_action(sampled, tokenizer)
-    assert tokenizer.decode(kept.token_ids) == SEARCH
+    kept, text = cut_after_action(sampled, tokenizer)
+    assert tokenizer.decode(kept.token_ids) == text == SEARCH
     assert kept.token_ids == sampled.token_ids[: len(kept.token_ids)]
     np.testing.assert_array_equal(kept.logprobs, sampled.logprobs[: len(kept.token_ids)])
     assert (kept.finish_reason, kept.policy_version) == ("stop", sampled.policy_version)
@@ -117,13 +123,80 @@ def test_a_turn_ends_after_its_first_complete_action_as_if_stopped_there():
 )
 def test_a_closing_tag_that_does_not_end_a_valid_turn_does_not_cut_it(text):
     tokenizer = tiny_tokenizer()
-    kept = cut_after_action(turn(text + " trailing"), tokenizer)
-    assert tokenizer.decode(kept.token_ids) == text
+    kept, parsed = cut_after_action(turn(text + " trailing"), tokenizer)
+    assert tokenizer.decode(kept.token_ids) == parsed == text
 
 
 def test_a_turn_without_a_valid_action_is_kept_whole():
     sampled = turn("no action </answer> here", finish_reason="length")
-    assert cut_after_action(sampled, tiny_tokenizer()) is sampled
+    assert cut_after_action(sampled, tiny_tokenizer()) == (sampled, "no action </answer> here")
+
+
+@pytest.mark.parametrize("preset", ["tiny:main", "smollm2"])
+@pytest.mark.parametrize(
+    "block, tail, action",
+    [
+        ("<answer>Paris</answer>", ".", Answer("Paris")),  # SmolLM2: "</", "answer", ">."
+        ("<answer>Paris</answer>", "</think> more", Answer("Paris")),  # SmolLM2: "></"
+        (SEARCH, ",\nmore text", ToolCall("r0.t0", "search", {"query": "Aldora"})),  # SmolLM2: ">,"
+    ],
+)
+def test_a_closing_tag_merged_with_the_next_characters_ends_the_turn_with_that_token_whole(preset, block, tail, action):
+    tokenizer = load_tokenizer(resolve_model_dir(preset))
+    ids = [*tokenizer(block + tail, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    generation = Generation(ids, np.linspace(-1, -0.1, len(ids), dtype=np.float32), "stop", 2)
+    kept, text = cut_after_action(generation, tokenizer)
+    assert text == block
+    kept_text = tokenizer.decode(kept.token_ids)
+    assert kept_text.startswith(block) and not tokenizer.decode(kept.token_ids[:-1]).startswith(block)
+    assert (kept_text != block) == (preset == "smollm2")  # SmolLM2 merges the tag's ">" with what follows
+    assert kept.token_ids == ids[: len(kept.token_ids)] and kept.finish_reason == "stop"
+    np.testing.assert_array_equal(kept.logprobs, generation.logprobs[: len(kept.token_ids)])
+    ep = AgentEpisode(tokenizer, OPENING, AgentConfig(), episode_id="r0", tool_names=("search",))
+    assert ep.apply(generation) == action
+    assert ep.turns[0].text == block and ep.turns[0].num_tokens == len(kept.token_ids)
+
+
+def test_cutting_decodes_each_token_once_and_parses_only_at_closing_tags(monkeypatch):
+    tokenizer = tiny_tokenizer()
+
+    class CountingTokenizer:
+        """The tokenizer, counting how many ids go through decode."""
+
+        decoded = 0
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def decode(self, ids, **kwargs):
+            CountingTokenizer.decoded += len(ids)
+            return tokenizer.decode(ids, **kwargs)
+
+    parsed: list[str] = []
+    monkeypatch.setattr(episode_module, "parse_turn", lambda text: parsed.append(text) or parse_turn(text))
+    text = "<think>" + "x > y; " * 300 + "</think>" + format_answer("x") + " and </answer> more"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    generation = Generation(ids, np.zeros(len(ids), np.float32), "length", 0)
+    _, turn_text = cut_after_action(generation, CountingTokenizer())
+    assert turn_text == text[: text.index("</answer>") + len("</answer>")]
+    assert CountingTokenizer.decoded <= len(ids)  # not a decode of every prefix (quadratic)
+    assert len(parsed) == 1  # the first closing tag; nothing at the ">" of the thought
+
+
+def test_closing_tags_that_are_single_ids_stop_the_engine():
+    tokenizer = tiny_tokenizer()  # its format tags are single ids
+    stops = tuple(sorted(tokenizer.convert_tokens_to_ids(["</tool_call>", "</answer>"])))
+    engine = ScriptedEngine(tokenizer, by_turn(format_answer("Galen") + " and more"))
+    ep = episode()
+    run_episodes([ep], engine, execute_tools=lambda calls: [])
+    ((_, params),) = engine.calls
+    assert params.stop_token_ids == stops
+    assert ep.record().trajectory.finish_reasons == ("stop",) and ep.record().answer == "Galen"
+    sampled = ep.record().trajectory.token_ids[ep.record().trajectory.loss_mask == 1].tolist()
+    assert sampled == tokenizer(format_answer("Galen"), add_special_tokens=False)["input_ids"]  # stopped at </answer>
+    assert episode(stop_after_action=False).sampling_params(seed=None).stop_token_ids == ()
+    smollm2 = load_tokenizer(resolve_model_dir("smollm2"))  # its tags are several ids: the episode cuts instead
+    assert AgentEpisode(smollm2, OPENING, AgentConfig(), "r0", ("search",)).sampling_params(None).stop_token_ids == ()
 
 
 def test_the_turn_budget_sends_an_early_stop_note_and_allows_one_final_turn():
@@ -179,6 +252,38 @@ def test_the_context_budget_cuts_a_long_tool_output_and_makes_the_next_turn_fina
     ep.apply(turn(SEARCH))
     assert ep.done and ep.record().stop_reason == "context"
     assert len(ep.record().trajectory.token_ids) <= prompt_len + 260
+
+
+WORDS = ("the", "city", "of", "Aldora", "was", "founded", "by", "Brevik", "in", "1900", "Ünïcödé", "東京", "\n\n")
+
+
+@settings(max_examples=150)
+@given(
+    max_turns=st.integers(1, 8),
+    max_new=st.integers(8, 64),
+    max_context=st.integers(100, 700),
+    data=st.data(),
+)
+def test_every_turn_the_final_one_included_gets_its_whole_token_budget(max_turns, max_new, max_context, data):
+    assume(max_context > max_new)
+    tokenizer = tiny_tokenizer()
+    cfg = AgentConfig(max_turns=max_turns, max_new_tokens_per_turn=max_new, max_context_tokens=max_context)
+    opening = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    try:
+        ep = AgentEpisode(tokenizer, opening, cfg, episode_id="r0", tool_names=("search",))
+    except ContextBudgetError:
+        assume(False)
+    words = st.lists(st.sampled_from(WORDS), max_size=400).map(" ".join)
+    while not ep.done:
+        assert ep.sampling_params(seed=None).max_new_tokens == max_new
+        call = format_tool_call("search", {"query": data.draw(words, label="query")[:300]})
+        ids = [*tokenizer(call, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+        finish = "stop" if len(ids) <= max_new else "length"
+        ep.apply(Generation(ids[:max_new], np.zeros(min(len(ids), max_new), np.float32), finish, 0))
+        if not ep.done:
+            ep.add_tool_result(data.draw(words, label="tool output"))
+    record = ep.record()
+    assert len(record.trajectory.token_ids) <= max_context and len(record.turns) <= max_turns
 
 
 def test_a_short_tool_output_that_still_leaves_room_gets_no_note():

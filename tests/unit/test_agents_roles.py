@@ -82,7 +82,7 @@ def test_a_json_answer_gives_findings_and_evidence():
         evidence=["synth://wiki/skurfor-9"], num_turns=1)  # fmt: skip
 
 
-def test_a_plain_answer_is_the_findings_with_the_pages_s_read_as_evidence():
+def test_a_plain_answer_is_the_findings_with_no_evidence_since_m_never_sees_what_s_read():
     sub = sub_episode(REQUEST, tiny_tokenizer(), web_tools(small_web()), AgentConfig())
     visit = lambda url: format_tool_call("visit", {"url": url, "goal": "designer"})  # noqa: E731
     play(
@@ -93,7 +93,8 @@ def test_a_plain_answer_is_the_findings_with_the_pages_s_read_as_evidence():
         (format_answer("Talfal Dreingel designed it."), None, True),
     )
     result = subtask_result(sub.record())
-    assert (result.ok, result.findings, result.evidence) == (True, "Talfal Dreingel designed it.", ["synth://wiki/skurfor-9"])
+    assert (result.ok, result.findings, result.evidence) == (True, "Talfal Dreingel designed it.", [])
+    assert "skurfor-9" not in format_subtask_result(result)
 
 
 def test_no_answer_is_a_failed_result_that_says_why():
@@ -101,7 +102,7 @@ def test_no_answer_is_a_failed_result_that_says_why():
     search = format_tool_call("search", {"query": "Skurfor 9"})
     play(sub, (search, "Results ...", True), (search, None, True))
     result = subtask_result(sub.record())
-    assert (result.ok, result.findings, result.num_turns) == (False, "", 2)
+    assert (result.ok, result.findings, result.evidence, result.num_turns) == (False, "", [], 2)
     assert result.error == "it stopped after 2 turns without an answer: it used its turn budget"
     assert format_subtask_result(result) == f"Error: the sub-agent returned no result ({result.error})"
 

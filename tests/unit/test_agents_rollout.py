@@ -3,15 +3,20 @@ reward parts of every rollout and sub call (m-grpo.md §Rewards)."""
 
 import dataclasses
 import json
+import socket
+from dataclasses import dataclass, field
 
 import pytest
+from structlog.testing import capture_logs
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.driver import AgentModel
-from mgrpo_actors.agents.rollout import RolloutConfig, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.agents.rollout import NO_EVIDENCE, RolloutConfig, run_rollouts, run_single_agent_rollouts
 from mgrpo_actors.agents.scoring import expert_references
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
-from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.algo.config import JudgeConfig, RewardConfig
+from mgrpo_actors.algo.judge import JudgeError, OpenAICompatibleJudge, Verdict
+from mgrpo_actors.envs.dataset import load_questions
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.scripted_engine import ScriptedEngine, by_turn
 
@@ -66,9 +71,9 @@ def test_every_delegation_is_a_sub_call_of_its_rollout():
         assert all(c.request.rollout_index == rollout.index for c in rollout.sub_calls)
 
 
-def test_without_an_expert_rule_beta3_is_folded_into_beta2():
+def test_without_an_expert_judge_beta3_is_folded_into_beta2():
     question = lookup_question()
-    cfg = dataclasses.replace(CFG, expert_rule=False)
+    cfg = dataclasses.replace(CFG, expert=None)
     group = rollouts(main_script(question, question.answer), sub_script(question), question, cfg=cfg)
     assert group.sub_weights.expert_folded
     (s,) = group.rollouts[0].sub_scores
@@ -118,13 +123,81 @@ def test_expert_references_are_the_facts_and_the_entities_the_question_does_not_
     assert set(chain.evidence[0].entities[1:]) <= set(references)
 
 
-def test_a_question_without_evidence_needs_the_expert_folded():
-    question = Question(id="ext-1", question="What is 2 + 2?", answer="4")
-    main = ScriptedEngine(tiny_tokenizer(), by_turn(format_answer("4")))
-    with pytest.raises(ValueError, match="no evidence to score r_expert"):
-        rollouts(main, main, question)
-    group = rollouts(main, main, question, cfg=dataclasses.replace(CFG, expert_rule=False))
-    assert group.rollouts[0].main_score.r_correct == 1.0
+def test_a_plain_jsonl_question_folds_beta3_for_itself_and_the_log_says_so_once(tmp_path):
+    path = tmp_path / "benchmark.jsonl"
+    path.write_text(json.dumps({"id": "ext-1", "question": "What is 2 + 2?", "answer": "4"}) + "\n")
+    (question,) = load_questions(path)
+    findings = json.dumps({"findings": "2 + 2 = 4", "evidence": []})
+    sub = ScriptedEngine(tiny_tokenizer(), by_turn(format_answer(findings)))
+    cfg = dataclasses.replace(CFG, rewards=RewardConfig(beta_correct=0.3, beta_expert=0.6))  # its own log-once key
+    with capture_logs() as logs:
+        groups = [rollouts(main_script(question, "4"), sub, question, cfg=cfg) for _ in range(2)]
+    assert [entry["reason"] for entry in logs if entry["event"] == "sub_reward_expert_folded"] == [NO_EVIDENCE]
+    for group in groups:
+        assert group.sub_weights.expert_folded
+        (s,) = group.rollouts[0].sub_scores
+        assert (s.r_expert, s.main_correct, s.reward) == (None, 1.0, pytest.approx(0.1 + 0.9))
+    lookup = lookup_question()  # the same configuration still scores questions with evidence by the expert judge
+    group = rollouts(main_script(lookup, lookup.answer), sub_script(lookup), lookup, cfg=cfg)
+    assert not group.sub_weights.expert_folded and group.rollouts[0].sub_scores[0].r_expert == 1.0
+
+
+@dataclass
+class TableJudge:
+    """Scores each reference from a table and records what it was asked."""
+
+    name: str
+    table: dict[str, float]
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        self.asked.append((question, response, reference))
+        return Verdict(score=self.table.get(reference, 0.0), judge=self.name)
+
+
+def test_r_correct_and_r_expert_come_from_the_configured_judges():
+    question = lookup_question()
+    correct = TableJudge("half-right", {question.answer: 0.5})
+    (reference,) = expert_references(question)
+    expert = TableJudge("quarter-expert", {reference: 0.25})
+    cfg = dataclasses.replace(CFG, correct=correct, expert=expert)
+    group = rollouts(main_script(question, "close enough"), sub_script(question), question, cfg=cfg)
+    (rollout,) = group.rollouts
+    assert correct.asked == [(question.question, "close enough", answer) for answer in question.answers]
+    assert expert.asked == [(question.question, rollout.sub_calls[0].result.findings, reference)]
+    assert (rollout.main_score.r_correct, rollout.main_score.reward) == (0.5, pytest.approx(0.1 + 0.9 * 0.5))
+    (s,) = rollout.sub_scores
+    assert (s.main_correct, s.r_expert, s.reward) == (0.5, 0.25, pytest.approx(0.1 + 0.4 * 0.5 + 0.5 * 0.25))
+
+
+class FailingJudge:
+    name = "down"
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        raise JudgeError("judge at http://judge/v1 failed")
+
+
+def test_a_failing_judge_is_an_error_unless_it_has_an_explicit_fallback():
+    question = lookup_question()
+    with pytest.raises(JudgeError, match="judge at http://judge/v1 failed"):
+        rollouts(main_script(question, question.answer), sub_script(question), question,
+                 cfg=dataclasses.replace(CFG, expert=FailingJudge()))  # fmt: skip
+    with socket.socket() as probe:  # a loopback port with nobody listening: the judge cannot connect
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cfg = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=5, fallback_score=0.0)
+    judge = OpenAICompatibleJudge(cfg)
+    group = rollouts(main_script(question, question.answer), sub_script(question), question,
+                     cfg=dataclasses.replace(CFG, expert=judge))  # fmt: skip
+    (s,) = group.rollouts[0].sub_scores
+    assert (s.r_expert, s.reward) == (0.0, pytest.approx(0.1 + 0.4))
+
+
+def test_judges_must_follow_the_judge_protocol():
+    with pytest.raises(TypeError, match="correct judge must follow algo.judge.Judge"):
+        RolloutConfig(correct="exact-match")
+    with pytest.raises(TypeError, match="expert judge must follow algo.judge.Judge or be None"):
+        RolloutConfig(expert=lambda *args: 1.0)
 
 
 def test_k_must_be_positive():
