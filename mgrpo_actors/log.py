@@ -57,6 +57,8 @@ def configure_logging(
     # Libraries that use stdlib logging (nats-py, transformers, asyncio) go to the same stream, in the
     # same format and with the same run/node/role fields; warnings and above only.
     handler = logging.StreamHandler(stream)
+    # On the handler, not only the root logger: some libraries (bm25s) set their own loggers to DEBUG on import.
+    handler.setLevel(logging.WARNING)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=renderer,
@@ -71,8 +73,6 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(logging.WARNING)
-    for noisy in ("bm25s", "nats"):  # they set their own loggers to DEBUG/INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def get_logger(name: str = "mgrpo", **bound: Any) -> Any:
