@@ -287,7 +287,7 @@ class Bus:
     # request (see `mgrpo bench bus`).
     def _send(self, op: tuple) -> None:
         with self._outbox_lock:
-            if self._closing and not self.loop_running or self.loop.is_closed():
+            if (self._closing and not self.loop_running) or self.loop.is_closed():
                 raise BusError(f"bus to {self.url} is closed")
             self._outbox.append(op)
             if self._pump_scheduled:
