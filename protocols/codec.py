@@ -87,7 +87,7 @@ def encode(message: Message, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     if not isinstance(message, Message):
         raise ProtocolError("<message>", f"{type(message).__name__} is not a wire message type")
     type_name = type(message).__name__
-    fields = {c.name: c(type_name, getattr(message, c.name)) for c in type(message)._checks}
+    fields = {c.name: c(getattr(message, c.name)) for c in type(message)._checks}
     try:
         data = msgpack.packb(
             {"v": SCHEMA_VERSION, "t": type_name, "ts": time.time(), "d": fields},
@@ -118,8 +118,7 @@ def _unpack(data: Any, max_bytes: int) -> dict:
     return obj
 
 
-def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
-    """Decode and validate; raises only ProtocolError."""
+def _decode_parts(data: Any, max_bytes: int) -> tuple[Message, str, int, float]:
     obj = _unpack(data, max_bytes)
     version = obj.get("v")
     if type(version) is not int or version != SCHEMA_VERSION:
@@ -136,12 +135,17 @@ def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
     fields = obj.get("d")
     if not isinstance(fields, dict):
         raise ProtocolError(f"{type_name}", f"fields must be a map, got {type(fields).__name__}")
-    return Envelope(_build(cls, type_name, fields), type_name, version, float(sent_at))
+    return _build(cls, type_name, fields), type_name, version, float(sent_at)
+
+
+def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:
+    """Decode and validate, keeping the envelope (type, version, send time); raises only ProtocolError."""
+    return Envelope(*_decode_parts(data, max_bytes))
 
 
 def decode(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     """Decode a message; raises only ProtocolError."""
-    return decode_envelope(data, max_bytes).message
+    return _decode_parts(data, max_bytes)[0]
 
 
 def _build(cls: type[Message], type_name: str, fields: dict) -> Message:
@@ -150,14 +154,14 @@ def _build(cls: type[Message], type_name: str, fields: dict) -> Message:
         raise ProtocolError(f"{type_name}.{unexpected[0]}", "unexpected field")
     values = {}
     for check in cls._checks:
-        if check.name not in fields:
-            if check.required:
-                raise ProtocolError(f"{type_name}.{check.name}", "missing")
-            continue
-        values[check.name] = check(type_name, fields[check.name])
-    try:
-        return cls(**values)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        raise ProtocolError(type_name, f"cannot construct: {type(exc).__name__}: {exc}") from None
+        if check.name in fields:
+            values[check.name] = check(fields[check.name])
+        elif check.required:
+            raise ProtocolError(check.path, "missing")
+        else:
+            values[check.name] = check.default()  # type: ignore[misc]
+    # Every field is validated and typed already: fill the frozen dataclass without re-running
+    # __init__/__post_init__ (the hot path of every delivery).
+    message = object.__new__(cls)
+    message.__dict__.update(values)
+    return message

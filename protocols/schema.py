@@ -156,13 +156,15 @@ class FieldCheck:
     """How one field of a message type is validated."""
 
     name: str
+    path: str  # "<Type>.<field>", computed once: errors name it, the hot path never formats it
     check: Checker
     required: bool
     choices: tuple[str, ...] | None
     finite: bool
+    default: Callable[[], Any] | None  # makes the value of a missing optional field
 
-    def __call__(self, type_name: str, value: Any) -> Any:
-        path = f"{type_name}.{self.name}"
+    def __call__(self, value: Any) -> Any:
+        path = self.path
         value = self.check(path, value)
         if self.choices is not None and value not in self.choices:
             raise ProtocolError(path, f"{value!r} is not one of {', '.join(self.choices)}")
@@ -176,14 +178,21 @@ def build_checks(cls: type) -> tuple[FieldCheck, ...]:
     hints = typing.get_type_hints(cls)
     checks = []
     for f in dataclasses.fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.default is not dataclasses.MISSING:
+            default: Callable[[], Any] | None = (lambda v=f.default: v)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory
+        else:
+            default = None
         checks.append(
             FieldCheck(
                 name=f.name,
+                path=f"{cls.__name__}.{f.name}",
                 check=_checker_for(hints[f.name], f.metadata.get("dtype")),
-                required=required,
+                required=default is None,
                 choices=f.metadata.get("choices"),
                 finite=f.metadata.get("finite", False),
+                default=default,
             )
         )
     return tuple(checks)
