@@ -16,6 +16,10 @@ BENCHMARKS = {
 
 
 def _run(args: Any) -> int:
+    if args.name in ("all", "rollout", "algo"):  # they load models: keep "Loading weights" bars out of the tables
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
         importlib.import_module(BENCHMARKS[name]).run(quick=args.quick)
