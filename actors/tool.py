@@ -11,14 +11,13 @@ from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.config.node import BUILTIN_TOOLS
-from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web
-from mgrpo_actors.envs.world import WorldConfig
+from mgrpo_actors.envs.pages import build_pages
+from mgrpo_actors.envs.world import WorldConfig, generate_world
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols import ToolRequest, ToolResult
 
 __all__ = ["ToolActor", "build_tool_registry", "start_tool_actors"]
-
 
 
 class ToolActor(BusActor):
@@ -52,8 +51,7 @@ def build_tool_registry(config: NodeConfig) -> ToolRegistry:
     builtin = [name for name in tools.serve if name in BUILTIN_TOOLS]
     pages: Any = tools.pages
     if builtin and pages is None:
-        web = build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))
-        pages = web.pages
+        pages = build_pages(generate_world(WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))  # no questions needed
     entries = [{"name": name, "factory": BUILTIN_TOOLS[name]} for name in builtin]
     entries += [entry for entry in tools.extra if entry.get("name") in tools.serve]
     return ToolRegistry.from_config(entries, extra_args={name: {"pages": pages} for name in builtin})
