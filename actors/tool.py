@@ -11,13 +11,14 @@ from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.config.node import BUILTIN_TOOLS
-from mgrpo_actors.envs.pages import build_pages
+from mgrpo_actors.envs.dataset import resolve_pages
+from mgrpo_actors.envs.pages import Page, build_pages
 from mgrpo_actors.envs.world import WorldConfig, generate_world
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols import ToolRequest, ToolResult
 
-__all__ = ["ToolActor", "build_tool_registry", "start_tool_actors"]
+__all__ = ["ToolActor", "build_tool_registry", "served_pages", "start_tool_actors"]
 
 
 class ToolActor(BusActor):
@@ -45,13 +46,19 @@ class ToolActor(BusActor):
         return ToolResult(call_id=request.call_id, ok=result.ok, content=result.content, error=result.error)
 
 
+def served_pages(config: NodeConfig) -> list[Page]:
+    """The pages search and visit serve: `tools.pages` if set, else the built-in synthetic web's."""
+    if config.tools.pages is not None:
+        return resolve_pages(config.tools.pages)
+    # Only the world and its pages: the questions are not needed to serve tools.
+    return build_pages(generate_world(WorldConfig(seed=config.tools.web_seed, num_entities=config.tools.web_entities)))
+
+
 def build_tool_registry(config: NodeConfig) -> ToolRegistry:
     """The tools `config.tools.serve` names: built-ins over the synthetic web (or a pages file), plus extras."""
     tools = config.tools  # names were checked when the config loaded (ToolsConfig)
     builtin = [name for name in tools.serve if name in BUILTIN_TOOLS]
-    pages: Any = tools.pages
-    if builtin and pages is None:
-        pages = build_pages(generate_world(WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))  # no questions needed
+    pages = served_pages(config) if builtin else []
     entries = [{"name": name, "factory": BUILTIN_TOOLS[name]} for name in builtin]
     entries += [entry for entry in tools.extra if entry.get("name") in tools.serve]
     return ToolRegistry.from_config(entries, extra_args={name: {"pages": pages} for name in builtin})

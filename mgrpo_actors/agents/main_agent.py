@@ -9,7 +9,8 @@ from transformers import PreTrainedTokenizerBase
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME
 from mgrpo_actors.agents.episode import AgentEpisode
-from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, main_system_prompt, opening_messages
+from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, main_system_prompt
+from mgrpo_actors.agents.question_episode import question_episode
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["MAIN_REGISTRY_TOOLS", "main_episode", "main_tools"]
@@ -27,12 +28,7 @@ def main_episode(
 ) -> AgentEpisode:
     """M's episode for rollout `rollout_index` of `question`; its id is "r<rollout_index>"."""
     own_tools = main_tools(tools)
-    system_prompt = cfg.system_prompt or main_system_prompt(own_tools)
-    return AgentEpisode(
-        tokenizer,
-        opening_messages(system_prompt, question, MAIN_DEMONSTRATION if cfg.demonstration else ()),
-        cfg,
-        episode_id=f"r{rollout_index}",
-        tool_names=(*own_tools.names, DELEGATE_TOOL_NAME),
-        rollout_index=rollout_index,
-    )
+    return question_episode(
+        question, tokenizer, cfg, rollout_index, main_system_prompt(own_tools), MAIN_DEMONSTRATION,
+        (*own_tools.names, DELEGATE_TOOL_NAME),
+    )  # fmt: skip

@@ -7,7 +7,8 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.episode import AgentEpisode
-from mgrpo_actors.agents.prompts import SINGLE_DEMONSTRATION, opening_messages, single_system_prompt
+from mgrpo_actors.agents.prompts import SINGLE_DEMONSTRATION, single_system_prompt
+from mgrpo_actors.agents.question_episode import question_episode
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["SINGLE_TOOLS", "single_episode", "single_tools"]
@@ -25,12 +26,6 @@ def single_episode(
 ) -> AgentEpisode:
     """The single agent's episode for rollout `rollout_index` of `question`; its id is "r<rollout_index>"."""
     own_tools = single_tools(tools)
-    system_prompt = cfg.system_prompt or single_system_prompt(own_tools)
-    return AgentEpisode(
-        tokenizer,
-        opening_messages(system_prompt, question, SINGLE_DEMONSTRATION if cfg.demonstration else ()),
-        cfg,
-        episode_id=f"r{rollout_index}",
-        tool_names=own_tools.names,
-        rollout_index=rollout_index,
+    return question_episode(
+        question, tokenizer, cfg, rollout_index, single_system_prompt(own_tools), SINGLE_DEMONSTRATION, own_tools.names
     )

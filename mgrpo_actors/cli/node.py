@@ -28,7 +28,7 @@ from mgrpo_actors.cli.roles import ROLES, expand_roles, unbuilt_roles
 from mgrpo_actors.versions import package_versions
 from protocols import Event
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main", "start_roles", "stop_actors"]
 
 EXIT_USAGE = 2
 EXIT_NATS = 3
@@ -144,7 +144,7 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
             log.info("node stopping", reason="NATS connection lost" if lost.is_set() else stop.signal_name or "duration elapsed")
     finally:
         bus.stop_intake()
-        _stop_actors(actors, config.run.stop_timeout_s)
+        stop_actors(actors, config.run.stop_timeout_s)
         if bus.connected:
             bus.publish(bus.subjects.events, Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)))
         bus.drain()
@@ -154,15 +154,21 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
     return code
 
 
-def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> int:
-    """Start the node's actors into `actors` (so whatever started is stopped on any failure)."""
+def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
+    """Create the run's streams and start the node's actors into `actors` (so whatever started is
+    stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
     from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
 
+    bus.ensure_streams()
+    actors.append(NodeInfoActor.start_ready(bus, roles))
+    for role in roles:
+        ROLES[role].start(bus, config, actors)  # type: ignore[misc]
+
+
+def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> int:
+    """start_roles, with its failures turned into messages and exit codes."""
     try:
-        bus.ensure_streams()
-        actors.append(NodeInfoActor.start_ready(bus, roles))
-        for role in roles:
-            ROLES[role].start(bus, config, actors)  # type: ignore[misc]
+        start_roles(bus, config, roles, actors)
     except BusError as exc:
         return _fail(str(exc), EXIT_NATS)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
@@ -180,7 +186,7 @@ def _wait(stop: ShutdownSignal, duration_s: float | None) -> None:
             return
 
 
-def _stop_actors(actors: list[Any], timeout_s: float) -> None:
+def stop_actors(actors: list[Any], timeout_s: float) -> None:
     """Stop all actors at once; pykka queues stop() behind what is in each mailbox, so work in hand finishes."""
     futures = []
     for ref in reversed(actors):

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mgrpo_actors.cli import rollout as rollout_command
+from mgrpo_actors.cli.node import start_roles, stop_actors
 from mgrpo_actors.cli.roles import ROLES
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.log import configure_logging
@@ -35,10 +36,9 @@ __all__ = ["add_parser", "run_job"]
 
 
 def _sample_calls(config: NodeConfig) -> list[ToolRequest]:
-    from mgrpo_actors.envs.pages import build_pages
-    from mgrpo_actors.envs.world import WorldConfig, generate_world
+    from actors.tool import served_pages  # composition root: the one place that knows actors
 
-    page = build_pages(generate_world(WorldConfig(seed=config.tools.web_seed, num_entities=config.tools.web_entities)))[0]
+    page = served_pages(config)[0]
     return [
         ToolRequest(call_id="run-search", tool="search", arguments={"query": page.title, "k": 3}),
         ToolRequest(call_id="run-visit", tool="visit", arguments={"url": page.url, "goal": f"what is {page.title}?"}),
@@ -88,16 +88,12 @@ def run_job(config: NodeConfig, args: argparse.Namespace, console: Console) -> i
     built = [name for name, spec in ROLES.items() if spec.start]
     missing = [name for name, spec in ROLES.items() if not spec.start]
     code = 0
-    with EmbeddedNats(max_payload=config.nats.max_message_bytes) as server, Bus(server.url, run_id=config.run.id, node="run", max_bytes=config.nats.max_message_bytes) as bus:
+    with EmbeddedNats(max_payload=config.nats.max_message_bytes) as server, Bus(server.url, run_id=config.run.id, node="run", max_bytes=config.nats.max_message_bytes, request_timeout_s=config.nats.request_timeout_s) as bus:
         console.print(f"embedded nats-server at {server.url}; run id {config.run.id!r}")
-        bus.ensure_streams()
-        from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
-
         t0 = time.perf_counter()
-        actors: list[Any] = [NodeInfoActor.start_ready(bus, built)]
+        actors: list[Any] = []
         try:
-            for role in built:
-                ROLES[role].start(bus, config, actors)  # type: ignore[misc]
+            start_roles(bus, config, built, actors)
             console.print(f"started roles {', '.join(built)} ({len(actors)} actors) in {time.perf_counter() - t0:.1f} s")
             _check_bus(bus, config, console)
             if not args.no_rollout:
@@ -105,8 +101,7 @@ def run_job(config: NodeConfig, args: argparse.Namespace, console: Console) -> i
                 console.print(f"dead letters on the bus: {bus.dead_letter_total}")
         finally:
             bus.stop_intake()
-            for ref in reversed(actors):
-                ref.stop(timeout=config.run.stop_timeout_s)
+            stop_actors(actors, config.run.stop_timeout_s)
     console.print(
         f"[bold]Training not run:[/bold] roles {', '.join(missing)} are not built yet "
         "(they come with the NATS pipeline and DeepSpeed learner issues)."

@@ -432,9 +432,7 @@ class Bus:
 
         try:
             return self.call(_ensure())
-        except nats.js.errors.ServiceUnavailableError:
-            raise BusError(f"JetStream is not enabled at {self.url}: start nats-server with -js (or `jetstream {{}}` in its config)") from None
-        except nats.errors.NoRespondersError:
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
             raise BusError(f"JetStream is not enabled at {self.url}: start nats-server with -js (or `jetstream {{}}` in its config)") from None
 
     def add_stream(self, name: str, subjects: list[str]) -> None:

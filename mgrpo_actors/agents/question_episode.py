@@ -1,0 +1,33 @@
+"""The episode of an agent that answers a question (M, or the single agent): the part both share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.episode import AgentEpisode
+from mgrpo_actors.agents.prompts import opening_messages
+
+__all__ = ["question_episode"]
+
+
+def question_episode(
+    question: str,
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: AgentConfig,
+    rollout_index: int,
+    system_prompt: str,
+    demonstration: Sequence[dict[str, str]],
+    tool_names: Sequence[str],
+) -> AgentEpisode:
+    """Rollout `rollout_index` of `question`; its id is "r<rollout_index>". cfg.system_prompt, if set, wins."""
+    return AgentEpisode(
+        tokenizer,
+        opening_messages(cfg.system_prompt or system_prompt, question, demonstration if cfg.demonstration else ()),
+        cfg,
+        episode_id=f"r{rollout_index}",
+        tool_names=tuple(tool_names),
+        rollout_index=rollout_index,
+    )
