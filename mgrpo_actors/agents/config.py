@@ -1,9 +1,12 @@
-"""`AgentConfig`: one agent's turn and token budgets and how it samples (m-grpo.md §The system being trained)."""
+"""`AgentConfig`: one agent's model and engine, its turn and token budgets and how it samples
+(m-grpo.md §The system being trained). The node config holds one for M and one for S (`agents.main`,
+`agents.sub`): each agent is its own LLM."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from mgrpo_actors.engines.base import SamplingParams
 
@@ -12,8 +15,12 @@ __all__ = ["AgentConfig"]
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Budgets and sampling of one agent (main, sub or single); each role has its own instance."""
+    """Model, budgets and sampling of one agent (main, sub or single); each role has its own instance."""
 
+    model: str = "smollm2"  # model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory
+    engine: Literal["hf", "vllm"] = "hf"  # rollout engine (vllm: GPU hosts with the optional extra)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype the rollout model is loaded in
+    device: str = "cpu"  # where the rollout model runs ("cpu", "cuda", "cuda:1")
     max_turns: int = 20  # generations per episode, the forced final-answer turn included (m-grpo.md: ~20)
     max_new_tokens_per_turn: int = 512  # generation budget of one turn
     max_context_tokens: int = 8192  # context budget: prompt + every turn + every tool output

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mgrpo_actors.tools.base import SchemaTool, ToolResult
+from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 from mgrpo_actors.tools.schema import validate
 from protocols.messages import SubtaskResult
 
@@ -69,8 +69,8 @@ class DelegateTool(SchemaTool):
         "additionalProperties": False,
     }  # fmt: skip
 
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
-        return ToolResult.failure("delegate is answered by a sub-agent through the rollout driver, not called directly")
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
+        return ToolOutput.failure("delegate is answered by a sub-agent through the rollout driver, not called directly")
 
 
 def delegation_request(arguments: dict[str, Any], rollout_index: int, call_id: str) -> DelegationRequest | str:

@@ -31,14 +31,14 @@ from mgrpo_actors.agents.episode import Action, AgentEpisode, Malformed, ToolCal
 from mgrpo_actors.agents.turn_format import format_tool_result
 from mgrpo_actors.engines.base import RolloutEngine, SamplingParams
 from mgrpo_actors.log import get_logger
-from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.base import ToolOutput
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["AgentModel", "DriverStats", "ToolExecutor", "registry_executor", "run_episodes", "step_seed"]
 
 log = get_logger("mgrpo.agents.driver")
 
-ToolExecutor = Callable[[Sequence[ToolCall]], list[ToolResult]]
+ToolExecutor = Callable[[Sequence[ToolCall]], list[ToolOutput]]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class DriverStats:
 def registry_executor(registry: ToolRegistry) -> ToolExecutor:
     """The local ToolExecutor: each call through `registry.call`, which never raises."""
 
-    def execute(calls: Sequence[ToolCall]) -> list[ToolResult]:
+    def execute(calls: Sequence[ToolCall]) -> list[ToolOutput]:
         return [registry.call(call.name, call.arguments) for call in calls]
 
     return execute

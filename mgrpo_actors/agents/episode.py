@@ -32,7 +32,7 @@ from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.trajectory import Trajectory, TrajectoryBuilder, encode_plain, encode_template
+from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, encode_plain, encode_template
 from mgrpo_actors.agents.turn_format import ParsedTurn, format_parse_error, parse_turn
 from mgrpo_actors.engines.base import Generation, SamplingParams
 
@@ -117,7 +117,7 @@ class EpisodeRecord:
     """A finished episode: its trajectory and what scoring and transcripts need."""
 
     episode_id: str
-    trajectory: Trajectory
+    trajectory: TokenTrajectory
     turns: tuple[TurnRecord, ...]
     turn_errors: tuple[str | None, ...]  # per turn: None if it parsed, else why not (feeds r_format)
     answer: str | None  # the final answer, None if the episode ended without one

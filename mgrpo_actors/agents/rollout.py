@@ -22,7 +22,7 @@ from mgrpo_actors.agents.scoring import MainScore, SubScore, expert_references, 
 from mgrpo_actors.agents.single_agent import single_episode
 from mgrpo_actors.algo.config import RewardConfig
 from mgrpo_actors.algo.judge import Judge
-from mgrpo_actors.algo.rewards import SubRewardWeights, resolve_sub_weights
+from mgrpo_actors.algo.rewards import SubRewardWeights, main_correct_for_sub, resolve_sub_weights
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
@@ -123,7 +123,9 @@ def run_rollouts(
     records = [episode.record() for episode in episodes]
     main_scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
     calls = sorted(sub_agents.calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
-    main_correct = [main_scores[call.request.rollout_index].r_correct for call in calls]
+    main_correct = main_correct_for_sub([m.format.ok for m in main_scores], [m.r_correct for m in main_scores])[
+        [call.request.rollout_index for call in calls]
+    ]  # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
     sub_scores = score_sub(calls, main_correct, expert, weights, cfg.sub.max_turns)
     rollouts = tuple(
         Rollout(

@@ -18,7 +18,7 @@ from mgrpo_actors.algo.config import RewardConfig
 from mgrpo_actors.algo.format_check import FormatCheck, r_format, trajectory_format_ok
 from mgrpo_actors.algo.judge import Judge
 from mgrpo_actors.algo.rewards import SubRewardWeights, main_reward, sub_reward
-from mgrpo_actors.algo.scorers import normalize_answer
+from mgrpo_actors.algo.scorers import normalize_answer, subtask_text
 from mgrpo_actors.envs.qa import Question
 
 __all__ = ["MainScore", "SubScore", "best_score", "expert_references", "format_check", "score_main", "score_sub"]
@@ -41,7 +41,7 @@ class SubScore:
     call_id: str
     format: FormatCheck  # whether S's own trajectory is well formed, and why not
     r_format: float  # 1.0 if well formed, else 0.0
-    main_correct: float  # r_correct(M) of the rollout the call belongs to
+    main_correct: float  # r_correct(M) of the call's rollout, 0 if M's format was invalid (algo main_correct_for_sub)
     r_expert: float | None  # the expert judge's best score of S's findings over the references; None: β3 folded
     reward: float  # R_S = β1·r_format(S) + β2·r_correct(M) + β3·r_expert if well formed, else 0
 
@@ -96,18 +96,21 @@ def score_sub(
     weights: SubRewardWeights,
     max_turns: int,
 ) -> list[SubScore]:
-    """SubScore of each call; main_correct[i] is r_correct(M) of call i's rollout; `expert` is the expert
-    judge and its references, None exactly when the weights fold β3."""
+    """SubScore of each call; main_correct[i] is r_correct(M) of call i's rollout as R_S uses it (see
+    `algo.rewards.main_correct_for_sub`); `expert` is the expert judge and its references, None exactly
+    when the weights fold β3. The judge's question is S's task and context (`subtask_text`)."""
     checks = [format_check(call.episode, max_turns) for call in calls]
     ok = np.array([check.ok for check in checks], dtype=bool)
     correct = np.array(main_correct, dtype=np.float64)
     scores = None
     if expert is not None:
         judge, references = expert
-        # The judge reads S's subtask (M's request) and S's findings: what M got back, not S's transcript.
+        # The judge reads S's subtask (M's request: task and context) and S's findings: what M got back, not
+        # S's transcript; a local rule pays nothing for what the subtask already says (m-grpo.md §Rewards).
         # A call that returned nothing has nothing to judge.
         scores = np.array(
-            [best_score(judge, c.request.task, c.result.findings, references) if c.result.ok else 0.0 for c in calls],
+            [best_score(judge, subtask_text(c.request.task, c.request.context), c.result.findings, references)
+             if c.result.ok else 0.0 for c in calls],
             dtype=np.float64,
         )
     rewards = sub_reward(ok, correct, scores, weights)

@@ -25,7 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.engines.base import Generation
 
-__all__ = ["ChatTurnWrapping", "Trajectory", "TrajectoryBuilder", "encode_opening", "encode_plain", "encode_template"]
+__all__ = ["ChatTurnWrapping", "TokenTrajectory", "TrajectoryBuilder", "encode_opening", "encode_plain", "encode_template"]
 
 Message = Mapping[str, str]
 
@@ -83,7 +83,7 @@ class ChatTurnWrapping:
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class TokenTrajectory:
     """One agent's whole rollout as token arrays, ready for the wire and the learner."""
 
     token_ids: np.ndarray  # int32 [T]: prompt, generations and tool outputs, in order
@@ -169,11 +169,11 @@ class TrajectoryBuilder:
         self._append(ids, 0, [0.0] * len(ids))
         self._awaiting_generation = True
 
-    def finish(self) -> Trajectory:
+    def finish(self) -> TokenTrajectory:
         """The trajectory so far, as typed arrays."""
         if not self._spans:
             raise ValueError("a trajectory needs at least one generation")
-        return Trajectory(
+        return TokenTrajectory(
             token_ids=np.asarray(self._ids, dtype=np.int32),
             loss_mask=np.asarray(self._mask, dtype=np.uint8),
             behaviour_logprobs=np.asarray(self._logprobs, dtype=np.float32),

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import structlog
 
-from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.base import ToolOutput
 
 __all__ = [
     "TURN_FORMAT_INSTRUCTIONS",
@@ -211,7 +211,7 @@ def format_answer(answer: str, think: str | None = None) -> str:
     return _with_think(f"{ANSWER[0]}{answer}{ANSWER[1]}", think)
 
 
-def format_tool_result(result: ToolResult) -> str:
+def format_tool_result(result: ToolOutput) -> str:
     """The content of the `tool` message that answers a tool call."""
     return result.content if result.ok else f"Error: {result.error}"
 

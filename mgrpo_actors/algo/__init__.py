@@ -1,42 +1,20 @@
 """The M-GRPO math (../shared/docs/m-grpo.md): rewards, judges, format check, group advantages,
-trajectory alignment and the clipped objective. Pure logic: no NATS, no model."""
+trajectory alignment and the clipped objective. Pure logic: no NATS, no model.
 
-from mgrpo_actors.algo.advantages import (
-    GroupStatistics,
-    broadcast_to_tokens,
-    group_advantages,
-    group_statistics,
-    main_advantages,
-    sub_advantages,
-)
-from mgrpo_actors.algo.alignment import AlignedBatch, DEstimator, Slot, SlotKind, align
-from mgrpo_actors.algo.config import (
-    AdvantageConfig,
-    AlgoConfig,
-    AlignmentConfig,
-    JudgeConfig,
-    ObjectiveConfig,
-    RewardConfig,
-)
-from mgrpo_actors.algo.format_check import FormatCheck, r_format, trajectory_format_ok
-from mgrpo_actors.algo.judge import Judge, JudgeError, OpenAICompatibleJudge, Verdict, parse_score_reply
-from mgrpo_actors.algo.objective import PolicyLossStats, clipped_policy_loss, kl_estimate, loss_denominator
-from mgrpo_actors.algo.rewards import SubRewardWeights, main_reward, resolve_sub_weights, sub_reward
-from mgrpo_actors.algo.scorers import (
-    ContainsReferenceJudge,
-    ExactMatchJudge,
-    TokenF1Judge,
-    contains_reference,
-    exact_match,
-    normalize_answer,
-    token_f1,
-)
+Names are imported on first use (PEP 562): the node config imports `algo.config` without pulling in
+torch, which only advantages and the objective need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "AdvantageConfig",
     "AlgoConfig",
-    "AlignedBatch",
     "AlignmentConfig",
+    "AlignmentPlan",
     "ContainsReferenceJudge",
     "DEstimator",
     "ExactMatchJudge",
@@ -51,6 +29,7 @@ __all__ = [
     "RewardConfig",
     "Slot",
     "SlotKind",
+    "SubKey",
     "SubRewardWeights",
     "TokenF1Judge",
     "Verdict",
@@ -64,6 +43,7 @@ __all__ = [
     "kl_estimate",
     "loss_denominator",
     "main_advantages",
+    "main_correct_for_sub",
     "main_reward",
     "normalize_answer",
     "parse_score_reply",
@@ -71,6 +51,59 @@ __all__ = [
     "resolve_sub_weights",
     "sub_advantages",
     "sub_reward",
+    "subtask_text",
     "token_f1",
     "trajectory_format_ok",
 ]
+
+_WHERE = {
+    "AdvantageConfig": "config",
+    "AlgoConfig": "config",
+    "AlignmentConfig": "config",
+    "AlignmentPlan": "alignment",
+    "ContainsReferenceJudge": "scorers",
+    "DEstimator": "alignment",
+    "ExactMatchJudge": "scorers",
+    "FormatCheck": "format_check",
+    "GroupStatistics": "advantages",
+    "Judge": "judge",
+    "JudgeConfig": "config",
+    "JudgeError": "judge",
+    "ObjectiveConfig": "config",
+    "OpenAICompatibleJudge": "judge",
+    "PolicyLossStats": "objective",
+    "RewardConfig": "config",
+    "Slot": "alignment",
+    "SlotKind": "alignment",
+    "SubKey": "alignment",
+    "SubRewardWeights": "rewards",
+    "TokenF1Judge": "scorers",
+    "Verdict": "judge",
+    "align": "alignment",
+    "broadcast_to_tokens": "advantages",
+    "clipped_policy_loss": "objective",
+    "contains_reference": "scorers",
+    "exact_match": "scorers",
+    "group_advantages": "advantages",
+    "group_statistics": "advantages",
+    "kl_estimate": "objective",
+    "loss_denominator": "objective",
+    "main_advantages": "advantages",
+    "main_correct_for_sub": "rewards",
+    "main_reward": "rewards",
+    "normalize_answer": "scorers",
+    "parse_score_reply": "judge",
+    "r_format": "format_check",
+    "resolve_sub_weights": "rewards",
+    "sub_advantages": "advantages",
+    "sub_reward": "rewards",
+    "subtask_text": "scorers",
+    "token_f1": "scorers",
+    "trajectory_format_ok": "format_check",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

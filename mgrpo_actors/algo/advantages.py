@@ -43,8 +43,9 @@ def group_statistics(rewards: np.ndarray, counted: np.ndarray, cfg: AdvantageCon
     squared = np.where(counted, (rewards - mean[:, None]) ** 2, 0.0)
     std = np.sqrt(squared.sum(axis=1) / np.maximum(count - ddof, 1))
     # m-grpo.md §Group-relative advantages [ours]: std = 0 means no signal; eps is the only tolerance,
-    # it is never added to std. An unbiased std needs two members.
-    degenerate = (count - ddof <= 0) | (std <= cfg.eps)
+    # it is never added to std. A group needs two counted members to carry a relative signal (and an
+    # unbiased std needs two to exist).
+    degenerate = (count < 2) | (std <= cfg.eps)
     return GroupStatistics(mean=mean, std=std, count=count, degenerate=degenerate)
 
 
@@ -86,7 +87,8 @@ def sub_advantages(rewards: npt.ArrayLike, weights: npt.ArrayLike, cfg: Advantag
     """A_S for aligned rewards shaped (B, K, D): all D·K slots of a query form one group.
 
     m-grpo.md §Group-relative advantages: duplicates count. Slots with weight 0 (placeholders) are
-    left out of the statistics and get advantage 0 ([ours]). Returns (B, K, D).
+    left out of the statistics and get advantage 0 ([ours]). K = 1 is allowed: a query whose group has
+    fewer than 2 counted slots (or std <= eps) is degenerate and gets advantages 0. Returns (B, K, D).
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.float64)
@@ -95,10 +97,10 @@ def sub_advantages(rewards: npt.ArrayLike, weights: npt.ArrayLike, cfg: Advantag
     if rewards.shape != weights.shape:
         raise ValueError(f"sub rewards shape {rewards.shape} does not match weights shape {weights.shape}")
     batch, k, d = rewards.shape
-    if batch == 0 or d == 0:
+    if batch == 0 or k == 0 or d == 0:
         raise ValueError(f"sub rewards: empty groups, shape (B, K, D) = {rewards.shape}")
-    if k < 2:
-        raise ValueError(f"sub rewards: K = {k}; a group needs K >= 2 rollouts to carry a relative signal")
+    # m-grpo.md §Group-relative advantages [ours]: K = 1 is allowed for S, the group being the query's
+    # counted slots; one with fewer than 2 counted members is degenerate (group_statistics gives 0).
     flat = group_advantages(rewards.reshape(batch, k * d), weights.reshape(batch, k * d) > 0, cfg)
     return flat.reshape(batch, k, d)
 

@@ -9,6 +9,10 @@ rollout is brought to exactly D slots:
 Placeholders have loss weight 0 and no source; duplicates have weight 1 (they count in the group).
 A batch of B queries with K rollouts each therefore always holds exactly B·K·D slots.
 
+Call ids are unique only within a query (the rollout code names them "r{k}.t{i}"), so the plan keys
+every sub-trajectory by (query index b, rollout index k, call id): the same call id may appear in
+several queries or rollouts; only a repeat within one rollout is an error.
+
 The random choices are vectorised over all B·K rollouts (no Python loop over slots) and come from the
 numpy Generator the caller passes, so a seeded Generator reproduces the same batch.
 """
@@ -19,12 +23,16 @@ import enum
 from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from mgrpo_actors.algo.config import AlignmentConfig, AlignmentMode
+
+
+MaskT = TypeVar("MaskT", np.ndarray, torch.Tensor)
 
 
 class SlotKind(enum.IntEnum):
@@ -35,36 +43,47 @@ class SlotKind(enum.IntEnum):
     PLACEHOLDER = 2
 
 
+# A sub-trajectory's batch-unique key: (query index b, rollout index k, call id).
+SubKey = tuple[int, int, Hashable]
+
+
 class Slot(NamedTuple):
     """One of the B·K·D aligned samples, for reading and logging."""
 
     query: int
     rollout: int
     index: int
-    # Id of the sub-trajectory this slot trains on; None for a placeholder.
-    source_id: Hashable | None
+    # Key (b, k, call id) of the sub-trajectory this slot trains on; None for a placeholder.
+    source_id: SubKey | None
+    # Call id of that sub-trajectory within its rollout (source_id[2]); None for a placeholder.
+    call_id: Hashable | None
     kind: SlotKind
+    # Loss weight: 1, or 0 for a placeholder (whose loss mask must be all 0).
     weight: float
 
 
 @dataclass(frozen=True, eq=False)
-class AlignedBatch:
-    """The aligned sub batch: arrays shaped (B, K, D) plus what was dropped.
+class AlignmentPlan:
+    """How the sub batch is laid out: arrays shaped (B, K, D) plus what was dropped (not the batch itself;
+    the wire message that carries a built batch is `protocols.AlignedBatch`).
 
-    `source[b, k, j]` indexes `ids` (the input ids, flattened in query, rollout, call order), -1 for a
-    placeholder. Every source of rollout (b, k) is one of that rollout's own ids.
+    `ids` holds the key (b, k, call id) of every input sub-trajectory, in query, rollout, call order;
+    `source[b, k, j]` indexes `ids`, -1 for a placeholder. Every source of rollout (b, k) is one of that
+    rollout's own keys. A batch builder lays the B·K·D samples out in `slots()` order and multiplies each
+    sample's loss mask by `loss_weights()` (`mask_placeholders` does it), so placeholders, whatever
+    tokens fill them, carry an all-zero loss mask (m-grpo.md §Objective).
     """
 
     d: int
     mode: AlignmentMode
-    ids: tuple[Hashable, ...]
+    ids: tuple[SubKey, ...]
     source: np.ndarray
     kind: np.ndarray
     weight: np.ndarray
     # d_k as observed before alignment, shaped (B, K).
     observed: np.ndarray
-    # Per query, per rollout: the ids dropped because d_k > D.
-    dropped: tuple[tuple[tuple[Hashable, ...], ...], ...]
+    # Per query, per rollout: the keys (b, k, call id) dropped because d_k > D.
+    dropped: tuple[tuple[tuple[SubKey, ...], ...], ...]
 
     @property
     def num_queries(self) -> int:
@@ -99,24 +118,44 @@ class AlignedBatch:
     def slots(self) -> Iterator[Slot]:
         """Every slot in (query, rollout, index) order."""
         for (b, k, j), source in np.ndenumerate(self.source):
+            key = None if source < 0 else self.ids[source]
             yield Slot(
                 query=b,
                 rollout=k,
                 index=j,
-                source_id=None if source < 0 else self.ids[source],
+                source_id=key,
+                call_id=None if key is None else key[2],
                 kind=SlotKind(int(self.kind[b, k, j])),
                 weight=float(self.weight[b, k, j]),
             )
 
-    def gather(self, values: Mapping[Hashable, float] | npt.ArrayLike, fill: float = 0.0) -> np.ndarray:
-        """Per-sub-trajectory values (by id, or an array in `ids` order) laid out as (B, K, D).
+    def loss_weights(self) -> np.ndarray:
+        """Per slot, flat (B·K·D,) in `slots()` order: 1, or 0 for a placeholder.
+
+        m-grpo.md §Trajectory alignment / §Objective: placeholders have loss weight 0, i.e. an all-zero
+        loss mask; multiply each slot's loss mask by its entry (or call `mask_placeholders`).
+        """
+        return self.weight.reshape(-1)
+
+    def mask_placeholders(self, loss_mask: MaskT) -> MaskT:
+        """Slot loss masks (B·K·D, T) in `slots()` order (numpy or torch) with placeholder rows set to 0."""
+        if loss_mask.ndim != 2 or loss_mask.shape[0] != self.num_samples:
+            raise ValueError(f"loss_mask must be shaped ({self.num_samples}, T), got {tuple(loss_mask.shape)}")
+        weights = self.loss_weights()
+        if isinstance(loss_mask, torch.Tensor):
+            return loss_mask * torch.as_tensor(weights, device=loss_mask.device).to(loss_mask.dtype)[:, None]
+        return loss_mask * weights.astype(loss_mask.dtype)[:, None]
+
+    def gather(self, values: Mapping[SubKey, float] | npt.ArrayLike, fill: float = 0.0) -> np.ndarray:
+        """Per-sub-trajectory values (by key (b, k, call id), or an array in `ids` order) laid out as (B, K, D).
 
         Placeholders get `fill`. Used to place R_S (or any per-sub-trajectory scalar) on the slots.
         """
         if isinstance(values, Mapping):
             missing = [i for i in self.ids if i not in values]
             if missing:
-                raise ValueError(f"no value for sub-trajectory id(s) {missing[:5]} ({len(missing)} missing)")
+                keys = f"{missing[:5]} ({len(missing)} missing)"
+                raise ValueError(f"no value for sub-trajectory key(s) (query, rollout, call id) {keys}")
             flat = np.array([values[i] for i in self.ids], dtype=np.float64)
         else:
             flat = np.asarray(values, dtype=np.float64)
@@ -127,7 +166,7 @@ class AlignedBatch:
 
 
 def _validate(sub_ids: Sequence[Sequence[Sequence[Hashable]]]) -> int:
-    """Check the nesting (B queries × K rollouts × d_k ids) and return K."""
+    """Check the nesting (B queries × K rollouts × d_k ids) and unique call ids per rollout; return K."""
     if len(sub_ids) == 0:
         raise ValueError("alignment: empty batch (no queries)")
     k = len(sub_ids[0])
@@ -136,6 +175,12 @@ def _validate(sub_ids: Sequence[Sequence[Sequence[Hashable]]]) -> int:
     for b, rollouts in enumerate(sub_ids):
         if len(rollouts) != k:
             raise ValueError(f"alignment: query {b} has {len(rollouts)} rollouts, query 0 has {k}; K must be the same")
+        for r, calls in enumerate(rollouts):
+            repeated = [i for i, n in Counter(calls).items() if n > 1]
+            if repeated:
+                raise ValueError(
+                    f"alignment: call ids must be unique within a rollout; query {b} rollout {r} repeats {repeated[:5]}"
+                )
     return k
 
 
@@ -144,11 +189,12 @@ def align(
     d: int,
     rng: np.random.Generator,
     mode: AlignmentMode = "duplicate",
-) -> AlignedBatch:
-    """Align each rollout's sub-trajectory ids to exactly `d` slots (m-grpo.md §Trajectory alignment).
+) -> AlignmentPlan:
+    """Align each rollout's sub-trajectories to exactly `d` slots (m-grpo.md §Trajectory alignment).
 
-    `sub_ids[b][k]` lists the ids of the sub-trajectories of rollout k of query b, in call order.
-    Ids must be unique across the batch. Returns exactly B·K·d slots.
+    `sub_ids[b][k]` lists the call ids of the sub-trajectories of rollout k of query b, in call order.
+    Call ids must be unique within a rollout; the plan keys each as (b, k, call id). Returns exactly
+    B·K·d slots.
     """
     if not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"alignment: D must be an integer >= 1, got {d!r}")
@@ -156,21 +202,18 @@ def align(
         raise ValueError(f"alignment: mode must be 'duplicate' or 'mask', got {mode!r}")
     k = _validate(sub_ids)
     batch = len(sub_ids)
-    rollouts = [list(calls) for query in sub_ids for calls in query]
-    ids = tuple(i for calls in rollouts for i in calls)
-    if len(set(ids)) != len(ids):
-        repeated = [i for i, n in Counter(ids).items() if n > 1]
-        raise ValueError(f"alignment: sub-trajectory ids must be unique, repeated: {repeated[:5]}")
+    rollouts = [[(b, r, call) for call in calls] for b, query in enumerate(sub_ids) for r, calls in enumerate(query)]
+    ids = tuple(key for keys in rollouts for key in keys)
 
-    observed = np.array([len(calls) for calls in rollouts], dtype=np.int64)  # d_k per rollout, (R,)
+    observed = np.array([len(keys) for keys in rollouts], dtype=np.int64)  # d_k per rollout, (R,)
     offset = np.concatenate([[0], np.cumsum(observed)[:-1]])  # first flat index of each rollout
     width = max(int(observed.max()), d)
     column = np.arange(width)[None, :]
 
-    # Keep a uniform random subset of min(d_k, D) calls: random keys, invalid positions last,
-    # the D smallest keys win; sorting the winners keeps call order.
-    keys = np.where(column < observed[:, None], rng.random((len(rollouts), width)), np.inf)
-    order = np.argsort(keys, axis=1, kind="stable")
+    # Keep a uniform random subset of min(d_k, D) calls: random sort keys, invalid positions last,
+    # the D smallest win; sorting the winners keeps call order.
+    sort_keys = np.where(column < observed[:, None], rng.random((len(rollouts), width)), np.inf)
+    order = np.argsort(sort_keys, axis=1, kind="stable")
     kept = np.sort(order[:, :d], axis=1)
     slot = np.arange(d)[None, :]
     is_original = slot < observed[:, None]
@@ -188,7 +231,7 @@ def align(
     dropped = tuple(tuple(dropped_flat[b * k : (b + 1) * k]) for b in range(batch))
 
     shape = (batch, k, d)
-    return AlignedBatch(
+    return AlignmentPlan(
         d=int(d),
         mode=mode,
         ids=ids,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 StdKind = Literal["population", "unbiased"]
 AlignmentMode = Literal["duplicate", "mask"]
-RatioKind = Literal["token", "sequence"]
+RatioKind = Literal["token", "sequence", "sequence-mean"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
 
@@ -121,7 +121,7 @@ class ObjectiveConfig:
     eps_low: float = 0.2
     # Upper clip range: ρ is clipped at 1 + eps_high, "clip-higher" (reference code: 0.28).
     eps_high: float = 0.28
-    # "token": per-token ratio (reference code); "sequence": product over the sequence (paper) ([ours]: token).
+    # "token" (reference code), "sequence" (paper; needs seq-mean-token-mean), "sequence-mean" (GSPO) ([ours]: token).
     ratio: RatioKind = "token"
     # How token losses become one number ([ours]: token-mean over the global batch).
     aggregation: Aggregation = "token-mean"
@@ -137,11 +137,18 @@ class ObjectiveConfig:
     def __post_init__(self) -> None:
         _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
         _require(self.eps_high > 0.0, f"objective.eps_high must be > 0, got {self.eps_high!r}")
-        _require_choice("objective.ratio", self.ratio, ("token", "sequence"))
+        _require_choice("objective.ratio", self.ratio, ("token", "sequence", "sequence-mean"))
         _require_choice(
             "objective.aggregation",
             self.aggregation,
             ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        )
+        # m-grpo.md §Objective: the paper's sequence ratio counts each sequence's loss once; any other
+        # aggregation weights it by its length. sequence-mean takes any aggregation (objective.py says why).
+        _require(
+            self.ratio != "sequence" or self.aggregation == "seq-mean-token-mean",
+            "objective.ratio: sequence requires objective.aggregation: seq-mean-token-mean "
+            f"(each sequence's loss counted once, as in the paper), got objective.aggregation: {self.aggregation}",
         )
         if self.aggregation == "seq-mean-token-sum-norm":
             _require(

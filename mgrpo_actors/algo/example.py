@@ -1,7 +1,9 @@
 """Worked example of the M-GRPO math, quoted by docs/m-grpo-worked-example.md.
 
 One query, K = 3 rollouts in which M calls S 0, 2 and 5 times, aligned to D = 2 (and, to show
-duplication, to D = 3). Run: `python -m mgrpo_actors.algo.example`.
+duplication, to D = 3). Call ids repeat across rollouts ("t0" in rollouts 1 and 2), as the rollout
+code's do; the alignment plan keys them by (query, rollout, call id). Run:
+`python -m mgrpo_actors.algo.example`.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from mgrpo_actors.algo.advantages import group_statistics, main_advantages, sub_advantages
-from mgrpo_actors.algo.alignment import AlignedBatch, SlotKind, align
+from mgrpo_actors.algo.alignment import AlignmentPlan, SlotKind, SubKey, align
 from mgrpo_actors.algo.config import AdvantageConfig, RewardConfig
 from mgrpo_actors.algo.format_check import trajectory_format_ok
-from mgrpo_actors.algo.rewards import main_reward, resolve_sub_weights, sub_reward
-from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge
+from mgrpo_actors.algo.rewards import main_correct_for_sub, main_reward, resolve_sub_weights, sub_reward
+from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, subtask_text
 
 QUESTION = "In which city was the founder of Vantorine Labs born?"
 GOLD = "Castor Bay"
+# What r_expert looks for in S's results: the evidence entities the question does not name.
+EXPERT_REFERENCES = ("Orlen Vasque", "Castor Bay")
 SEED = 7
 
 
@@ -26,9 +30,9 @@ SEED = 7
 class SubCall:
     """One S invocation as the sub side sees it once the rollout is over."""
 
+    # Unique within its rollout only, like the rollout code's call ids.
     id: str
     subtask: str
-    evidence: str
     result: str
     # Per-turn parse results from the agent's turn parser: None = valid turn.
     turn_errors: tuple[str | None, ...]
@@ -49,27 +53,27 @@ ROLLOUTS = (
         answer="Castor Bay",
         turn_errors=(None, None, None),
         calls=(
-            SubCall("s1.0", "Who founded Vantorine Labs?", "Orlen Vasque",
+            SubCall("t0", "Who founded Vantorine Labs?",
                     "Vantorine Labs was founded by Orlen Vasque.", (None, None, None)),
-            SubCall("s1.1", "Where was Orlen Vasque born?", "Castor Bay",
+            SubCall("t1", "Where was Orlen Vasque born?",
                     "Orlen Vasque was born in Castor Bay.", (None, None)),
         ),
     ),
-    # k = 2: five subtasks, some useless, one badly formatted; right answer (normalised match).
+    # k = 2: five subtasks, two that only echo their task, one badly formatted; right answer (normalised match).
     Rollout(
         answer="castor bay.",
         turn_errors=(None,) * 6,
         calls=(
-            SubCall("s2.0", "Who founded Vantorine Labs?", "Orlen Vasque",
+            SubCall("t0", "Who founded Vantorine Labs?",
                     "Founder: Orlen Vasque.", (None, None)),
-            SubCall("s2.1", "Where was Orlen Vasque born?", "Castor Bay",
-                    "No page says where he was born.", (None, None, None)),
-            SubCall("s2.2", "Search Orlen Vasque biography", "Castor Bay",
+            SubCall("t1", "Where was Orlen Vasque born?",
+                    "I could not find where Orlen Vasque was born.", (None, None, None)),
+            SubCall("t2", "Search Orlen Vasque biography",
                     "", (None, "tool_call is not valid JSON")),
-            SubCall("s2.3", "Which town did Orlen Vasque grow up in?", "Castor Bay",
+            SubCall("t3", "Which town did Orlen Vasque grow up in?",
                     "He was born and raised in Castor Bay.", (None, None)),
-            SubCall("s2.4", "Is Castor Bay a city?", "Castor Bay",
-                    "Yes, it is a port city.", (None,)),
+            SubCall("t4", "Is Castor Bay a city?",
+                    "Yes, Castor Bay is a port city.", (None,)),
         ),
     ),
 )
@@ -79,35 +83,40 @@ def _num(value: float) -> str:
     return f"{value:+.3f}"
 
 
-def _sub_rewards(reward_cfg: RewardConfig, main_correct: list[float]) -> tuple[dict[str, float], list[str]]:
-    """R_S for every sub call, and the table lines that show how it was made."""
+def _r_expert(call: SubCall) -> float:
+    """Best local-rule score over the expert references; S's subtask (task, no context here) earns nothing."""
+    judge = ContainsReferenceJudge()
+    return max(judge.score(subtask_text(call.subtask, ""), call.result, ref).score for ref in EXPERT_REFERENCES)
+
+
+def _sub_rewards(reward_cfg: RewardConfig, main_correct: np.ndarray) -> tuple[dict[SubKey, float], list[str]]:
+    """R_S for every sub call, keyed (query 0, rollout k, call id), and the table lines that show how."""
     weights = resolve_sub_weights(reward_cfg, expert_configured=True)
-    expert_judge = ContainsReferenceJudge()
-    rewards: dict[str, float] = {}
-    lines = [f"  {'id':<5} {'k':>1}  {'format':<7} {'r_correct(M)':>12} {'r_expert':>8} {'R_S':>6}  subtask"]
+    rewards: dict[SubKey, float] = {}
+    lines = [f"  {'k':>1} {'id':<3}  {'format':<7} {'r_correct(M)':>12} {'r_expert':>8} {'R_S':>6}  subtask -> result"]
     for k, rollout in enumerate(ROLLOUTS):
         for call in rollout.calls:
             ok, _ = trajectory_format_ok(call.turn_errors, ended_with_answer=True)
-            expert = expert_judge.score(call.subtask, call.result, call.evidence).score
-            rewards[call.id] = float(sub_reward(ok, main_correct[k], expert, weights))
+            expert = _r_expert(call)
+            reward = rewards[(0, k, call.id)] = float(sub_reward(ok, main_correct[k], expert, weights))
             lines.append(
-                f"  {call.id:<5} {k:>1}  {'ok' if ok else 'bad':<7} {main_correct[k]:>12.3f} {expert:>8.3f} "
-                f"{rewards[call.id]:>6.3f}  {call.subtask}"
+                f"  {k:>1} {call.id:<3}  {'ok' if ok else 'bad':<7} {main_correct[k]:>12.3f} {expert:>8.3f} "
+                f"{reward:>6.3f}  {call.subtask} -> {call.result or '(nothing)'}"
             )
     return rewards, lines
 
 
-def _aligned_lines(aligned: AlignedBatch, rewards: np.ndarray, advantages: np.ndarray) -> list[str]:
+def _aligned_lines(aligned: AlignmentPlan, rewards: np.ndarray, advantages: np.ndarray) -> list[str]:
     lines = [f"  {'k':>1} {'slot':>4}  {'source':<6} {'kind':<11} {'weight':>6} {'R_S':>6} {'A_S':>7}"]
     for slot in aligned.slots():
         reward = "-" if slot.kind == SlotKind.PLACEHOLDER else f"{rewards[0, slot.rollout, slot.index]:.3f}"
         lines.append(
-            f"  {slot.rollout:>1} {slot.index:>4}  {slot.source_id or '-':<6} {slot.kind.name.lower():<11} "
+            f"  {slot.rollout:>1} {slot.index:>4}  {slot.call_id or '-':<6} {slot.kind.name.lower():<11} "
             f"{slot.weight:>6.0f} {reward:>6} {_num(advantages[0, slot.rollout, slot.index]):>7}"
         )
     for k, dropped in enumerate(aligned.dropped[0]):
         if dropped:
-            lines.append(f"  dropped from rollout {k}: {', '.join(dropped)}")
+            lines.append(f"  dropped from rollout {k}: {', '.join(call for _, _, call in dropped)}")
     s = aligned.summary()
     lines.append(
         f"  B·K·D = 1·{aligned.k}·{aligned.d} = {s['samples']} samples: {s['original']} original, "
@@ -116,7 +125,7 @@ def _aligned_lines(aligned: AlignedBatch, rewards: np.ndarray, advantages: np.nd
     return lines
 
 
-def _sub_section(d: int, sub_rewards: dict[str, float], adv_cfg: AdvantageConfig) -> list[str]:
+def _sub_section(d: int, sub_rewards: dict[SubKey, float], adv_cfg: AdvantageConfig) -> list[str]:
     aligned = align([[[c.id for c in r.calls] for r in ROLLOUTS]], d=d, rng=np.random.default_rng(SEED))
     rewards = aligned.gather(sub_rewards)
     advantages = sub_advantages(rewards, aligned.weight, adv_cfg)
@@ -139,7 +148,9 @@ def render() -> str:
     r_main = main_reward([c.ok for c in main_checks], main_correct, reward_cfg)
     a_main = main_advantages(r_main[None, :], adv_cfg)[0]
     main_stats = group_statistics(r_main[None, :], np.ones((1, len(ROLLOUTS)), dtype=bool), adv_cfg)
-    sub_rewards, sub_lines = _sub_rewards(reward_cfg, main_correct)
+    # §Rewards: R_S uses M's r_correct only where M's format is valid.
+    sub_main_correct = main_correct_for_sub([c.ok for c in main_checks], main_correct)
+    sub_rewards, sub_lines = _sub_rewards(reward_cfg, sub_main_correct)
 
     lines = [
         f"Question: {QUESTION}  Gold: {GOLD}",
@@ -157,7 +168,8 @@ def render() -> str:
     lines += [
         "",
         "Sub rewards R_S = 0.1·r_format(S) + 0.4·r_correct(M) + 0.5·r_expert, 0 if S's format is bad (§Rewards)",
-        "r_expert: does S's result contain the evidence entity (local rule judge)",
+        f"r_expert: does S's result contain an evidence entity ({', '.join(EXPERT_REFERENCES)}) that its",
+        "subtask does not already name (local rule judge); r_correct(M) is 0 where M's format is bad",
         *sub_lines,
         "",
         *_sub_section(2, sub_rewards, adv_cfg),

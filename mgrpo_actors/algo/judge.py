@@ -45,7 +45,8 @@ class Judge(Protocol):
     """Anything that scores `response` to `question` against `reference` in [0, 1].
 
     Used for M's r_correct (question = the user's question, reference = gold answer) and for S's
-    r_expert (question = the subtask M sent, reference = the evidence entity or gold answer).
+    r_expert (question = the subtask M sent, its task and context as `scorers.subtask_text` joins them;
+    reference = the evidence entity or gold answer).
     """
 
     name: str

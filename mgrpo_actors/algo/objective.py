@@ -2,12 +2,14 @@
 
     loss per token = −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)  [+ kl_coef · KL(π_θ ‖ π_ref)]
 
-ρ is the per-token ratio π_θ/π_old ("token", the reference code) or the ratio of whole sequences,
-the product over the sequence's loss tokens ("sequence", the paper); a sequence ratio is shared by all
-its tokens. Token losses become one number by `aggregation`, always as numerator / denominator where
+ρ is the per-token ratio π_θ/π_old ("token", the reference code), the ratio of whole sequences, the
+product over the sequence's loss tokens ("sequence", the paper), or that product's geometric mean over
+the sequence's loss tokens ("sequence-mean", GSPO: Zheng et al. 2025); a sequence ratio is shared by
+all its tokens. Token losses become one number by `aggregation`, always as numerator / denominator where
 the denominator belongs to the *global* batch: pass `global_denominator=loss_denominator(full_mask)`
 to every micro-batch and the micro-batch losses add up to the full-batch loss, so gradient
-accumulation never changes the loss scale.
+accumulation never changes the loss scale. Everything is computed in fp32 (fp64 if the log-probs are
+fp64) whatever the model's dtype, token counts in fp64 (m-grpo.md §Objective).
 """
 
 from __future__ import annotations
@@ -88,12 +90,52 @@ def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, 
             f"advantages shape {tuple(advantages.shape)} must be {per_sequence} (per sequence) "
             f"or {tuple(logprobs.shape)} (per token)"
         )
-    if cfg.ratio == "sequence" and advantages.ndim != 1:
-        raise ValueError("ratio: sequence needs one advantage per sequence, shaped (N,)")
+    if cfg.ratio != "token" and advantages.ndim != 1:
+        raise ValueError(f"ratio: {cfg.ratio} needs one advantage per sequence, shaped (N,)")
     if not bool(torch.isfinite(advantages).all()):
         raise ValueError("advantages contain NaN or inf")
     if cfg.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("objective.kl_coef > 0 needs ref_logprobs")
+
+
+def _compute_dtype(logprobs: torch.Tensor) -> torch.dtype:
+    """fp32 for bf16/fp16/fp32 log-probs, fp64 for fp64 ones: never below fp32 (m-grpo.md §Objective)."""
+    return torch.float64 if logprobs.dtype == torch.float64 else torch.float32
+
+
+def _ratio_and_advantages(
+    token_log_ratio: torch.Tensor, on_loss: torch.Tensor, advantages: torch.Tensor, cfg: ObjectiveConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ρ and A per token for cfg.ratio (m-grpo.md §Objective); token_log_ratio is already 0 off the loss tokens.
+
+    sequence: log ρ = Σ_t log-ratio (the paper's product). sequence-mean: log ρ = mean over the
+    sequence's loss tokens (GSPO's length-normalised ratio); a sequence without loss tokens gets
+    ρ = 1 and, its mask being 0, contributes 0. Both share ρ and one advantage across the sequence.
+    sequence-mean accepts any aggregation: its per-token gradient is ρ·A/|y| on each of the |y| tokens,
+    so seq-mean-token-mean gives GSPO's objective exactly, token-mean gives every token the weight
+    token-level GRPO gives it (ρ·A per token, over the batch's tokens), and Dr.GRPO's normaliser stays a
+    constant; none weights a sequence by its length twice, which is why only `sequence` is restricted.
+    """
+    mask_shape = token_log_ratio.shape
+    if cfg.ratio == "token":
+        per_token = advantages[:, None].expand(mask_shape) if advantages.ndim == 1 else advantages
+        return torch.exp(token_log_ratio), per_token
+    sequence_log_ratio = token_log_ratio.sum(dim=-1)
+    if cfg.ratio == "sequence-mean":
+        sequence_log_ratio = sequence_log_ratio / on_loss.sum(dim=-1).clamp_min(1).to(token_log_ratio.dtype)
+    sequence_log_ratio = torch.clamp(sequence_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+    return torch.exp(sequence_log_ratio)[:, None].expand(mask_shape), advantages[:, None].expand(mask_shape)
+
+
+def _kl_per_token(logprobs, ref_logprobs, on_loss, cfg: ObjectiveConfig) -> torch.Tensor:
+    """KL(π_θ ‖ π_ref) per token; both inputs zeroed off the loss tokens so padding cannot put NaN in grads."""
+    zeros = torch.zeros_like(logprobs)
+    return kl_estimate(
+        torch.where(on_loss, logprobs, zeros),
+        torch.where(on_loss, ref_logprobs.detach().to(logprobs.dtype), zeros),
+        cfg.kl_estimator,
+        cfg.log_ratio_clamp,
+    )
 
 
 def clipped_policy_loss(
@@ -112,46 +154,27 @@ def clipped_policy_loss(
     logprobs: (N, T) log π_θ of the sampled tokens, with grad. old_logprobs: (N, T) behaviour log-probs.
     advantages: (N,) per sequence or (N, T) per token. loss_mask: (N, T), 1 on the agent's own tokens
     (it may carry weights; alignment placeholders have an all-zero row). global_denominator: the
-    global batch's `loss_denominator`; None means this batch is the global batch.
+    global batch's `loss_denominator`; None means this batch is the global batch. The loss is fp32
+    (fp64 for fp64 log-probs) whatever the dtype of logprobs; gradients still reach logprobs.
     """
     _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy)
-    mask = loss_mask.to(logprobs.dtype)
-    on_loss = mask > 0
-    advantages = advantages.to(logprobs.dtype).detach()
+    dtype = _compute_dtype(logprobs)
+    logprobs = logprobs.to(dtype)  # differentiable: the gradient flows back to the model's dtype
+    mask = loss_mask.to(dtype)
+    on_loss = loss_mask > 0
+    advantages = advantages.detach().to(dtype)
     # Zero the log-ratio off the loss tokens first, so padding garbage can never reach exp() or grads.
-    token_log_ratio = torch.where(on_loss, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    token_log_ratio = torch.where(on_loss, logprobs - old_logprobs.detach().to(dtype), torch.zeros_like(logprobs))
     token_log_ratio = torch.clamp(token_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
-
-    if cfg.ratio == "token":
-        log_ratio = token_log_ratio
-        token_advantages = advantages[:, None].expand_as(mask) if advantages.ndim == 1 else advantages
-    else:
-        # Paper's ρ: product over the sequence's loss tokens, i.e. the sum of their log-ratios
-        # (token_log_ratio is already 0 off the loss tokens).
-        sequence_log_ratio = token_log_ratio.sum(dim=-1)
-        sequence_log_ratio = torch.clamp(sequence_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
-        log_ratio = sequence_log_ratio[:, None].expand_as(mask)
-        token_advantages = advantages[:, None].expand_as(mask)
-    ratio = torch.exp(log_ratio)
+    ratio, token_advantages = _ratio_and_advantages(token_log_ratio, on_loss, advantages, cfg)
 
     # m-grpo.md §Objective: min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), negated to a loss.
     unclipped = ratio * token_advantages
     clipped = torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * token_advantages
     pg_per_token = -torch.minimum(unclipped, clipped)
-
-    kl_per_token = None
-    per_token = pg_per_token
-    if ref_logprobs is not None:
-        # Both inputs are zeroed off the loss tokens so padding cannot put NaN into the gradients.
-        zeros = torch.zeros_like(logprobs)
-        kl_per_token = kl_estimate(
-            torch.where(on_loss, logprobs, zeros),
-            torch.where(on_loss, ref_logprobs.detach().to(logprobs.dtype), zeros),
-            cfg.kl_estimator,
-            cfg.log_ratio_clamp,
-        )
-        if cfg.kl_coef > 0:
-            per_token = pg_per_token + cfg.kl_coef * kl_per_token
+    kl_per_token = None if ref_logprobs is None else _kl_per_token(logprobs, ref_logprobs, on_loss, cfg)
+    kl_on = kl_per_token is not None and cfg.kl_coef > 0
+    per_token = pg_per_token + cfg.kl_coef * kl_per_token if kl_on else pg_per_token
 
     denominator = loss_denominator(loss_mask, cfg) if global_denominator is None else float(global_denominator)
     if denominator <= 0 and bool(on_loss.any()):
@@ -171,7 +194,7 @@ def clipped_policy_loss(
             approx_kl=_masked_mean(torch.exp(token_log_ratio) - 1.0 - token_log_ratio, mask),
             ratio_mean=_masked_mean(ratio, mask),
             ratio_max=float(ratio[on_loss].max()) if bool(on_loss.any()) else 1.0,
-            num_tokens=float(mask.sum()),
+            num_tokens=float(loss_mask.to(torch.float64).sum()),
             entropy=None if entropy is None else _masked_mean(entropy, mask),
             kl_ref=None if kl_per_token is None else _masked_mean(kl_per_token, mask),
         )
@@ -190,8 +213,10 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, cfg: ObjectiveConfig
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mask-weighted mean of a statistic, summed in fp64 so large token counts stay exact."""
+    mask = mask.to(torch.float64)
     total = mask.sum()
     if total <= 0:
         return 0.0
-    on_loss = torch.where(mask > 0, values.to(mask.dtype), torch.zeros_like(mask))  # padding may hold NaN
+    on_loss = torch.where(mask > 0, values.to(torch.float64), torch.zeros_like(mask))  # padding may hold NaN
     return float((on_loss * mask).sum() / total)

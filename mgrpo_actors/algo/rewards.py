@@ -113,3 +113,15 @@ def sub_reward(
     r_format = ok.astype(np.float64)
     total = weights.beta_format * r_format + weights.beta_correct * correct + weights.beta_expert * expert
     return np.where(ok, total, 0.0)
+
+
+def main_correct_for_sub(main_format_ok: npt.ArrayLike, main_r_correct: npt.ArrayLike) -> np.ndarray:
+    """r_correct(M) as R_S uses it: M's r_correct where M's format is valid, else 0.
+
+    m-grpo.md §Rewards [ours]: S is not paid for an answer M never validly gave (the reference code
+    derives S's reward from R_M, which is 0 on invalid format). Vectorised; same shapes in and out.
+    """
+    ok = _as_flag("main_format_ok", main_format_ok)
+    correct = _as_score("main_r_correct", main_r_correct)
+    _require_same_shape(main_format_ok=ok, main_r_correct=correct)
+    return np.where(ok, correct, 0.0)

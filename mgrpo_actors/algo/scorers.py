@@ -1,8 +1,9 @@
 """Rule scorers for r_correct and r_expert, m-grpo.md §Rewards.
 
 Normalised exact match and token F1 (as in SQuAD/HotpotQA evaluation) for M's answer against the gold
-answer, and "does the text contain the reference" for S's result against the evidence entity. Each
-takes one reference or a sequence of accepted aliases and returns the best score over them. The
+answer, and "does the text contain a reference S was not already given" for S's result against the
+evidence entities. Each takes one reference or a sequence of accepted aliases and returns the best
+score over them. The
 `*Judge` classes wrap them in the Judge protocol (judge.py) so rule and LLM judges are interchangeable.
 """
 
@@ -61,17 +62,33 @@ def token_f1(prediction: str, references: References) -> float:
     return max(_f1(predicted, normalize_answer(ref).split()) for ref in _as_list(references))
 
 
-def contains_reference(text: str, references: References) -> float:
+def _occurs(wanted: str, padded_text: str) -> bool:
+    """Whether the normalised `wanted` occurs as whole words in a normalised text padded with spaces."""
+    return bool(wanted) and f" {wanted} " in padded_text
+
+
+def contains_reference(text: str, references: References, given: str = "") -> float:
     """1.0 when a normalised reference occurs in the normalised text as whole words, else 0.0.
 
     The local rule for r_expert (m-grpo.md §Rewards [ours]): did S's result contain the evidence entity.
+    A reference that already occurs (as whole words) in `given`, what S was told (its task and context),
+    earns nothing: S is judged only on what it found itself, so echoing its task never scores.
     """
     padded = f" {normalize_answer(text)} "
+    told = f" {normalize_answer(given)} "
     for ref in _as_list(references):
         wanted = normalize_answer(ref)
-        if wanted and f" {wanted} " in padded:
+        if _occurs(wanted, padded) and not _occurs(wanted, told):
             return 1.0
     return 0.0
+
+
+def subtask_text(task: str, context: str) -> str:
+    """What S was told, as the `question` its expert judge reads: the task, then the context if any.
+
+    m-grpo.md §Rewards: a local rule judges S only on what S found beyond this text.
+    """
+    return "\n\n".join(part for part in (task, context) if part)
 
 
 class ExactMatchJudge:
@@ -93,9 +110,13 @@ class TokenF1Judge:
 
 
 class ContainsReferenceJudge:
-    """The Judge protocol over contains_reference (the local r_expert rule)."""
+    """The Judge protocol over contains_reference (the local r_expert rule).
+
+    `question` is what S was told (`subtask_text(task, context)`): a reference it already contains
+    scores 0 whatever the response says (m-grpo.md §Rewards).
+    """
 
     name = "contains-reference"
 
     def score(self, question: str, response: str, reference: str) -> Verdict:
-        return Verdict(score=contains_reference(response, reference), judge=self.name)
+        return Verdict(score=contains_reference(response, reference, given=question), judge=self.name)

@@ -1,8 +1,9 @@
 """Benchmark: alignment + group advantages for B queries × K rollouts × D slots, next to a model forward.
 
 What is measured (CPU, in this process):
-  algo     align() of every rollout's sub-trajectory ids to D, gather of R_S onto the slots, main
-           advantages (B, K) and sub advantages (B, K, D); best of a few repeats. d_k ~ Poisson(3).
+  algo     align() of every rollout's sub-trajectory call ids to D (an AlignmentPlan), gather of R_S
+           onto the slots, main advantages (B, K) and sub advantages (B, K, D); best of a few repeats.
+           d_k ~ Poisson(3).
   forward  a small LlamaForCausalLM built from config (no weights downloaded), no grad, on a
            sub-sample of the B·K·D sequences, then scaled linearly to all B·K·D sequences. A learner
            step (forward + backward + optimiser) costs more than this forward, so the comparison
@@ -44,10 +45,10 @@ QUICK = BenchShape(queries=64, k=8, d=8, seq_len=64, forward_sequences=2, hidden
 
 
 def _synthetic_rollouts(shape: BenchShape, rng: np.random.Generator):
-    """Sub-trajectory ids per (query, rollout), rewards R_M (B, K) and R_S per sub-trajectory."""
+    """Call ids per (query, rollout), as the rollout code names them ("r{k}.t{i}", unique only within a
+    query), rewards R_M (B, K) and R_S per sub-trajectory in the plan's `ids` order."""
     calls = rng.poisson(3.0, size=(shape.queries, shape.k))
-    next_id = iter(range(int(calls.sum())))
-    sub_ids = [[[next(next_id) for _ in range(n)] for n in row] for row in calls.tolist()]
+    sub_ids = [[[f"r{k}.t{i}" for i in range(n)] for k, n in enumerate(row)] for row in calls.tolist()]
     main_rewards = rng.choice([0.0, 0.1, 1.0], size=(shape.queries, shape.k))
     sub_rewards = rng.random(int(calls.sum()))
     return sub_ids, main_rewards, sub_rewards
@@ -60,11 +61,11 @@ def _time_algo(shape: BenchShape) -> dict[str, float]:
     best = {"align_s": float("inf"), "advantages_s": float("inf"), "algo_s": float("inf")}
     for _ in range(shape.repeats):
         start = time.perf_counter()
-        aligned = align(sub_ids, shape.d, rng)
-        aligned_rewards = aligned.gather(sub_rewards)
+        plan = align(sub_ids, shape.d, rng)
+        aligned_rewards = plan.gather(sub_rewards)
         aligned_at = time.perf_counter()
         main_advantages(main_rewards, cfg)
-        sub_advantages(aligned_rewards, aligned.weight, cfg)
+        sub_advantages(aligned_rewards, plan.weight, cfg)
         done = time.perf_counter()
         best["align_s"] = min(best["align_s"], aligned_at - start)
         best["advantages_s"] = min(best["advantages_s"], done - aligned_at)

@@ -1,4 +1,8 @@
-"""`mgrpo`: the project's tools. `mgrpo COMMAND --help` documents each one."""
+"""`mgrpo`'s parser: the project's tools. `mgrpo COMMAND --help` documents each one.
+
+The entry point is actors/cli.py, which adds `run` (the main job needs the role table, which lives in
+the composition root on top; nothing here imports actors/).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,28 @@ import argparse
 import sys
 
 from mgrpo_actors.log import configure_logging
-from mgrpo_actors.cli import bench, ping, rollout, run, tap, world
+from types import ModuleType
+
+from mgrpo_actors.cli import bench, ping, rollout, tap, world
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (run, world, tap, ping, bench, rollout)
+COMMANDS = (world, tap, ping, bench, rollout)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(first: tuple[ModuleType, ...] = ()) -> argparse.ArgumentParser:
+    """The parser with the commands of `first` (listed first), then COMMANDS."""
     parser = argparse.ArgumentParser(prog="mgrpo", description="Tools of mgrpo-actors (M-GRPO multi-agent training over NATS).")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="log lines (to stderr) at or above this level")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
+    for module in (*first, *COMMANDS):
         module.add_parser(subparsers)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, first: tuple[ModuleType, ...] = ()) -> int:
+    args = build_parser(first).parse_args(argv)
     configure_logging(node="cli", role=args.command, level=args.log_level)
     try:
         return int(args.func(args) or 0)

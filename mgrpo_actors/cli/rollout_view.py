@@ -19,25 +19,19 @@ from rich.table import Table
 from rich.text import Text
 from transformers.utils import logging as transformers_logging
 
-from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.driver import AgentModel, DriverStats, ToolExecutor
-from mgrpo_actors.agents.engine_text import engine_text_generator
+from mgrpo_actors.agents.driver import DriverStats, ToolExecutor
 from mgrpo_actors.agents.episode import ToolCall, TurnRecord
 from mgrpo_actors.agents.local_delegate import SubCall
 from mgrpo_actors.agents.rollout import Rollout, RolloutConfig, RolloutGroup, run_rollouts, run_single_agent_rollouts
 from mgrpo_actors.agents.scoring import SubScore
-from mgrpo_actors.engines import SamplingParams, make_engine
-from mgrpo_actors.envs.dataset import SPLITS
+from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
+from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.envs.qa import Question
-from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
-from mgrpo_actors.envs.world import WorldConfig
-from mgrpo_actors.models.loader import ModelSpecError, load_model
-from mgrpo_actors.tools.reason import ReasonTool
+from mgrpo_actors.envs.synthetic_web import SyntheticWeb
+from mgrpo_actors.models.loader import ModelSpecError
 from mgrpo_actors.tools.registry import ToolRegistry
-from mgrpo_actors.tools.search import SearchTool
-from mgrpo_actors.tools.visit import VisitTool
 
-__all__ = ["print_group", "run_rollout_command"]
+__all__ = ["load_rollout_config", "print_group", "rollout_overrides", "run_rollout_command"]
 
 _BUDGETS = {"turns": "turn", "context": "context"}  # EpisodeRecord.stop_reason -> the budget that ran out
 
@@ -54,19 +48,31 @@ def _question(web: SyntheticWeb, split: str, index: int, question_id: str | None
     return questions[index]
 
 
-def _tools(web: SyntheticWeb, reasoner: AgentModel, max_new_tokens: int) -> ToolRegistry:
-    tools = ToolRegistry()
-    tools.register(SearchTool(web.pages))
-    tools.register(VisitTool(web.pages, max_chars=1500))
-    # The reasoning model is M's model, greedy: a tool, so its tokens are in nobody's trajectory.
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    tools.register(ReasonTool(generate=engine_text_generator(reasoner, greedy)))
-    return tools
+def rollout_overrides(args: argparse.Namespace) -> list[str]:
+    """`--set` overrides, then the ones the shortcut flags stand for (so a flag wins)."""
+    overrides = list(args.overrides)
+    shortcuts = {"model": {"main": args.main, "sub": args.sub}}
+    both = {"max_turns": args.max_turns, "max_new_tokens_per_turn": args.max_new_tokens,
+            "max_context_tokens": args.max_context_tokens, "temperature": args.temperature}  # fmt: skip
+    for key, value in both.items():
+        shortcuts[key] = {"main": value, "sub": value}
+    for key, per_agent in shortcuts.items():
+        overrides += [f"agents.{agent}.{key}={value}" for agent, value in per_agent.items() if value is not None]
+    tools = {"web_seed": args.web_seed, "web_entities": args.entities}
+    overrides += [f"tools.{key}={value}" for key, value in tools.items() if value is not None]
+    if args.threads is not None:
+        overrides.append(f"agents.torch_threads={args.threads}")
+    return overrides
 
 
-def _load(spec: str) -> AgentModel:
-    model, tokenizer = load_model(spec)
-    return AgentModel(make_engine("hf", model, tokenizer), tokenizer)
+def load_rollout_config(args: argparse.Namespace) -> NodeConfig:
+    """The node config with the command's overrides; a bad value exits with a message naming the key."""
+    if args.k < 1:
+        raise SystemExit(f"mgrpo rollout: error: need --k >= 1, got {args.k}")
+    try:
+        return load_config(NodeConfig, args.config, rollout_overrides(args))
+    except ConfigError as exc:
+        raise SystemExit(f"mgrpo rollout: error: {exc}") from None
 
 
 def _clip(text: str, limit: int) -> str:
@@ -175,37 +181,26 @@ def print_group(console: Console, group: RolloutGroup, cfg: RolloutConfig, resul
     console.print(_reward_table(group))
 
 
-def _check(args: argparse.Namespace) -> AgentConfig:
-    """The agents' config of the arguments; a bad argument exits with a message naming it."""
-    if args.k < 1 or args.entities < 60:
-        raise SystemExit(f"mgrpo rollout: error: need --k >= 1 and --entities >= 60, got {args.k} and {args.entities}")
-    try:
-        return AgentConfig(max_turns=args.max_turns, max_new_tokens_per_turn=args.max_new_tokens,
-                           max_context_tokens=args.max_context_tokens, temperature=args.temperature)  # fmt: skip
-    except ValueError as exc:
-        raise SystemExit(f"mgrpo rollout: error: {exc}") from None
-
-
-def _run(args: argparse.Namespace, console: Console, make_executor: Callable[[ToolRegistry], ToolExecutor] | None) -> int:
-    agent_cfg = _check(args)
+def _run(args: argparse.Namespace, config: NodeConfig, console: Console, make_executor: Callable[[ToolRegistry], ToolExecutor] | None) -> int:
     started = time.perf_counter()
-    web = build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=args.web_seed, num_entities=args.entities)))
+    web = synthetic_web(config.tools)
     question = _question(web, args.split, args.question_index, args.question_id)
+    agents = config.agents
     try:
-        main = _load(args.main)
-        sub = main if args.single_agent else _load(args.sub)
+        main = load_agent(agents.main)
+        sub = main if args.single_agent else load_agent(agents.sub)
     except ModelSpecError as exc:
         console.print(f"mgrpo rollout: error: {exc}")
         return 2
-    tools = _tools(web, main, args.max_new_tokens)
+    tools = agent_tools(config.tools, main, agents.main.max_new_tokens_per_turn, pages=web.pages)
     ready = time.perf_counter()
-    cfg = RolloutConfig(main=agent_cfg, sub=agent_cfg)
+    cfg = rollout_config(agents, config.algo)
     console.print(f"question {question.id} ({question.kind}, level {question.level}): {question.question}")
     console.print(f"gold answer: {' | '.join(question.answers)}")
-    models = f"single agent {args.main}" if args.single_agent else f"M {args.main}, S {args.sub} (separate instances)"
+    models = f"single agent {agents.main.model}" if args.single_agent else f"M {agents.main.model}, S {agents.sub.model} (separate instances)"
     console.print(f"{models} · policy version {main.engine.policy_version}")
-    console.print(f"K={args.k} · seed {args.seed} · temperature {args.temperature} · "
-                  f"{args.max_turns} turns × {args.max_new_tokens} tokens per agent")  # fmt: skip
+    console.print(f"K={args.k} · seed {args.seed} · temperature {agents.main.temperature} · "
+                  f"{agents.main.max_turns} turns × {agents.main.max_new_tokens_per_turn} tokens per agent")  # fmt: skip
     execute_tools = make_executor(tools) if make_executor else None
     if args.single_agent:
         group = run_single_agent_rollouts(question, args.k, main, tools, cfg, seed=args.seed, execute_tools=execute_tools)
@@ -226,11 +221,12 @@ def run_rollout_command(args: argparse.Namespace, make_executor: Callable[[ToolR
 
     `make_executor(tools)` may route tool calls elsewhere (`mgrpo run` sends them over NATS).
     """
+    config = load_rollout_config(args)
     transformers_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the transcript
     threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(config.agents.torch_threads)
     try:
         # soft_wrap: one-line texts are left to the terminal; Rich's own wrapping pads lines with spaces.
-        return _run(args, Console(highlight=False, soft_wrap=True), make_executor)
+        return _run(args, config, Console(highlight=False, soft_wrap=True), make_executor)
     finally:
         torch.set_num_threads(threads)

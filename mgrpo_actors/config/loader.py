@@ -23,13 +23,14 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the key."""
 
 
-def _coerce(path: str, annotation: Any, value: Any) -> Any:
+def _coerce(path: str, annotation: Any, value: Any, default: Any = None) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
-        return from_dict(annotation, value, path)
+        # A section given in part keeps its own defaults for the rest (which may differ from the class's).
+        return from_dict(annotation, value, path, base=default if isinstance(default, annotation) else None)
     if annotation is Any:
         return value
     if origin is Literal:
@@ -76,8 +77,17 @@ def _coerce(path: str, annotation: Any, value: Any) -> Any:
     raise ConfigError(f"config key '{path}' has a type this loader does not know: {annotation}")
 
 
-def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
-    """Instantiate config dataclass `cls` from a (possibly partial) mapping; unset fields keep defaults."""
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "", base: T | None = None) -> T:
+    """Instantiate config dataclass `cls` from a (possibly partial) mapping; unset fields keep the
+    defaults (those of `base` when given, else the class's)."""
     data = data or {}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
@@ -87,9 +97,10 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
         if key not in fields:
             where = f"under '{path}'" if path else "at the top level"
             raise ConfigError(f"unknown config key '{full}' (valid keys {where}: {', '.join(fields)})")
-        values[key] = _coerce(full, hints[key], value)
+        default = getattr(base, key) if base is not None else _default_of(fields[key])
+        values[key] = _coerce(full, hints[key], value, default)
     try:
-        return cls(**values)
+        return dataclasses.replace(base, **values) if base is not None else cls(**values)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:

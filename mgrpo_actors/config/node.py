@@ -1,7 +1,7 @@
-"""The configuration of one `mgrpo-node` process.
+"""The configuration of one `mgrpo-node` process: one tree for every role (and for `mgrpo rollout`).
 
-Sections for the pipeline, learners and algorithm are added by the issues that build them; each
-section is a dataclass of its own with a one-line doc per field.
+Each section is a dataclass of its own with a one-line doc per field: run, nats, log and tools here,
+agents and pipeline in their own modules, algo in mgrpo_actors/algo/config.py.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from mgrpo_actors.algo.config import AlgoConfig
+from mgrpo_actors.config.agents import AgentsConfig
+from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
@@ -21,7 +24,6 @@ BUILTIN_TOOLS = {
     "search": "mgrpo_actors.tools.search:SearchTool",
     "visit": "mgrpo_actors.tools.visit:VisitTool",
 }
-
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class ToolsConfig:
     pages: str | None = None  # pages.jsonl from `mgrpo world generate`; None = the built-in synthetic web below
     web_seed: int = 0  # seed of the built-in synthetic web (must match the run's questions)
     web_entities: int = 1000  # entities of the built-in synthetic web
+    visit_max_chars: int = 1500  # visit returns at most this much of a page (small models have small contexts)
     extra: list[dict[str, Any]] = field(default_factory=list)  # more tools: {name, factory: "pkg.mod:Class", args: {...}}
 
     def __post_init__(self) -> None:
@@ -91,6 +94,8 @@ class ToolsConfig:
                 raise ValueError(f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)")
         if self.pages is not None and not Path(self.pages).is_file():
             raise ValueError(f"tools.pages file {self.pages!r} does not exist")
+        if self.visit_max_chars < 1:
+            raise ValueError(f"tools.visit_max_chars must be at least 1, got {self.visit_max_chars}")
         if self.web_entities < MIN_ENTITIES:
             raise ValueError(f"tools.web_entities must be at least {MIN_ENTITIES}, got {self.web_entities}")
 
@@ -102,4 +107,7 @@ class NodeConfig:
     run: RunConfig = field(default_factory=RunConfig)  # run identity
     nats: NatsConfig = field(default_factory=NatsConfig)  # bus connection
     log: LogConfig = field(default_factory=LogConfig)  # logging
-    tools: ToolsConfig = field(default_factory=ToolsConfig)  # tool role
+    tools: ToolsConfig = field(default_factory=ToolsConfig)  # tool role and the built-in synthetic web
+    agents: AgentsConfig = field(default_factory=AgentsConfig)  # main agent and sub-agent: models, budgets, judges
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)

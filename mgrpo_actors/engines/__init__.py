@@ -1,15 +1,13 @@
-"""Rollout engines behind one interface: `hf` (transformers generate) and `vllm` (optional extra)."""
+"""Rollout engines behind one interface: `hf` (transformers generate) and `vllm` (optional extra).
 
-from mgrpo_actors.engines.base import (
-    EngineConfig,
-    EngineUnavailable,
-    Generation,
-    RolloutEngine,
-    SamplingParams,
-    WeightsSource,
-)
-from mgrpo_actors.engines.logprobs import sampling_log_probs, token_log_probs
-from mgrpo_actors.engines.registry import ENGINE_NAMES, make_engine
+Names are imported on first use (PEP 562), so a config that only needs `SamplingParams` from
+`engines.base` does not pull in torch and transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "ENGINE_NAMES",
@@ -23,3 +21,22 @@ __all__ = [
     "sampling_log_probs",
     "token_log_probs",
 ]
+
+_WHERE = {
+    "EngineConfig": "base",
+    "EngineUnavailable": "base",
+    "Generation": "base",
+    "RolloutEngine": "base",
+    "SamplingParams": "base",
+    "WeightsSource": "base",
+    "sampling_log_probs": "logprobs",
+    "token_log_probs": "logprobs",
+    "ENGINE_NAMES": "registry",
+    "make_engine": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -12,10 +12,12 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is only needed by the engines themselves: configs import this module too
+    import torch
 
 __all__ = [
     "EngineConfig",
@@ -29,7 +31,7 @@ __all__ = [
 
 FinishReason = Literal["stop", "length"]
 # A state dict (parameter name -> tensor), or a safetensors file / directory of them.
-WeightsSource = Mapping[str, torch.Tensor] | str | os.PathLike[str]
+WeightsSource = Union[Mapping[str, "torch.Tensor"], str, os.PathLike[str]]
 
 
 class EngineUnavailable(RuntimeError):

@@ -20,6 +20,15 @@ from dataclasses import dataclass
 import structlog
 
 from mgrpo_actors.envs.qa import Evidence, Question
+from mgrpo_actors.envs.question_templates import (
+    ATTRIBUTE_QUESTIONS,
+    COUNT_EQUAL,
+    COUNT_LESS,
+    NUMBER_WORDS,
+    RELATION_PHRASES,
+    RELATION_QUESTIONS,
+    SUPERLATIVES,
+)
 from mgrpo_actors.envs.world import ATTRIBUTES, Entity, World, format_value, parse_number
 
 __all__ = [
@@ -33,104 +42,6 @@ log = structlog.get_logger(__name__)
 
 QUESTION_KINDS = ("lookup", "chain", "compare", "compose", "aggregate")
 
-# "{x}" is a name or a noun phrase; the question asks for one fact about it.
-_ATTRIBUTE_QUESTIONS = {
-    "birth_year": "In which year was {x} born?",
-    "occupation": "What is the occupation of {x}?",
-    "founded_year": "In which year was {x} founded?",
-    "industry": "In which industry does {x} operate?",
-    "employees": "How many employees does {x} have?",
-    "population": "What is the population of {x}?",
-    "settled_year": "In which year was {x} settled?",
-    "country_population": "What is the population of {x}?",
-    "currency": "What is the currency of {x}?",
-    "release_year": "In which year was {x} first released?",
-    "category": "What kind of product is {x}?",
-    "year": "In which year was {x} held?",
-    "discipline": "In which discipline is {x} contested?",
-}
-_RELATION_QUESTIONS = {
-    "born_in": "In which city was {x} born?",
-    "works_for": "Which organisation employs {x}?",
-    "founded_by": "Who founded {x}?",
-    "headquartered_in": "In which city is {x} headquartered?",
-    "in_country": "In which country is {x}?",
-    "capital": "What is the capital of {x}?",
-    "mayor": "Who is the mayor of {x}?",
-    "made_by": "Which organisation makes {x}?",
-    "designed_by": "Who designed {x}?",
-    "held_in": "In which city was {x} held?",
-    "organised_by": "Which organisation organised {x}?",
-    "winner": "Who won {x}?",
-}
-# The entity a relation leads to, as a noun phrase about its source "{x}".
-_RELATION_PHRASES = {
-    "born_in": "the birthplace of {x}",
-    "works_for": "the employer of {x}",
-    "founded_by": "the founder of {x}",
-    "headquartered_in": "the city where {x} is headquartered",
-    "in_country": "the country {x} lies in",
-    "capital": "the capital of {x}",
-    "mayor": "the mayor of {x}",
-    "made_by": "the maker of {x}",
-    "designed_by": "the designer of {x}",
-    "held_in": "the city that hosted {x}",
-    "organised_by": "the organiser of {x}",
-    "winner": "the winner of {x}",
-}
-
-
-@dataclass(frozen=True)
-class _Superlative:
-    """A compare/compose template: which entity has the smallest or largest value of a numeric fact."""
-
-    attribute: str
-    operation: str  # argmin | argmax
-    among: str  # "Which of {names} ..." (compare)
-    between: str  # "Which ...: {a} or {b}?" (compose)
-
-
-_SUPERLATIVES = (
-    _Superlative("birth_year", "argmin",
-                 "Which of {names} was born first?", "Who was born first: {a} or {b}?"),
-    _Superlative("birth_year", "argmax",
-                 "Which of {names} was born last?", "Who was born last: {a} or {b}?"),
-    _Superlative("founded_year", "argmin",
-                 "Which of {names} was founded first?", "Which was founded first: {a} or {b}?"),
-    _Superlative("founded_year", "argmax",
-                 "Which of {names} was founded most recently?", "Which was founded more recently: {a} or {b}?"),
-    _Superlative("employees", "argmax",
-                 "Which of {names} has the most employees?", "Which has more employees: {a} or {b}?"),
-    _Superlative("population", "argmax",
-                 "Which of {names} has the largest population?", "Which has the larger population: {a} or {b}?"),
-    _Superlative("population", "argmin",
-                 "Which of {names} has the smallest population?", "Which has the smaller population: {a} or {b}?"),
-    _Superlative("settled_year", "argmin",
-                 "Which of {names} was settled first?", "Which was settled first: {a} or {b}?"),
-    _Superlative("country_population", "argmax",
-                 "Which of {names} has the largest population?", "Which has the larger population: {a} or {b}?"),
-    _Superlative("release_year", "argmin",
-                 "Which of {names} was released first?", "Which was released first: {a} or {b}?"),
-    _Superlative("year", "argmax",
-                 "Which of {names} was held most recently?", "Which was held more recently: {a} or {b}?"),
-)  # fmt: skip
-
-# Aggregates: relation -> "How many of {names} ... {target}?"; attribute -> "... before {year}?"
-_COUNT_EQUAL = {
-    "born_in": "How many of {names} were born in {target}?",
-    "works_for": "How many of {names} work for {target}?",
-    "headquartered_in": "How many of {names} are headquartered in {target}?",
-    "in_country": "How many of {names} lie in {target}?",
-    "made_by": "How many of {names} are made by {target}?",
-    "held_in": "How many of {names} were held in {target}?",
-}
-_COUNT_LESS = {
-    "birth_year": "How many of {names} were born before {target}?",
-    "founded_year": "How many of {names} were founded before {target}?",
-    "release_year": "How many of {names} were first released before {target}?",
-    "year": "How many of {names} were held before {target}?",
-}
-_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
 @dataclass(frozen=True)
@@ -217,16 +128,16 @@ class _Drafter:
         step_kind, step_name = self._fact_step(path[-1], path)
         phrase = path[0].name
         for relation in relations:
-            phrase = _RELATION_PHRASES[relation].format(x=phrase)
+            phrase = RELATION_PHRASES[relation].format(x=phrase)
         last = path[-1]
         if step_kind == "relation":
             answer_entity = self.world.target(last, step_name)
             fact, aliases, names = answer_entity.name, answer_entity.aliases, [*path, answer_entity]
-            text = _RELATION_QUESTIONS[step_name].format(x=phrase)
+            text = RELATION_QUESTIONS[step_name].format(x=phrase)
         else:
             fact = format_value(step_name, last.attributes[step_name])
             aliases, names = _number_aliases(fact), path
-            text = _ATTRIBUTE_QUESTIONS[step_name].format(x=phrase)
+            text = ATTRIBUTE_QUESTIONS[step_name].format(x=phrase)
         evidence = Evidence(last.name, fact, tuple(e.url for e in path), tuple(e.name for e in names))
         kind = "lookup" if hops == 1 else "chain"
         return _Draft((text,), kind, _capitalise(text), "lookup", "", (evidence,), tuple(aliases))
@@ -237,7 +148,7 @@ class _Drafter:
         return picked if len(set(values)) == n else None
 
     def compare(self) -> _Draft | None:
-        spec = self.rng.choice(_SUPERLATIVES)
+        spec = self.rng.choice(SUPERLATIVES)
         pool = self.world.by_type[ATTRIBUTES[spec.attribute].owner]
         n = self.rng.randint(2, min(self.config.max_compare_entities, len(pool)))
         picked = self._distinct_values(pool, n, spec.attribute)
@@ -264,11 +175,11 @@ class _Drafter:
             return None
         phrase = chain[0].name
         for relation in phrase_parts:
-            phrase = _RELATION_PHRASES[relation].format(x=phrase)
+            phrase = RELATION_PHRASES[relation].format(x=phrase)
         return phrase, chain
 
     def compose(self) -> _Draft | None:
-        spec = self.rng.choice(_SUPERLATIVES)
+        spec = self.rng.choice(SUPERLATIVES)
         pool = self.world.by_type[ATTRIBUTES[spec.attribute].owner]
         targets = self._distinct_values(pool, 2, spec.attribute)
         if targets is None:
@@ -292,7 +203,7 @@ class _Drafter:
         return self._count_less()
 
     def _count_equal(self) -> _Draft | None:
-        relation = self.rng.choice(list(_COUNT_EQUAL))
+        relation = self.rng.choice(list(COUNT_EQUAL))
         pool = [e for e in self.world.entities if relation in e.relations]
         target = self.world.target(self.rng.choice(pool), relation)
         n = self.rng.randint(3, self.config.max_aggregate_entities)
@@ -310,12 +221,12 @@ class _Drafter:
                      (e.name, self.world.target(e, relation).name))
             for e in picked
         )  # fmt: skip
-        text = _COUNT_EQUAL[relation].format(names=_join_all([e.name for e in picked]), target=target.name)
+        text = COUNT_EQUAL[relation].format(names=_join_all([e.name for e in picked]), target=target.name)
         key = ("count_equal", relation, target.id, tuple(sorted(e.id for e in picked)))
         return _Draft(key, "aggregate", text, "count_equal", target.name, evidence)
 
     def _count_less(self) -> _Draft | None:
-        attribute = self.rng.choice(list(_COUNT_LESS))
+        attribute = self.rng.choice(list(COUNT_LESS))
         pool = self.world.by_type[ATTRIBUTES[attribute].owner]
         n = self.rng.randint(3, self.config.max_aggregate_entities)
         picked = self._distinct_values(pool, n, attribute)
@@ -329,7 +240,7 @@ class _Drafter:
             return None
         threshold = str(self.rng.randint(low, high))
         evidence = tuple(_attribute_evidence(e, attribute) for e in picked)
-        text = _COUNT_LESS[attribute].format(names=_join_all([e.name for e in picked]), target=threshold)
+        text = COUNT_LESS[attribute].format(names=_join_all([e.name for e in picked]), target=threshold)
         key = ("count_less", attribute, threshold, tuple(sorted(e.id for e in picked)))
         return _Draft(key, "aggregate", text, "count_less", threshold, evidence)
 
@@ -351,7 +262,7 @@ def _attribute_evidence(entity: Entity, attribute: str) -> Evidence:
 def _to_question(draft: _Draft, qid: str, world: World) -> Question:
     answer = combine_facts(draft.operation, draft.operand, draft.evidence)
     if draft.operation in ("count_equal", "count_less"):
-        aliases: tuple[str, ...] = (_NUMBER_WORDS[int(answer)],)
+        aliases: tuple[str, ...] = (NUMBER_WORDS[int(answer)],)
     elif draft.operation in ("argmin", "argmax"):
         aliases = world.by_name[answer].aliases
     else:

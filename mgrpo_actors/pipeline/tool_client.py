@@ -11,10 +11,11 @@ from collections.abc import Collection, Sequence
 
 from mgrpo_actors.agents.driver import ToolExecutor
 from mgrpo_actors.agents.episode import ToolCall
+from mgrpo_actors.pipeline.wire import tool_output_from_wire
 from mgrpo_actors.runtime import Bus, BusError
-from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.base import ToolOutput
 from protocols import ProtocolError, ToolRequest
-from protocols import ToolResult as WireToolResult
+from protocols import ToolResult
 
 __all__ = ["bus_tool_executor"]
 
@@ -22,8 +23,8 @@ __all__ = ["bus_tool_executor"]
 def bus_tool_executor(bus: Bus, remote: Collection[str], local: ToolExecutor | None = None, timeout_s: float = 30.0, caller: str = "") -> ToolExecutor:
     """Calls of tools in `remote` go over NATS; the rest to `local` (e.g. `reason` on the agent's own model)."""
 
-    def execute(calls: Sequence[ToolCall]) -> list[ToolResult]:
-        results: list[ToolResult | None] = [None] * len(calls)
+    def execute(calls: Sequence[ToolCall]) -> list[ToolOutput]:
+        results: list[ToolOutput | None] = [None] * len(calls)
         pending = []
         for i, call in enumerate(calls):
             if call.name in remote:
@@ -33,7 +34,7 @@ def bus_tool_executor(bus: Bus, remote: Collection[str], local: ToolExecutor | N
         if local_calls:
             if local is None:
                 for i, call in local_calls:
-                    results[i] = ToolResult.failure(f"tool {call.name!r} is not served here")
+                    results[i] = ToolOutput.failure(f"tool {call.name!r} is not served here")
             else:
                 for (i, _), result in zip(local_calls, local([call for _, call in local_calls]), strict=True):
                     results[i] = result
@@ -44,11 +45,11 @@ def bus_tool_executor(bus: Bus, remote: Collection[str], local: ToolExecutor | N
     return execute
 
 
-def _wait(call: ToolCall, future) -> ToolResult:  # type: ignore[no-untyped-def]
+def _wait(call: ToolCall, future) -> ToolOutput:  # type: ignore[no-untyped-def]
     try:
         reply = future.result()
     except (BusError, ProtocolError) as exc:
-        return ToolResult.failure(f"tool {call.name!r} unavailable: {exc}")
-    if not isinstance(reply, WireToolResult):
-        return ToolResult.failure(f"tool {call.name!r} answered with a {type(reply).__name__}")
-    return ToolResult(ok=reply.ok, content=reply.content, error=reply.error)
+        return ToolOutput.failure(f"tool {call.name!r} unavailable: {exc}")
+    if not isinstance(reply, ToolResult):
+        return ToolOutput.failure(f"tool {call.name!r} answered with a {type(reply).__name__}")
+    return tool_output_from_wire(reply)

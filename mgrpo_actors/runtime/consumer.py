@@ -6,16 +6,14 @@ import asyncio
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.delivery import Delivery
+from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
-
-if TYPE_CHECKING:
-    from mgrpo_actors.runtime.bus import Bus
 
 __all__ = ["Consumer"]
 
@@ -36,7 +34,7 @@ class Consumer:
     again at once; the actor skips deliveries its consumer has already handed back.
     """
 
-    bus: Bus
+    loop: BusLoop
     stream: str
     durable: str
     subject: str
@@ -56,7 +54,14 @@ class Consumer:
             return id(delivery) in self._inflight
 
     def settle(self, delivery: Delivery, how: str, delay_s: float | None = None, wait: bool = False) -> None:
-        """ack / nak / term a delivery; `wait` blocks until the server confirmed an ack."""
+        """ack / nak / term a delivery, or "progress" (still working: restart its ack wait, keep it in
+        flight); `wait` blocks until the server confirmed an ack."""
+        if how == "progress":
+            with self._lock:
+                msg = self._inflight.get(id(delivery))
+            if msg is not None:
+                self.loop.submit(msg.in_progress())
+            return
         with self._lock:
             msg = self._inflight.pop(id(delivery), None)
             if msg is None:
@@ -69,11 +74,11 @@ class Consumer:
         else:
             coro = msg.term()
         if wait:
-            self.bus.call(coro)
+            self.loop.call(coro)
         else:
-            self.bus.submit(coro)
+            self.loop.submit(coro)
         if self._capacity is not None:
-            self.bus.loop.call_soon_threadsafe(self._capacity.set)
+            self.loop.call_soon(self._capacity.set)
 
     async def run(self, psub: Any) -> None:
         """The fetch loop (on the bus thread)."""
@@ -114,7 +119,7 @@ class Consumer:
         num_delivered = msg.metadata.num_delivered if msg.metadata else 1
         if num_delivered >= _WARN_DELIVERIES:
             log.warning("message delivered again", stream=self.stream, durable=self.durable, subject=msg.subject, deliveries=num_delivered)
-        delivery = Delivery(msg.subject, msg.data, "", msg.headers, js_msg=msg, consumer=self, bus=self.bus, num_delivered=num_delivered)
+        delivery = Delivery(msg.subject, msg.data, "", msg.headers, js_msg=msg, consumer=self, num_delivered=num_delivered)
         with self._lock:
             self._inflight[id(delivery)] = msg
             self.delivered += 1
@@ -131,12 +136,12 @@ class Consumer:
             return
         task, self._task = self._task, None
         self._stopping = True
-        if not self.bus.loop_running:
+        if not self.loop.running:
             return
         try:
-            self.bus.call(asyncio.wait_for(asyncio.shield(task), FETCH_WAIT_S + 2))
+            self.loop.call(asyncio.wait_for(asyncio.shield(task), FETCH_WAIT_S + 2))
         except Exception:
-            self.bus.call(cancel_task(task))
+            self.loop.call(cancel_task(task))
 
     def stop(self) -> None:
         """Stop fetching; nak what was delivered and not yet settled."""
@@ -144,17 +149,10 @@ class Consumer:
         with self._lock:
             pending, self._inflight = list(self._inflight.values()), {}
             self.settled["nak-on-stop"] += len(pending)
-        if self.bus.loop_running:
+        if self.loop.running:
             for msg in pending:
                 try:
-                    self.bus.call(msg.nak(), timeout=5)
+                    self.loop.call(msg.nak(), timeout=5)
                 except Exception as exc:  # disconnected: JetStream redelivers after ack_wait anyway
                     log.warning("nak on stop failed", stream=self.stream, error=str(exc))
 
-
-async def cancel_task(task: asyncio.Task) -> None:
-    task.cancel()
-    try:
-        await task
-    except (asyncio.CancelledError, Exception):
-        pass

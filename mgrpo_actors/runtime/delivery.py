@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from mgrpo_actors.runtime.bus import Bus
-    from mgrpo_actors.runtime.consumer import Consumer
+__all__ = ["Delivery", "KvUpdate", "Settler"]
 
-__all__ = ["Delivery", "KvUpdate"]
+
+class Settler(Protocol):
+    """What settles a stream delivery (runtime/consumer.py's Consumer)."""
+
+    def owns(self, delivery: Delivery) -> bool: ...
+
+    def settle(self, delivery: Delivery, how: str, delay_s: float | None = None, wait: bool = False) -> None: ...
 
 
 @dataclass
@@ -25,8 +29,7 @@ class Delivery:
     reply: str = ""
     headers: dict[str, str] | None = None
     js_msg: Any = None  # nats.aio.msg.Msg of a JetStream consumer; None for core NATS
-    consumer: Consumer | None = None
-    bus: Bus | None = field(default=None, repr=False)
+    consumer: Settler | None = None
     num_delivered: int = 1  # JetStream delivery attempt (1 = first)
 
     @property
@@ -52,6 +55,11 @@ class Delivery:
         """Ask JetStream to redeliver (no-op for core NATS)."""
         if self.consumer is not None:
             self.consumer.settle(self, "nak", delay_s)
+
+    def in_progress(self) -> None:
+        """Tell JetStream the message is still being worked on, restarting its ack wait (no-op for core NATS)."""
+        if self.consumer is not None:
+            self.consumer.settle(self, "progress")
 
     def term(self) -> None:
         """Tell JetStream never to redeliver (after dead-lettering it)."""

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import nats.js.errors
 
-from mgrpo_actors.runtime.consumer import cancel_task
 from mgrpo_actors.runtime.delivery import KvUpdate
+from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import Message, encode
-
-if TYPE_CHECKING:
-    from mgrpo_actors.runtime.bus import Bus
 
 __all__ = ["KvBucket"]
 
@@ -23,9 +20,10 @@ __all__ = ["KvBucket"]
 class KvBucket:
     """Small shared state of a run (design.md §Delivery and state): reward statistics, versions, run state."""
 
-    bus: Bus
+    loop: BusLoop
     name: str
     _kv: Any
+    max_bytes: int  # encode limit of a Message value
 
     def get(self, key: str) -> bytes | None:
         async def _get() -> bytes | None:
@@ -35,14 +33,14 @@ class KvBucket:
                 return None
             return entry.value
 
-        return self.bus.call(_get())
+        return self.loop.call(_get())
 
     def put(self, key: str, value: bytes | Message) -> int:
-        data = encode(value, self.bus.max_bytes) if isinstance(value, Message) else value
-        return self.bus.call(self._kv.put(key, data))
+        data = encode(value, self.max_bytes) if isinstance(value, Message) else value
+        return self.loop.call(self._kv.put(key, data))
 
     def delete(self, key: str) -> None:
-        self.bus.call(self._kv.delete(key))
+        self.loop.call(self._kv.delete(key))
 
     def keys(self) -> list[str]:
         async def _keys() -> list[str]:
@@ -51,7 +49,7 @@ class KvBucket:
             except nats.js.errors.NoKeysError:
                 return []
 
-        return self.bus.call(_keys())
+        return self.loop.call(_keys())
 
     def watch(self, keys: str, target: Target, include_history: bool = False) -> Callable[[], None]:
         """Tell `target` a KvUpdate for every change of `keys` (wildcards allowed); returns a stop function."""
@@ -72,5 +70,5 @@ class KvBucket:
 
             return asyncio.ensure_future(pump())
 
-        task = self.bus.call(_watch())
-        return lambda: self.bus.call(cancel_task(task)) if self.bus.loop_running else None
+        task = self.loop.call(_watch())
+        return lambda: self.loop.call(cancel_task(task)) if self.loop.running else None

@@ -1,6 +1,6 @@
 """What a tool is: a name, a description, a JSON schema for its arguments, and a call that never raises.
 
-A bad call (wrong arguments, unknown url, failing model) is an `ok=False` ToolResult with an error the
+A bad call (wrong arguments, unknown url, failing model) is an `ok=False` ToolOutput with an error the
 agent can read and recover from; an exception would end the rollout. `SchemaTool` gives a tool argument
 validation and that guarantee, so a subclass writes only `run` for arguments already checked.
 """
@@ -15,13 +15,13 @@ import structlog
 
 from mgrpo_actors.tools.schema import check_schema, validate
 
-__all__ = ["SchemaTool", "Tool", "ToolResult"]
+__all__ = ["SchemaTool", "Tool", "ToolOutput"]
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class ToolResult:
+class ToolOutput:
     """The outcome of one tool call, as the agent will see it."""
 
     ok: bool  # the call did what was asked
@@ -29,23 +29,23 @@ class ToolResult:
     error: str | None = None  # why the call failed, phrased for the agent; None when ok
 
     @classmethod
-    def success(cls, content: str) -> ToolResult:
+    def success(cls, content: str) -> ToolOutput:
         return cls(ok=True, content=content, error=None)
 
     @classmethod
-    def failure(cls, error: str) -> ToolResult:
+    def failure(cls, error: str) -> ToolOutput:
         return cls(ok=False, content="", error=error)
 
 
 @runtime_checkable
 class Tool(Protocol):
-    """Anything the registry can call; `__call__` must return a ToolResult, never raise."""
+    """Anything the registry can call; `__call__` must return a ToolOutput, never raise."""
 
     name: str
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult: ...
+    def __call__(self, arguments: dict[str, Any]) -> ToolOutput: ...
 
 
 class SchemaTool(ABC):
@@ -59,15 +59,15 @@ class SchemaTool(ABC):
         check_schema(self.parameters, f"tool {self.name!r} parameters")
 
     @abstractmethod
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
         """Do the work for arguments that already match `parameters`."""
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+    def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
         errors = validate(arguments, self.parameters)
         if errors:
-            return ToolResult.failure(f"invalid arguments for {self.name}: " + "; ".join(errors))
+            return ToolOutput.failure(f"invalid arguments for {self.name}: " + "; ".join(errors))
         try:
             return self.run(arguments)
         except Exception as exc:  # a tool bug must cost one call, not the rollout
             log.warning("tool raised", tool=self.name, error=repr(exc))
-            return ToolResult.failure(f"{self.name} failed: {type(exc).__name__}: {exc}")
+            return ToolOutput.failure(f"{self.name} failed: {type(exc).__name__}: {exc}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mgrpo_actors.tools.base import SchemaTool, ToolResult
+from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 
 __all__ = ["DEFAULT_REASON_PROMPT", "ReasonTool"]
 
@@ -53,21 +53,21 @@ class ReasonTool(SchemaTool):
         self.prompt_template = prompt_template
         self.max_output_chars = max_output_chars
 
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
         problem = arguments["problem"].strip()
         if not problem:
-            return ToolResult.failure("invalid arguments for reason: arguments.problem: must not be blank")
+            return ToolOutput.failure("invalid arguments for reason: arguments.problem: must not be blank")
         if self.generate is None:
-            return ToolResult.failure("reason is not available: no reasoning model is configured")
+            return ToolOutput.failure("reason is not available: no reasoning model is configured")
         prompt = self.prompt_template.replace("{problem}", problem)
         try:
             reply = self.generate(prompt)
         except Exception as exc:  # the model's failure is this call's failure, not the rollout's
-            return ToolResult.failure(f"reasoning model failed: {type(exc).__name__}: {exc}")
+            return ToolOutput.failure(f"reasoning model failed: {type(exc).__name__}: {exc}")
         if not isinstance(reply, str):
-            return ToolResult.failure(f"reasoning model returned {type(reply).__name__}, not text")
+            return ToolOutput.failure(f"reasoning model returned {type(reply).__name__}, not text")
         if not reply.strip():
-            return ToolResult.failure("reasoning model returned an empty reply")
+            return ToolOutput.failure("reasoning model returned an empty reply")
         if len(reply) > self.max_output_chars:
             reply = reply[: self.max_output_chars] + "\n[truncated]"
-        return ToolResult.success(reply.strip())
+        return ToolOutput.success(reply.strip())

@@ -5,7 +5,7 @@ A config lists entries such as
 and `ToolRegistry.from_config` imports each factory and calls it with its args; that is how a user
 adds a tool (a real web search, say) without touching this package. Objects a config cannot spell (a
 model's generate function) come in through `extra_args`. Config mistakes raise ToolConfigError when the
-registry is built; a bad *call* is always an error ToolResult.
+registry is built; a bad *call* is always an error ToolOutput.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from mgrpo_actors.tools.base import Tool, ToolResult
+from mgrpo_actors.tools.base import Tool, ToolOutput
 from mgrpo_actors.tools.schema import SchemaError, check_schema, validate
 
 __all__ = ["ToolConfigError", "ToolRegistry", "ToolSpec", "import_object", "schemas_for_prompt"]
@@ -68,7 +68,7 @@ def import_object(path: str) -> Any:
 
 
 class ToolRegistry:
-    """Tools by name; `call` turns every failure into an error ToolResult."""
+    """Tools by name; `call` turns every failure into an error ToolOutput."""
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
@@ -131,32 +131,32 @@ class ToolRegistry:
             registry.register(self.get(name), name)
         return registry
 
-    def call(self, name: Any, arguments: Any) -> ToolResult:
+    def call(self, name: Any, arguments: Any) -> ToolOutput:
         """Call tool `name` with `arguments` (a dict, or a JSON object as text); never raises."""
         try:
             return self._call(name, arguments)
         except Exception as exc:  # a broken third-party tool must not end the rollout
             log.warning("tool call raised", tool=repr(name)[:100], error=repr(exc))
-            return ToolResult.failure(f"tool {name!r} failed: {type(exc).__name__}: {exc}")
+            return ToolOutput.failure(f"tool {name!r} failed: {type(exc).__name__}: {exc}")
 
-    def _call(self, name: Any, arguments: Any) -> ToolResult:
+    def _call(self, name: Any, arguments: Any) -> ToolOutput:
         if not isinstance(name, str) or name not in self._tools:
             known = ", ".join(self.names) or "none"
-            return ToolResult.failure(f"unknown tool {repr(name)[:100]}; known tools: {known}")
+            return ToolOutput.failure(f"unknown tool {repr(name)[:100]}; known tools: {known}")
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
             except (ValueError, RecursionError) as exc:
-                return ToolResult.failure(f"arguments for {name} are not valid JSON: {exc}")
+                return ToolOutput.failure(f"arguments for {name} are not valid JSON: {exc}")
         if not isinstance(arguments, dict):
-            return ToolResult.failure(f"arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+            return ToolOutput.failure(f"arguments for {name} must be a JSON object, got {type(arguments).__name__}")
         tool = self._tools[name]
         errors = validate(arguments, tool.parameters)
         if errors:
-            return ToolResult.failure(f"invalid arguments for {name}: " + "; ".join(errors))
+            return ToolOutput.failure(f"invalid arguments for {name}: " + "; ".join(errors))
         result = tool(arguments)
-        if not isinstance(result, ToolResult):
-            return ToolResult.failure(f"tool {name} returned {type(result).__name__}, not a ToolResult")
+        if not isinstance(result, ToolOutput):
+            return ToolOutput.failure(f"tool {name} returned {type(result).__name__}, not a ToolOutput")
         return result
 
     def schemas(self) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from bm25s.tokenization import Tokenizer
 
 from mgrpo_actors.envs.dataset import resolve_pages
 from mgrpo_actors.envs.pages import Page
-from mgrpo_actors.tools.base import SchemaTool, ToolResult
+from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 
 __all__ = ["SearchTool"]
 
@@ -66,17 +66,17 @@ class SearchTool(SchemaTool):
         first = page.text.split("\n", 1)[0]
         return first if len(first) <= self.snippet_chars else first[: self.snippet_chars - 3].rstrip() + "..."
 
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
         query, k = arguments["query"], arguments.get("k", self.default_k)
         if not query.strip():
-            return ToolResult.failure("invalid arguments for search: arguments.query: must not be blank")
+            return ToolOutput.failure("invalid arguments for search: arguments.query: must not be blank")
         scores = self.scores(query)
         # Stable sort: equal scores keep page order, so results are deterministic.
         ranked = [int(i) for i in np.argsort(-scores, kind="stable")[:k] if scores[i] > 0]
         if not ranked:
-            return ToolResult.success(f"No results for {query!r}.")
+            return ToolOutput.success(f"No results for {query!r}.")
         lines = [f"Results for {query!r}:"]
         for rank, i in enumerate(ranked, start=1):
             page = self.pages[i]
             lines.append(f"{rank}. {page.title}\n   {page.url}\n   {self._snippet(page)}")
-        return ToolResult.success("\n".join(lines))
+        return ToolOutput.success("\n".join(lines))

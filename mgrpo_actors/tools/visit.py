@@ -13,7 +13,7 @@ from typing import Any
 from mgrpo_actors.envs.dataset import resolve_pages
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.world import URL_PREFIX
-from mgrpo_actors.tools.base import SchemaTool, ToolResult
+from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 
 __all__ = ["VisitTool"]
 
@@ -49,21 +49,21 @@ class VisitTool(SchemaTool):
         self.max_chars = max_chars
         self._pages = {p.url: p for p in resolve_pages(pages)}
 
-    def _unknown(self, url: str) -> ToolResult:
+    def _unknown(self, url: str) -> ToolOutput:
         if not url.startswith(URL_PREFIX):
             reason = f"only {URL_PREFIX}... urls can be visited"
         else:
             reason = "no page has this url; use a url from search results or page links"
-        return ToolResult.failure(f"cannot visit {url[:100]!r}: {reason}")
+        return ToolOutput.failure(f"cannot visit {url[:100]!r}: {reason}")
 
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
         url, goal = arguments["url"].strip(), arguments["goal"].strip()
         if not goal:
-            return ToolResult.failure("invalid arguments for visit: arguments.goal: must not be blank")
+            return ToolOutput.failure("invalid arguments for visit: arguments.goal: must not be blank")
         page = self._pages.get(url)
         if page is None:
             return self._unknown(url)
         text = page.text
         if len(text) > self.max_chars:
             text = text[: self.max_chars] + f"\n[truncated: showing {self.max_chars} of {len(page.text)} characters]"
-        return ToolResult.success(f"Title: {page.title}\nURL: {page.url}\nGoal: {goal}\n\n{text}")
+        return ToolOutput.success(f"Title: {page.title}\nURL: {page.url}\nGoal: {goal}\n\n{text}")

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from mgrpo_actors.cli.roles import ROLES
+from actors.roles import ROLES
 from mgrpo_actors.runtime import NoResponders, RequestTimeout
 from protocols import Event, NodeInfo, NodePing, ToolRequest, ToolResult, decode
 from tests.helpers import closed_port_url, run_script, start_script, stop_process, wait_until

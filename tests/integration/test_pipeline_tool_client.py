@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from actors.tool import ToolActor, build_tool_registry
+from actors.tool import ToolActor
+from mgrpo_actors.tools.setup import build_tool_registry
 from mgrpo_actors.agents.driver import registry_executor
 from mgrpo_actors.agents.episode import ToolCall
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.envs.pages import build_pages
 from mgrpo_actors.envs.world import WorldConfig, generate_world
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
-from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.base import ToolOutput
 from mgrpo_actors.tools.registry import ToolRegistry
 
 pytestmark = pytest.mark.integration
@@ -24,14 +25,14 @@ class EchoTool:
     description = "echo"
     parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"], "additionalProperties": False}
 
-    def __call__(self, arguments: dict) -> ToolResult:
-        return ToolResult.success(f"echo: {arguments['text']}")
+    def __call__(self, arguments: dict) -> ToolOutput:
+        return ToolOutput.success(f"echo: {arguments['text']}")
 
 
 @pytest.fixture
 def tool_actors(bus, make_bus, actors, run_id):
     config = load_config(NodeConfig, None, [f"run.id={run_id}", "tools.web_entities=120"])
-    registry = build_tool_registry(config)
+    registry = build_tool_registry(config.tools)
     server_bus = make_bus("tools")
     for name in ("search", "visit"):
         actors.append(ToolActor.start_ready(server_bus, registry, name))
@@ -54,7 +55,7 @@ def test_remote_local_and_unserved_calls_each_get_their_result_in_order(bus, too
     results = execute(calls)
     assert len(results) == len(calls)
     assert results[0].ok and "synth://wiki/" in results[0].content
-    assert results[1] == ToolResult.success("echo: hi")
+    assert results[1] == ToolOutput.success("echo: hi")
     assert not results[2].ok and "synth://wiki/" in results[2].error  # visit refuses non-world urls
     assert not results[3].ok and "no responders" in results[3].error
     assert not results[4].ok and results[4].error  # bad arguments: an error result, not an exception

@@ -9,7 +9,7 @@ from rich.console import Console
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.rollout import RolloutConfig, run_rollouts
-from mgrpo_actors.cli.main import main
+from actors.cli import main
 from mgrpo_actors.cli.rollout_view import print_group
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.helpers import run_script

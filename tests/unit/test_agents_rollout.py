@@ -5,19 +5,25 @@ import dataclasses
 import json
 import socket
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 from structlog.testing import capture_logs
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.driver import AgentModel
+from mgrpo_actors.agents.delegation import DelegationRequest
+from mgrpo_actors.agents.local_delegate import SubCall
 from mgrpo_actors.agents.rollout import NO_EVIDENCE, RolloutConfig, run_rollouts, run_single_agent_rollouts
-from mgrpo_actors.agents.scoring import expert_references
+from mgrpo_actors.agents.scoring import expert_references, score_sub
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.algo.config import JudgeConfig, RewardConfig
 from mgrpo_actors.algo.judge import JudgeError, OpenAICompatibleJudge, Verdict
+from mgrpo_actors.algo.rewards import resolve_sub_weights
+from mgrpo_actors.algo.scorers import ContainsReferenceJudge
 from mgrpo_actors.envs.dataset import load_questions
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
+from protocols.messages import SubtaskResult
 from tests.scripted_engine import ScriptedEngine, by_turn
 
 AGENT = AgentConfig(max_turns=4, max_new_tokens_per_turn=128)
@@ -60,6 +66,39 @@ def test_a_wrong_answer_costs_m_its_correctness_and_s_the_copied_part():
     assert (rollout.main_score.r_correct, rollout.main_score.reward) == (0.0, pytest.approx(0.1))
     (s,) = rollout.sub_scores
     assert (s.main_correct, s.r_expert, s.reward) == (0.0, 1.0, pytest.approx(0.1 + 0.5))
+
+
+def test_m_right_but_malformed_pays_s_nothing_for_m_correctness():
+    # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid.
+    question = lookup_question()
+    delegate = format_tool_call("delegate", {"task": question.question, "context": ""})
+    main = ScriptedEngine(tiny_tokenizer(), by_turn("no format here", delegate, format_answer(question.answer)))
+    (rollout,) = rollouts(main, sub_script(question), question).rollouts
+    m = rollout.main_score
+    assert (m.format.ok, m.r_correct, m.reward) == (False, 1.0, 0.0)
+    (s,) = rollout.sub_scores
+    assert (s.main_correct, s.r_expert, s.reward) == (0.0, 1.0, pytest.approx(0.1 + 0.4 * 0.0 + 0.5 * 1.0))
+
+
+def _sub_call(task: str, findings: str, context: str = "") -> SubCall:
+    episode = SimpleNamespace(turn_errors=(None, None), answer=findings)  # what format_check reads: well formed
+    result = SubtaskResult(call_id="r0.t0", ok=True, findings=findings)
+    return SubCall(DelegationRequest(task=task, context=context, rollout_index=0, call_id="r0.t0"), episode, result)
+
+
+def test_the_local_expert_rule_pays_nothing_for_echoing_the_task():
+    # The review's case: a failed subtask repeats the entity M wrote into its task.
+    expert = (ContainsReferenceJudge(), ["Orlen Vasque", "Castor Bay"])
+    weights = resolve_sub_weights(RewardConfig(), expert_configured=True)
+    calls = [
+        _sub_call("Where was Orlen Vasque born?", "I could not find where Orlen Vasque was born."),
+        _sub_call("Where was Orlen Vasque born?", "Orlen Vasque was born in Castor Bay."),  # found a new entity
+        _sub_call("Where was he born?", "He was born in Castor Bay.", context="He is Orlen Vasque of Castor Bay."),
+    ]
+    scores = score_sub(calls, [1.0, 1.0, 1.0], expert, weights, max_turns=4)
+    assert [s.r_expert for s in scores] == [0.0, 1.0, 0.0]  # the context counts as given, like the task
+    # R_S = 0.1·1 + 0.4·1 + 0.5·r_expert.
+    assert [s.reward for s in scores] == pytest.approx([0.5, 1.0, 0.5])
 
 
 def test_every_delegation_is_a_sub_call_of_its_rollout():

@@ -43,7 +43,7 @@ def test_main_advantages_zero_mean_unit_population_std(rewards):
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_sub_advantages_over_counted_slots(data):
-    shape = data.draw(st.tuples(st.integers(1, 4), st.integers(2, 4), st.integers(1, 4)))
+    shape = data.draw(st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)))
     rewards = data.draw(arrays(np.float64, shape, elements=reward_values))
     weights = data.draw(arrays(np.float64, shape, elements=st.sampled_from([0.0, 1.0])))
     advantages = sub_advantages(rewards, weights, CFG)
@@ -99,6 +99,21 @@ def test_unbiased_std_option():
     assert np.all(alone == 0.0)
 
 
+def test_sub_groups_with_k_1_and_at_least_two_counted_slots_carry_signal():
+    # m-grpo.md §Group-relative advantages: K = 1 is allowed for S. Rewards (0, 1, 1): mean 2/3,
+    # population std √((4/9 + 1/9 + 1/9)/3) = √2/3, so A = (−2/3, 1/3, 1/3)·3/√2 = (−√2, 1/√2, 1/√2).
+    advantages = sub_advantages(np.array([[[0.0, 1.0, 1.0]]]), np.ones((1, 1, 3)), CFG)
+    np.testing.assert_allclose(advantages, [[[-1.4142135623730951, 0.7071067811865476, 0.7071067811865476]]])
+
+
+def test_sub_groups_with_fewer_than_two_counted_slots_are_degenerate():
+    # K = 1, D = 1: one member, no relative signal.
+    assert sub_advantages(np.array([[[1.0]]]), np.ones((1, 1, 1)), CFG).tolist() == [[[0.0]]]
+    # K = 1, D = 3 with two placeholders: one counted member, advantages 0.
+    alone = sub_advantages(np.array([[[1.0, 0.0, 0.0]]]), np.array([[[1.0, 0.0, 0.0]]]), CFG)
+    assert alone.tolist() == [[[0.0, 0.0, 0.0]]]
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -106,7 +121,7 @@ def test_unbiased_std_option():
         (lambda: main_advantages(np.zeros((0, 4)), CFG), "empty batch"),
         (lambda: main_advantages([1.0, 0.0], CFG), r"shaped \(B, K\)"),
         (lambda: main_advantages([[1.0, np.nan]], CFG), r"NaN or inf at \(group, member\) \[\(0, 1\)\]"),
-        (lambda: sub_advantages(np.zeros((1, 1, 4)), np.ones((1, 1, 4)), CFG), "K = 1"),
+        (lambda: sub_advantages(np.zeros((1, 0, 4)), np.ones((1, 0, 4)), CFG), "empty groups"),
         (lambda: sub_advantages(np.zeros((1, 2, 0)), np.ones((1, 2, 0)), CFG), "empty groups"),
         (lambda: sub_advantages(np.zeros((1, 2, 2)), np.ones((1, 2, 3)), CFG), "does not match weights"),
         (lambda: sub_advantages(np.zeros((2, 4)), np.ones((2, 4)), CFG), r"shaped \(B, K, D\)"),

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,8 +11,8 @@ from mgrpo_actors.algo.config import AlignmentConfig
 
 
 def _ids(counts):
-    """Unique ids "b.k.j" for a nested list of d_k counts."""
-    return [[[f"{b}.{k}.{j}" for j in range(n)] for k, n in enumerate(row)] for b, row in enumerate(counts)]
+    """Call ids "t{j}" for a nested list of d_k counts: unique within a rollout only, like the rollout code's."""
+    return [[[f"t{j}" for j in range(n)] for n in row] for row in counts]
 
 
 batches = st.integers(1, 4).flatmap(
@@ -32,11 +33,14 @@ def test_alignment_invariants(counts, d, mode, seed):
             own = sub_ids[b][r]
             d_k = len(own)
             kinds = aligned.kind[b, r]
-            sources = [None if s < 0 else aligned.ids[s] for s in aligned.source[b, r]]
+            keys = [None if s < 0 else aligned.ids[s] for s in aligned.source[b, r]]
+            assert all(key is None or key[:2] == (b, r) for key in keys)  # only this rollout's own
+            sources = [None if key is None else key[2] for key in keys]
             originals = [s for s, kind in zip(sources, kinds) if kind == SlotKind.ORIGINAL]
             duplicates = [s for s, kind in zip(sources, kinds) if kind == SlotKind.DUPLICATE]
             placeholders = [s for s, kind in zip(sources, kinds) if kind == SlotKind.PLACEHOLDER]
-            dropped = aligned.dropped[b][r]
+            assert all(key[:2] == (b, r) for key in aligned.dropped[b][r])
+            dropped = [key[2] for key in aligned.dropped[b][r]]
             # Only from the same rollout; originals distinct; kept and dropped partition the rollout.
             assert set(originals) | set(duplicates) <= set(own)
             assert len(set(originals)) == len(originals) == min(d_k, d)
@@ -68,31 +72,56 @@ def test_drops_and_duplicates_are_uniform():
     rng = np.random.default_rng(0)
     # Drop: 4 calls to D = 2, each kept with probability 1/2.
     dropped = align(_ids([[4]] * queries), 2, rng)
-    slot_ids = [[s.source_id.endswith(f".{j}") for j in range(4)] for s in dropped.slots()]
+    slot_ids = [[s.call_id == f"t{j}" for j in range(4)] for s in dropped.slots()]
     kept = np.array(slot_ids).reshape(queries, 2, 4).any(axis=1)
     np.testing.assert_allclose(kept.mean(axis=0), 0.5, atol=0.03)
     # Duplicate: 3 calls to D = 4, the extra slot is each call with probability 1/3.
     duplicated = align(_ids([[3]] * queries), 4, rng)
-    extra = np.array([duplicated.ids[s] for s in duplicated.source[:, 0, 3]])
-    counts = np.array([np.char.endswith(extra, f".{j}").mean() for j in range(3)])
+    extra = np.array([duplicated.ids[s][2] for s in duplicated.source[:, 0, 3]])
+    counts = np.array([(extra == f"t{j}").mean() for j in range(3)])
     np.testing.assert_allclose(counts, 1 / 3, atol=0.03)
 
 
 def test_rollout_without_sub_calls_gets_zero_weight_placeholders():
     aligned = align([[[], ["a"]]], 3, np.random.default_rng(0))
     assert np.all(aligned.kind[0, 0] == SlotKind.PLACEHOLDER) and np.all(aligned.weight[0, 0] == 0.0)
-    assert [s.source_id for s in aligned.slots()][3:] == ["a", "a", "a"]
+    assert [s.call_id for s in aligned.slots()][3:] == ["a", "a", "a"]
+    assert [s.source_id for s in aligned.slots()][3:] == [(0, 1, "a")] * 3
 
 
 def test_gather_places_values_on_slots():
     aligned = align([[["a", "b"], []]], 3, np.random.default_rng(0), mode="mask")
-    values = aligned.gather({"a": 0.25, "b": 0.5}, fill=-1.0)
+    values = aligned.gather({(0, 0, "a"): 0.25, (0, 0, "b"): 0.5}, fill=-1.0)
     np.testing.assert_array_equal(values, [[[0.25, 0.5, -1.0], [-1.0, -1.0, -1.0]]])
     np.testing.assert_array_equal(aligned.gather([0.25, 0.5]), [[[0.25, 0.5, 0.0], [0.0, 0.0, 0.0]]])
-    with pytest.raises(ValueError, match=r"no value for sub-trajectory id\(s\) \['b'\]"):
-        aligned.gather({"a": 1.0})
+    with pytest.raises(ValueError, match=r"no value for sub-trajectory key\(s\) .* \[\(0, 0, 'b'\)\]"):
+        aligned.gather({(0, 0, "a"): 1.0})
+    with pytest.raises(ValueError, match="no value"):
+        aligned.gather({"a": 0.25, "b": 0.5})  # bare call ids are not keys
     with pytest.raises(ValueError, match="does not match the 2 input ids"):
         aligned.gather([1.0])
+
+
+def test_the_same_call_id_in_two_queries_or_rollouts_is_two_sub_trajectories():
+    # Call ids are unique only within a query (m-grpo.md: "r{k}.t{i}"); the plan keys them by (b, k, call id).
+    aligned = align([[["t0"], ["t0"]], [["t0"], []]], 1, np.random.default_rng(0), mode="mask")
+    assert aligned.ids == ((0, 0, "t0"), (0, 1, "t0"), (1, 0, "t0"))
+    rewards = {(0, 0, "t0"): 0.1, (0, 1, "t0"): 0.5, (1, 0, "t0"): 1.0}
+    np.testing.assert_array_equal(aligned.gather(rewards, fill=-1.0), [[[0.1], [0.5]], [[1.0], [-1.0]]])
+
+
+def test_placeholders_get_an_all_zero_loss_mask():
+    # Slots in order: (0,0,0) t0, (0,0,1) placeholder, (0,1,0) placeholder, (0,1,1) placeholder.
+    aligned = align([[["t0"], []]], 2, np.random.default_rng(0), mode="mask")
+    np.testing.assert_array_equal(aligned.loss_weights(), [1.0, 0.0, 0.0, 0.0])
+    assert aligned.loss_weights().tolist() == [s.weight for s in aligned.slots()]
+    mask = np.array([[0, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 1]], dtype=np.float32)
+    np.testing.assert_array_equal(aligned.mask_placeholders(mask), [[0, 1, 1], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    as_torch = aligned.mask_placeholders(torch.tensor(mask, dtype=torch.bool))
+    assert as_torch.dtype == torch.bool
+    assert as_torch.tolist() == [[False, True, True], [False] * 3, [False] * 3, [False] * 3]
+    with pytest.raises(ValueError, match=r"shaped \(4, T\)"):
+        aligned.mask_placeholders(mask[:3])
 
 
 @pytest.mark.parametrize(
@@ -101,7 +130,7 @@ def test_gather_places_values_on_slots():
         ([], 2, "duplicate", "empty batch"),
         ([[]], 2, "duplicate", "K = 0"),
         ([[["a"], ["b"]], [["c"]]], 2, "duplicate", "query 1 has 1 rollouts, query 0 has 2"),
-        ([[["a"], ["a"]]], 2, "duplicate", r"unique, repeated: \['a'\]"),
+        ([[["x"], ["a", "b", "a"]]], 2, "duplicate", r"unique within a rollout; query 0 rollout 1 repeats \['a'\]"),
         ([[["a"]]], 0, "duplicate", "D must be an integer >= 1"),
         ([[["a"]]], 2, "pad", "mode must be"),
     ],

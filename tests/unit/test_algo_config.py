@@ -42,6 +42,7 @@ def test_defaults_are_the_paper_and_reference_code_values():
         (lambda: ObjectiveConfig(eps_low=1.0), "objective.eps_low"),
         (lambda: ObjectiveConfig(eps_high=0.0), "objective.eps_high"),
         (lambda: ObjectiveConfig(ratio="seq"), "objective.ratio"),
+        (lambda: ObjectiveConfig(ratio="sequence"), "objective.ratio: sequence requires objective.aggregation"),
         (lambda: ObjectiveConfig(aggregation="mean"), "objective.aggregation"),
         (lambda: ObjectiveConfig(aggregation="seq-mean-token-sum-norm"), "objective.max_response_tokens"),
         (lambda: ObjectiveConfig(kl_coef=-1.0), "objective.kl_coef"),
@@ -59,10 +60,25 @@ def test_bad_values_name_the_field(build, field):
 
 
 def test_from_dict_builds_sections_and_rejects_unknown_names():
-    cfg = AlgoConfig.from_dict({"alignment": {"d": "auto"}, "objective": {"ratio": "sequence"}})
+    objective = {"ratio": "sequence", "aggregation": "seq-mean-token-mean"}
+    cfg = AlgoConfig.from_dict({"alignment": {"d": "auto"}, "objective": objective})
     assert cfg.alignment.d == "auto" and cfg.objective.ratio == "sequence"
     assert cfg.rewards == RewardConfig()
     with pytest.raises(ValueError, match="unknown section"):
         AlgoConfig.from_dict({"reward": {}})
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['epsilon'\] in section 'objective'"):
         AlgoConfig.from_dict({"objective": {"epsilon": 0.2}})
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum-norm"])
+def test_sequence_ratio_needs_seq_mean_token_mean_and_names_both_keys(aggregation):
+    # m-grpo.md §Objective: the paper's sequence ratio counts each sequence's loss once.
+    with pytest.raises(ValueError, match=rf"objective\.ratio.*objective\.aggregation: {aggregation}"):
+        ObjectiveConfig(ratio="sequence", aggregation=aggregation, max_response_tokens=16)
+    assert ObjectiveConfig(ratio="sequence", aggregation="seq-mean-token-mean").ratio == "sequence"
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_sequence_mean_ratio_takes_any_aggregation(aggregation):
+    cfg = ObjectiveConfig(ratio="sequence-mean", aggregation=aggregation, max_response_tokens=16)
+    assert (cfg.ratio, cfg.aggregation) == ("sequence-mean", aggregation)

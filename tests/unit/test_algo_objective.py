@@ -12,10 +12,14 @@ from mgrpo_actors.algo.config import ObjectiveConfig
 from mgrpo_actors.algo.objective import clipped_policy_loss, kl_estimate, loss_denominator
 
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-RATIOS = ["token", "sequence"]
+RATIOS = ["token", "sequence", "sequence-mean"]
+# ratio: sequence is only valid with seq-mean-token-mean (m-grpo.md §Objective).
+COMBOS = [(a, r) for a, r in itertools.product(AGGREGATIONS, RATIOS) if r != "sequence" or a == "seq-mean-token-mean"]
 
 
-def _cfg(aggregation="token-mean", ratio="token", **overrides):
+def _cfg(aggregation=None, ratio="token", **overrides):
+    if aggregation is None:
+        aggregation = "seq-mean-token-mean" if ratio == "sequence" else "token-mean"
     return ObjectiveConfig(aggregation=aggregation, ratio=ratio, max_response_tokens=16, **overrides)
 
 
@@ -33,9 +37,9 @@ def _batch(n=6, t=7, seed=0, spread=0.1):
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(1, 5), t=st.integers(1, 6), seed=st.integers(0, 1000),
-       aggregation=st.sampled_from(AGGREGATIONS), ratio=st.sampled_from(RATIOS))
-def test_no_clipping_and_unit_ratio_when_new_equals_old(n, t, seed, aggregation, ratio):
+@given(n=st.integers(1, 5), t=st.integers(1, 6), seed=st.integers(0, 1000), combo=st.sampled_from(COMBOS))
+def test_no_clipping_and_unit_ratio_when_new_equals_old(n, t, seed, combo):
+    aggregation, ratio = combo
     _, old, advantages, mask, _ = _batch(n, t, seed)
     mask[0, 0] = 1.0  # at least one loss token
     loss, stats = clipped_policy_loss(old.clone(), old, advantages, mask, _cfg(aggregation, ratio))
@@ -60,7 +64,7 @@ def test_clipping_known_values():
     assert torch.all(new.grad == 0.0)  # clipped tokens pass no gradient
 
 
-@pytest.mark.parametrize(("aggregation", "ratio"), itertools.product(AGGREGATIONS, RATIOS))
+@pytest.mark.parametrize(("aggregation", "ratio"), COMBOS)
 def test_gradient_matches_finite_differences(aggregation, ratio):
     new, old, advantages, mask, ref = _batch(n=4, t=5, seed=3)
     cfg = _cfg(aggregation, ratio, kl_coef=0.1)
@@ -82,7 +86,7 @@ def test_gradient_inside_the_clip_range_is_the_policy_gradient():
     torch.testing.assert_close(logprobs.grad, expected)
 
 
-@pytest.mark.parametrize(("aggregation", "ratio"), itertools.product(AGGREGATIONS, RATIOS))
+@pytest.mark.parametrize(("aggregation", "ratio"), COMBOS)
 def test_micro_batch_accumulation_equals_one_batch(aggregation, ratio):
     new, old, advantages, mask, ref = _batch(n=9, t=8, seed=5, spread=0.4)
     cfg = _cfg(aggregation, ratio, kl_coef=0.05)
@@ -123,11 +127,12 @@ def test_log_ratio_is_clamped_and_padding_garbage_is_ignored():
     ref = torch.tensor([[-1.0, -1.0, float("nan")]], dtype=torch.float64)
     entropy = torch.tensor([[1.0, 1.0, float("nan")]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    for ratio in RATIOS:
+    # Clamped token log-ratios (20, 0): token and sequence reach e^20; sequence-mean their mean, e^10.
+    for ratio, log_max in (("token", 20.0), ("sequence", 20.0), ("sequence-mean", 10.0)):
         loss, stats = clipped_policy_loss(new, old, torch.tensor([-1.0]), mask, _cfg(ratio=ratio, kl_coef=0.1),
                                           ref_logprobs=ref, entropy=entropy)
         loss.backward()
-        assert math.isfinite(loss.item()) and stats.ratio_max == pytest.approx(math.exp(20.0))
+        assert math.isfinite(loss.item()) and stats.ratio_max == pytest.approx(math.exp(log_max))
         assert math.isfinite(stats.kl_ref) and stats.entropy == 1.0
         assert torch.isfinite(new.grad).all()
         new.grad = None
@@ -179,7 +184,11 @@ def test_token_level_advantages_are_accepted():
         (lambda b: {**b, "cfg": _cfg(kl_coef=0.1)}, "needs ref_logprobs"),
         (
             lambda b: {**b, "cfg": _cfg(ratio="sequence"), "advantages": b["advantages"][:, None].repeat(1, 7)},
-            "one advantage per sequence",
+            "ratio: sequence needs one advantage per sequence",
+        ),
+        (
+            lambda b: {**b, "cfg": _cfg(ratio="sequence-mean"), "advantages": b["advantages"][:, None].repeat(1, 7)},
+            "ratio: sequence-mean needs one advantage per sequence",
         ),
         (lambda b: {**b, "global_denominator": 0.0}, "global_denominator is 0.0"),
     ],

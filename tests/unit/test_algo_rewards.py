@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from mgrpo_actors.algo.config import RewardConfig
-from mgrpo_actors.algo.rewards import main_reward, resolve_sub_weights, sub_reward
+from mgrpo_actors.algo.rewards import main_correct_for_sub, main_reward, resolve_sub_weights, sub_reward
 
 CFG = RewardConfig()
 
@@ -49,6 +49,18 @@ def test_expert_scores_must_match_the_weights():
         sub_reward(True, 1.0, None, resolve_sub_weights(CFG, expert_configured=True))
 
 
+def test_main_correct_for_sub_is_zero_where_m_format_is_invalid():
+    # m-grpo.md §Rewards [ours]: r_correct(M) in R_S is M's r_correct if M's format is valid, else 0.
+    np.testing.assert_array_equal(
+        main_correct_for_sub([True, False, True, False], [1.0, 1.0, 0.5, 0.0]), [1.0, 0.0, 0.5, 0.0]
+    )
+    assert float(main_correct_for_sub(False, 1.0)) == 0.0 and float(main_correct_for_sub(True, 0.25)) == 0.25
+    # In R_S (β = 0.1, 0.4, 0.5) for a well-formed S with r_expert 1 whose M answered right but malformed:
+    # 0.1 + 0.4·0 + 0.5·1 = 0.6, not 1.0.
+    weights = resolve_sub_weights(CFG, expert_configured=True)
+    assert float(sub_reward(True, main_correct_for_sub(False, 1.0), 1.0, weights)) == pytest.approx(0.6)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -64,6 +76,9 @@ def test_expert_scores_must_match_the_weights():
             lambda: sub_reward([True, True], [1.0, 1.0], [1.0], resolve_sub_weights(CFG, True)),
             "same shape",
         ),
+        (lambda: main_correct_for_sub([True, False], [1.0]), "same shape"),
+        (lambda: main_correct_for_sub([1, 0], [1.0, 0.0]), "main_format_ok must be boolean"),
+        (lambda: main_correct_for_sub([True], [2.0]), r"main_r_correct must lie in \[0, 1\]"),
     ],
 )
 def test_bad_input_is_a_clear_value_error(call, message):

@@ -161,3 +161,22 @@ def test_unknown_key_in_a_file_is_named(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(NodeConfig, path)
     assert "'log.levle'" in str(err.value) and "level" in str(err.value)
+
+
+def test_the_shipped_default_yaml_spells_out_exactly_the_defaults():
+    """deploy/configs/default.yaml documents every key; it must load and equal the dataclass defaults."""
+    import yaml
+
+    from mgrpo_actors.config import NodeConfig, load_config, to_dict
+    from tests.helpers import REPO
+
+    path = REPO / "deploy" / "configs" / "default.yaml"
+    assert to_dict(load_config(NodeConfig, path)) == to_dict(NodeConfig())
+    written = yaml.safe_load(path.read_text())
+
+    def keys(tree, prefix=""):
+        return {f"{prefix}{k}" for k in tree} | {x for k, v in tree.items() if isinstance(v, dict) for x in keys(v, f"{prefix}{k}.")}
+
+    defaults = to_dict(NodeConfig())
+    defaults["agents"]["llm_judge"] = None  # a None section has no keys to spell out
+    assert keys(written) == keys(defaults)

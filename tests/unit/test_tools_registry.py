@@ -14,7 +14,7 @@ from mgrpo_actors.envs.dataset import write_pages
 from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
-from mgrpo_actors.tools.base import SchemaTool, ToolResult
+from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 from mgrpo_actors.tools.reason import ReasonTool
 from mgrpo_actors.tools.registry import ToolConfigError, ToolRegistry, ToolSpec, schemas_for_prompt
 from mgrpo_actors.tools.search import SearchTool
@@ -46,14 +46,14 @@ class Exploding:
     description = "raises"
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+    def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
         raise RuntimeError("boom")
 
 
 class WrongReturn(Exploding):
     name = "wrong"
 
-    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+    def __call__(self, arguments: dict[str, Any]) -> ToolOutput:
         return "plain text"  # type: ignore[return-value]
 
 
@@ -61,7 +61,7 @@ class BuggySchemaTool(SchemaTool):
     name = "buggy"
     description = "run raises"
 
-    def run(self, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, arguments: dict[str, Any]) -> ToolOutput:
         raise KeyError("missing")
 
 
@@ -96,7 +96,7 @@ def test_factory_args_reach_the_tool(registry: ToolRegistry) -> None:
 )
 def test_bad_calls_are_error_results(registry: ToolRegistry, name: Any, arguments: Any, message: str) -> None:
     result = registry.call(name, arguments)
-    assert isinstance(result, ToolResult) and not result.ok
+    assert isinstance(result, ToolOutput) and not result.ok
     assert result.error is not None and message in result.error
 
 
@@ -105,7 +105,7 @@ def test_misbehaving_tools_are_contained() -> None:
     for tool in (Exploding(), WrongReturn(), BuggySchemaTool()):
         registry.register(tool)
     assert "tool 'explode' failed: RuntimeError: boom" in (registry.call("explode", {}).error or "")
-    assert "returned str, not a ToolResult" in (registry.call("wrong", {}).error or "")
+    assert "returned str, not a ToolOutput" in (registry.call("wrong", {}).error or "")
     assert "buggy failed: KeyError" in (registry.call("buggy", {}).error or "")
 
 
@@ -172,7 +172,7 @@ argument_objects = st.dictionaries(
        arguments=argument_objects | json_values | st.text(max_size=40))  # fmt: skip
 def test_call_never_raises_on_any_arguments(registry: ToolRegistry, name: Any, arguments: Any) -> None:
     result = registry.call(name, arguments)
-    assert isinstance(result, ToolResult)
+    assert isinstance(result, ToolOutput)
     assert result.ok == (result.error is None)
     assert result.ok or (isinstance(result.error, str) and result.error)
 

@@ -18,7 +18,7 @@ from mgrpo_actors.agents.turn_format import (
     format_tool_result,
     parse_turn,
 )
-from mgrpo_actors.tools.base import ToolResult
+from mgrpo_actors.tools.base import ToolOutput
 
 
 def test_tool_call_with_think() -> None:
@@ -106,8 +106,8 @@ def test_think_is_kept_on_a_malformed_turn() -> None:
 
 
 def test_formatting_helpers() -> None:
-    assert format_tool_result(ToolResult.success("page text")) == "page text"
-    assert format_tool_result(ToolResult.failure("no page has this url")) == "Error: no page has this url"
+    assert format_tool_result(ToolOutput.success("page text")) == "page text"
+    assert format_tool_result(ToolOutput.failure("no page has this url")) == "Error: no page has this url"
     feedback = format_parse_error(parse_turn("hello"))
     assert "no <answer> or <tool_call>" in feedback and TURN_FORMAT_INSTRUCTIONS in feedback
     assert parse_turn(format_answer("Zai", think="easy")) == ParsedTurn(kind="answer", think="easy", answer="Zai")

@@ -24,21 +24,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from actors.node import start_roles, stop_actors
+from actors.roles import ROLES
 from mgrpo_actors.cli import rollout as rollout_command
-from mgrpo_actors.cli.node import start_roles, stop_actors
-from mgrpo_actors.cli.roles import ROLES
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.log import configure_logging
 from mgrpo_actors.runtime import Bus, EmbeddedNats
+from mgrpo_actors.tools.setup import served_pages
 from protocols import NodeInfo, NodePing, ToolRequest
 
 __all__ = ["add_parser", "run_job"]
 
 
 def _sample_calls(config: NodeConfig) -> list[ToolRequest]:
-    from actors.tool import served_pages  # composition root: the one place that knows actors
-
-    page = served_pages(config)[0]
+    page = served_pages(config.tools)[0]
     return [
         ToolRequest(call_id="run-search", tool="search", arguments={"query": page.title, "k": 3}),
         ToolRequest(call_id="run-visit", tool="visit", arguments={"url": page.url, "goal": f"what is {page.title}?"}),

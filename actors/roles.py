@@ -1,4 +1,5 @@
-"""The roles a node can take (design.md §How people use it) and how each one starts its actors.
+"""The role table: the roles a node can take (design.md §How people use it) and how each one starts
+its actors (each role's start function lives in its own module, actors/<role>.py).
 
 A role whose actors are not built yet is listed with what brings it, and refused by `mgrpo-node`
 rather than faked.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from actors.tool import start_tool_actors
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
@@ -29,19 +31,13 @@ class RoleSpec:
     comes_with: str = ""
 
 
-def _start_tools(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
-    from actors.tool import start_tool_actors  # the composition root is the one place that knows actors
-
-    start_tool_actors(bus, config, started)
-
-
 ROLES: dict[str, RoleSpec] = {
     spec.name: spec
     for spec in (
         RoleSpec("controller", "publishes rollout requests, starts a step when both learners are done", comes_with="the NATS pipeline issue"),
         RoleSpec("main-agent", "runs the main agent's rollouts on its engine", comes_with="the NATS pipeline issue"),
         RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", comes_with="the NATS pipeline issue"),
-        RoleSpec("tool", "serves search/visit/reason requests in per-tool queue groups", start=_start_tools),
+        RoleSpec("tool", "serves search/visit/reason requests in per-tool queue groups", start=start_tool_actors),
         RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages", comes_with="the NATS pipeline issue"),
         RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D", comes_with="the NATS pipeline issue"),
         RoleSpec("main-learner", "DeepSpeed learner of the main agent", comes_with="the DeepSpeed learner issue"),

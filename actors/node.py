@@ -21,10 +21,11 @@ from typing import Any
 
 import yaml
 
+from actors.node_info import NodeInfoActor
+from actors.roles import ROLES, expand_roles, unbuilt_roles
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
-from mgrpo_actors.cli.roles import ROLES, expand_roles, unbuilt_roles
 from mgrpo_actors.versions import package_versions
 from protocols import Event
 
@@ -157,8 +158,6 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
     """Create the run's streams and start the node's actors into `actors` (so whatever started is
     stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
-    from actors.node_info import NodeInfoActor  # composition root: the one place that knows actors
-
     bus.ensure_streams()
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:

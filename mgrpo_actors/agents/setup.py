@@ -1,0 +1,107 @@
+"""Agents, engines, judges and questions built from the node config (one place, used by the
+agent roles, the aligners and `mgrpo rollout`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mgrpo_actors.agents.config import AgentConfig
+from mgrpo_actors.agents.driver import AgentModel
+from mgrpo_actors.agents.engine_text import engine_text_generator
+from mgrpo_actors.agents.rollout import RolloutConfig
+from mgrpo_actors.algo.config import AlgoConfig
+from mgrpo_actors.algo.judge import Judge, OpenAICompatibleJudge
+from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, TokenF1Judge
+from mgrpo_actors.config.agents import AgentsConfig
+from mgrpo_actors.config.node import ToolsConfig
+from mgrpo_actors.config.pipeline import PipelineConfig
+from mgrpo_actors.engines.base import EngineConfig, SamplingParams
+from mgrpo_actors.engines.registry import make_engine
+from mgrpo_actors.envs.dataset import SPLITS, load_questions
+from mgrpo_actors.envs.pages import Page
+from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
+from mgrpo_actors.envs.world import WorldConfig
+from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.tools.reason import ReasonTool
+from mgrpo_actors.tools.registry import ToolRegistry
+from mgrpo_actors.tools.setup import build_tool_registry
+
+__all__ = [
+    "TaskQuestions",
+    "agent_tools",
+    "load_agent",
+    "load_task_questions",
+    "make_judges",
+    "reason_tool",
+    "rollout_config",
+    "synthetic_web",
+]
+
+
+def load_agent(cfg: AgentConfig) -> AgentModel:
+    """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`)."""
+    model, tokenizer = load_model(cfg.model, dtype=getattr(torch, cfg.dtype), device=cfg.device)
+    return AgentModel(make_engine(cfg.engine, model, tokenizer, EngineConfig(device=cfg.device, dtype=cfg.dtype)), tokenizer)
+
+
+def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
+    """(M's r_correct judge, S's r_expert judge or None when β3 is folded), m-grpo.md §Rewards."""
+    llm = OpenAICompatibleJudge(agents.llm_judge) if agents.llm_judge is not None else None
+    correct: Judge = {"exact-match": ExactMatchJudge(), "token-f1": TokenF1Judge()}.get(agents.correct_judge) or llm  # type: ignore[assignment]
+    expert = {"contains-reference": ContainsReferenceJudge(), "llm": llm, "none": None}[agents.expert_judge]
+    return correct, expert
+
+
+def rollout_config(agents: AgentsConfig, algo: AlgoConfig) -> RolloutConfig:
+    """Budgets, sampling, reward weights and judges of both agents."""
+    correct, expert = make_judges(agents)
+    return RolloutConfig(main=agents.main, sub=agents.sub, rewards=algo.rewards, correct=correct, expert=expert)
+
+
+def reason_tool(reasoner: AgentModel, max_new_tokens: int) -> ReasonTool:
+    """M's `reason` tool on M's own model, greedy: a tool, so its tokens are in nobody's trajectory."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    return ReasonTool(generate=engine_text_generator(reasoner, greedy))
+
+
+def agent_tools(tools: ToolsConfig, reasoner: AgentModel, max_new_tokens: int, pages: Sequence[Page] | None = None) -> ToolRegistry:
+    """Every tool either agent may call, in this process: search and visit (as the tool role serves
+    them) and reason on `reasoner`. The pipeline runs search/visit in tool actors instead; this
+    registry still gives the agents' prompts their tool schemas."""
+    registry = build_tool_registry(tools, names=["search", "visit"], pages=list(pages) if pages is not None else None)
+    registry.register(reason_tool(reasoner, max_new_tokens))
+    return registry
+
+
+def synthetic_web(tools: ToolsConfig) -> SyntheticWeb:
+    """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` (questions and pages)."""
+    return build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))
+
+
+class TaskQuestions:
+    """The questions of a run: splits of the built-in web or of a JSONL file (all in "train"), by id."""
+
+    def __init__(self, splits: dict[str, list[Question]]) -> None:
+        self.splits = splits
+        self.by_id = {q.id: q for split in splits.values() for q in split}
+
+    def training(self, pipeline: PipelineConfig) -> list[Question]:
+        """The questions the controller draws from: the configured split, filtered by level."""
+        questions = self.splits.get(pipeline.split, [])
+        if pipeline.levels is not None:
+            questions = [q for q in questions if q.level in pipeline.levels]
+        if not questions:
+            levels = "" if pipeline.levels is None else f" at levels {pipeline.levels}"
+            raise ValueError(f"no questions in split {pipeline.split!r}{levels} of dataset {pipeline.dataset!r}")
+        return questions
+
+
+def load_task_questions(pipeline: PipelineConfig, tools: ToolsConfig) -> TaskQuestions:
+    """The dataset `pipeline.dataset` names: "synthetic" (the built-in web) or a JSONL file of questions."""
+    if pipeline.dataset == "synthetic":
+        return TaskQuestions(dict(synthetic_web(tools).splits))
+    questions = load_questions(pipeline.dataset)
+    return TaskQuestions({"train": questions, **{name: [] for name in SPLITS if name != "train"}})

@@ -1,0 +1,106 @@
+"""`BusLoop`: the asyncio event loop a process's NATS connection runs on, on a thread of its own.
+
+Actor threads hand coroutines to it (`call` waits for the result, `submit` does not). Everything in
+the runtime that touches nats-py goes through one of these, so nothing but this module knows about
+the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Callable, Coroutine, TypeVar
+
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.errors import BusError
+
+__all__ = ["BusLoop", "cancel_task"]
+
+T = TypeVar("T")
+
+log = get_logger(__name__)
+
+
+class BusLoop:
+    """An event loop running forever on a daemon thread, with a blocking API for other threads."""
+
+    def __init__(self, name: str, describe: str) -> None:
+        """name: the thread's name; describe: what the loop serves, for error messages (a URL)."""
+        self.loop = asyncio.new_event_loop()
+        self.describe = describe
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self.loop.is_running() and not self.loop.is_closed()
+
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed()
+
+    def on_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def require_other_thread(self, what: str) -> None:
+        """Raise BusError if called on the loop's thread: waiting there for the loop would deadlock."""
+        if self.on_loop_thread():
+            raise BusError(f"{what} from the bus thread would deadlock: deliver to an actor instead")
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
+        """Run `coro` on the loop and wait for its result."""
+        try:
+            self.require_other_thread("Bus.call")
+            if not self.running:
+                raise BusError(f"bus to {self.describe} is closed")
+        except BusError:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
+        """Run `coro` on the loop without waiting; failures are logged. None once the loop is gone."""
+        if not self.running:
+            coro.close()
+            return None
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future.add_done_callback(_log_failure)
+        return future
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Schedule a plain callback on the loop from any thread (dropped once the loop is closed)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self, before_stop: Callable[[], None] | None = None) -> None:
+        """Stop the loop (running `before_stop` on it first), join the thread, close the loop."""
+        if self.loop.is_running():
+            if before_stop is not None:
+                self.loop.call_soon_threadsafe(before_stop)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread.is_alive() and not self.on_loop_thread():
+            self._thread.join(timeout=5)
+        if not self._thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        exc = future.exception()
+        log.warning("bus operation failed", error=f"{type(exc).__name__}: {exc}")
+
+
+async def cancel_task(task: asyncio.Task) -> None:
+    """Cancel `task` and wait until it has finished."""
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass

@@ -1,0 +1,82 @@
+"""The layering of design.md §Layout, checked on the source: actors -> mgrpo_actors -> protocols, no
+import circles inside a package, no module over 400 lines (imports under TYPE_CHECKING count too:
+a circle of type-only imports is still a circle a reader has to untangle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+PACKAGES = ("protocols", "mgrpo_actors", "actors")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Our modules that `path` imports (a `from pkg import name` counts `pkg.name` if that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) for name, path in modules.items()}
+
+
+def test_dependencies_point_one_way():
+    rank = {"protocols": 0, "mgrpo_actors": 1, "actors": 2}
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if rank[target.split(".")[0]] > rank[module.split(".")[0]]
+    ]
+    assert not upward, upward
+
+
+def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle through `start` among modules that are not packages' __init__ re-exports."""
+    stack = [(start, [start])]
+    seen = set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                return [*path, start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, [*path, nxt]))
+    return None
+
+
+@pytest.mark.parametrize("package", ["mgrpo_actors.runtime", "mgrpo_actors.config", "mgrpo_actors.agents", "mgrpo_actors.pipeline", "actors"])
+def test_no_import_circles(package):
+    modules = _modules()
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    graph = {m: {t for t in targets if t not in packages} for m, targets in _graph().items() if m not in packages}
+    cycles = [c for m in graph if m.startswith(package) and (c := _cycle_from(m, graph))]
+    assert not cycles, cycles[0]
+
+
+def test_no_module_over_400_lines():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    assert not long, long
