@@ -1,7 +1,8 @@
 """`mgrpo-node`: the composition root. Starts the actors of the requested roles on one bus.
 
     mgrpo-node --role tool --config deploy/configs/default.yaml --nats nats://host:4222 --run-id r1
-    mgrpo-node --role all            # every role in one process, on an embedded nats-server
+    mgrpo-node --role all            # every built role in one process, on an embedded nats-server,
+                                     # until the run is finished
 
 Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
 config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later), 1 when
@@ -17,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -27,13 +28,14 @@ from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
 from mgrpo_actors.versions import package_versions
-from protocols import Event
+from protocols import Event, ProtocolError, decode
 
 __all__ = ["build_parser", "main", "start_roles", "stop_actors"]
 
 EXIT_USAGE = 2
 EXIT_NATS = 3
 EXIT_FAILED = 1
+RUN_FINISHED = "run.finished"  # the controller's event at the end of the run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mgrpo-node",
         description="Start the actors of one or more roles of an M-GRPO run on a NATS bus.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"roles:\n{roles_help}\n  all           every role in one process (embedded NATS unless --nats)",
+        epilog=f"roles:\n{roles_help}\n  all           every built role in one process (embedded NATS unless --nats), until the run is finished",
     )
     parser.add_argument("--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)")
     parser.add_argument("--config", metavar="FILE", help="YAML config file (defaults apply to keys it leaves out)")
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="override a config key, e.g. --set tools.actors_per_tool=4")
     parser.add_argument("--name", help="node name in logs and pings (default: host-pid)")
     parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
+    parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     return parser
@@ -99,11 +102,24 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"role(s) not built yet: {listed}. Roles that run today: {built}", EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
-    return run_node(config, roles, name, embedded="all" in args.role and not args.nats, duration_s=args.duration)
+    everything = "all" in args.role
+    until_finished = args.until_finished or everything
+    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished)
 
 
-def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, duration_s: float | None) -> int:
-    """Connect, start the roles' actors, wait for a stop signal, then drain. Returns the exit code."""
+def run_node(
+    config: NodeConfig,
+    roles: list[str],
+    name: str,
+    embedded: bool,
+    duration_s: float | None,
+    until_finished: bool = False,
+    watch: Callable[[Bus], Any] | None = None,
+) -> int:
+    """Connect, start the roles' actors, wait for a stop signal (or the run's end), then drain.
+
+    watch(bus) is called once the roles run (e.g. `mgrpo run`'s progress view). Returns the exit code.
+    """
     log = get_logger("mgrpo.node")
     stop = ShutdownSignal().install()
     lost = threading.Event()
@@ -124,6 +140,7 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
         request_timeout_s=config.nats.request_timeout_s,
         max_bytes=config.nats.max_message_bytes,
         on_connection_lost=connection_lost,
+        deliveries_dir=config.log.deliveries_dir,
     )
     try:
         bus.connect()
@@ -134,15 +151,20 @@ def run_node(config: NodeConfig, roles: list[str], name: str, embedded: bool, du
     actors: list[Any] = []
     code = 0
     try:
+        if watch is not None:
+            watch(bus)  # before the roles start, so it sees the first step begin
         code = _start(bus, config, roles, actors)
         if code != 0 and lost.is_set():
             code = EXIT_NATS  # the start failed because NATS went away meanwhile
         if code == 0:
             log.info("node started", nats=url, embedded=bool(server), actors=len(actors))
             bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
+            if until_finished:
+                bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop))
             _wait(stop, duration_s)
             code = EXIT_NATS if lost.is_set() else 0
-            log.info("node stopping", reason="NATS connection lost" if lost.is_set() else stop.signal_name or "duration elapsed")
+            reason = "NATS connection lost" if lost.is_set() else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
+            log.info("node stopping", reason=reason)
     finally:
         bus.stop_intake()
         stop_actors(actors, config.run.stop_timeout_s)
@@ -161,7 +183,7 @@ def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any
     bus.ensure_streams()
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
-        ROLES[role].start(bus, config, actors)  # type: ignore[misc]
+        ROLES[role].start_actors(bus, config, actors)
 
 
 def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> int:
@@ -176,6 +198,16 @@ def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) ->
         get_logger("mgrpo.node").exception("node failed to start")
         return _fail(f"cannot start: {type(exc).__name__}: {exc}", EXIT_FAILED)
     return 0
+
+
+def _stop_when_finished(delivery: Any, stop: ShutdownSignal) -> None:
+    """On the bus thread: stop the node when the controller says the run is finished."""
+    try:
+        event = decode(delivery.data)
+    except ProtocolError:
+        return
+    if isinstance(event, Event) and event.kind == RUN_FINISHED:
+        stop.set()
 
 
 def _wait(stop: ShutdownSignal, duration_s: float | None) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from actors.tool import start_tool_actors
+import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "RoleSpec", "expand_roles", "unbuilt_roles"]
+__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "unbuilt_roles"]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -27,19 +27,28 @@ class RoleSpec:
 
     name: str
     summary: str
-    start: StartFn | None = None
+    # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch); None while not built.
+    start: str | None = None
     comes_with: str = ""
+
+    def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+        """Start the role's actors into `started`."""
+        if self.start is None:
+            raise ValueError(f"role {self.name!r} is not built yet (comes with {self.comes_with})")
+        module, _, function = self.start.partition(":")
+        start: StartFn = getattr(importlib.import_module(module), function)
+        start(bus, config, started)
 
 
 ROLES: dict[str, RoleSpec] = {
     spec.name: spec
     for spec in (
-        RoleSpec("controller", "publishes rollout requests, starts a step when both learners are done", comes_with="the NATS pipeline issue"),
-        RoleSpec("main-agent", "runs the main agent's rollouts on its engine", comes_with="the NATS pipeline issue"),
-        RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", comes_with="the NATS pipeline issue"),
-        RoleSpec("tool", "serves search/visit/reason requests in per-tool queue groups", start=start_tool_actors),
-        RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages", comes_with="the NATS pipeline issue"),
-        RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D", comes_with="the NATS pipeline issue"),
+        RoleSpec("controller", "publishes rollout requests, starts the next step when both sides are done", start="actors.controller:start_controller"),
+        RoleSpec("main-agent", "runs the main agent's rollouts on its engine", start="actors.main_agent:start_main_agents"),
+        RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", start="actors.sub_agent:start_sub_agents"),
+        RoleSpec("tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"),
+        RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages", start="actors.main_aligner:start_main_aligner"),
+        RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D", start="actors.sub_aligner:start_sub_aligner"),
         RoleSpec("main-learner", "DeepSpeed learner of the main agent", comes_with="the DeepSpeed learner issue"),
         RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent", comes_with="the DeepSpeed learner issue"),
         RoleSpec("monitor", "live terminal view of metrics and events", comes_with="the monitoring issue"),
@@ -47,14 +56,22 @@ ROLES: dict[str, RoleSpec] = {
 }
 
 
+# Servers before their clients, so in one process every request finds someone listening: tools, then
+# the sub side, then the main side, the controller last (its first step starts as it starts).
+START_ORDER = ("tool", "sub-agent", "sub-aligner", "main-aligner", "main-agent", "main-learner", "sub-learner", "monitor", "controller")
+
+
+def built_roles() -> list[str]:
+    return [name for name, spec in ROLES.items() if spec.start is not None]
+
+
 def expand_roles(requested: list[str]) -> list[str]:
-    """Resolve `all` and duplicates, keeping ROLES order; raises ValueError naming unknown roles."""
+    """Resolve `all` (every built role) and duplicates, in START_ORDER; raises ValueError naming unknown roles."""
     unknown = [r for r in requested if r != "all" and r not in ROLES]
     if unknown:
         raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join([*ROLES, 'all'])}")
-    if "all" in requested:
-        return list(ROLES)
-    return [r for r in ROLES if r in requested]
+    wanted = set(built_roles()) if "all" in requested else set(requested)
+    return [r for r in START_ORDER if r in wanted]
 
 
 def unbuilt_roles(roles: list[str]) -> list[RoleSpec]:

@@ -20,7 +20,9 @@ from protocols.subjects import SIDES
 
 __all__ = [
     "MESSAGE_TYPES",
+    "SAMPLE_KINDS",
     "AlignedBatch",
+    "BatchReady",
     "DeadLetter",
     "Event",
     "Failure",
@@ -28,9 +30,11 @@ __all__ = [
     "Metric",
     "NodeInfo",
     "NodePing",
+    "QueryDone",
     "RewardStats",
     "RolloutRequest",
     "StepDone",
+    "StepPlan",
     "SubtaskRequest",
     "SubtaskResult",
     "ToolRequest",
@@ -43,6 +47,8 @@ MESSAGE_TYPES: dict[str, type[Message]] = {}
 
 _SIDE = {"choices": SIDES}
 _FINITE = {"finite": True}
+# What fills a sample of an aligned batch (AlignedBatch.kinds).
+SAMPLE_KINDS = ("original", "duplicate", "placeholder", "failed")
 
 
 class Message:
@@ -105,6 +111,34 @@ class RolloutRequest(Message):
 
 
 @_message
+class StepPlan(Message):
+    """Controller -> aligners: step `step` rolls out these B queries K times each (their batches' shape)."""
+
+    run_id: str
+    step: int
+    query_ids: list[str]
+    num_rollouts: int  # K
+    main_version: int
+    sub_version: int
+    started_at: float = 0.0  # unix time the controller started the step
+
+
+@_message
+class QueryDone(Message):
+    """Main agent -> controller: the K rollouts of a query are scored and published (progress)."""
+
+    run_id: str
+    step: int
+    query_id: str
+    attempt: str
+    num_rollouts: int
+    failed_rollouts: int = 0
+    sub_calls: int = 0
+    seconds: float = 0.0
+    node: str = ""
+
+
+@_message
 class SubtaskRequest(Message):
     """Main agent -> sub-agent: M's delegation `{task, context}` (m-grpo.md §The system being trained)."""
 
@@ -128,6 +162,9 @@ class SubtaskResult(Message):
     evidence: list[str] = field(default_factory=list)  # urls S read its findings from
     error: str | None = None
     num_turns: int = 0
+    # S ran an episode and published its trajectory on the sub side (False: S never ran, e.g. the task
+    # did not fit its context); only calls with a trajectory count in d_k.
+    has_trajectory: bool = True
 
 
 @_message
@@ -169,6 +206,22 @@ class Trajectory(Message):
     format_error: str | None = None
     num_turns: int = 0
     finish_reason: str = ""
+    attempt: str = ""  # which attempt at the query produced it (a redelivered request is a new attempt)
+    # The sampling that produced the tokens: the learner recomputes logprobs under the same distribution.
+    temperature: float = field(default=1.0, metadata=_FINITE)
+    top_p: float = field(default=1.0, metadata=_FINITE)
+    top_k: int = 0
+    failed: bool = False  # the rollout failed (engine or judge error): no tokens, reward 0, weight 0
+    error: str | None = None
+    # Main side only: M's answer and its scores (r_format, r_correct) from the main agent's judge.
+    answer: str | None = None
+    r_format: float = field(default=0.0, metadata=_FINITE)
+    r_correct: float = field(default=0.0, metadata=_FINITE)
+    # Sub side only: what M asked and what S returned (the sub aligner's r_expert judges these).
+    task: str = ""
+    context: str = ""
+    findings: str = ""
+    result_ok: bool = False
 
 
 @_message
@@ -182,8 +235,10 @@ class RewardStats(Message):
     reward_main: float = field(metadata=_FINITE)  # R_M
     r_format: float = field(metadata=_FINITE)
     r_correct: float = field(metadata=_FINITE)
-    num_sub_calls: int  # d_k
+    num_sub_calls: int  # d_k: calls that ran S and published its trajectory
     sub_call_ids: list[str]
+    attempt: str = ""  # the attempt whose sub trajectories sub_call_ids name
+    failed: bool = False  # the rollout failed: its sub-trajectories (if any) are not used
 
 
 @_message
@@ -202,6 +257,24 @@ class AlignedBatch(Message):
     advantages: np.ndarray = array_field("float32")  # one per sample
     weights: np.ndarray = array_field("float32")  # 0 for placeholders (m-grpo.md §alignment)
     policy_versions: np.ndarray = array_field("int32")
+    rewards: np.ndarray = array_field("float32")  # R_M or R_S of each sample (0 for placeholders)
+    kinds: np.ndarray = array_field("uint8")  # index into SAMPLE_KINDS
+    temperatures: np.ndarray = array_field("float32")  # the sampling each sample was generated with
+    top_ps: np.ndarray = array_field("float32")
+    top_ks: np.ndarray = array_field("int32")
+    d: int = 0  # D the sub batch was aligned to (0 on the main side)
+
+
+@_message
+class BatchReady(Message):
+    """Aligner -> controller: the step's batch is on the learner's stream."""
+
+    run_id: str
+    side: str = field(metadata=_SIDE)
+    step: int
+    batch_id: str
+    num_samples: int
+    stats: dict[str, float] = field(default_factory=dict)
 
 
 @_message

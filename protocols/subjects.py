@@ -92,9 +92,23 @@ class Subjects:
         """Learner -> rollout engines of one side: WeightsVersion announcements."""
         return f"{self.root}.weights.{_side(side)}"
 
+    @property
+    def step_start(self) -> str:
+        """Controller -> aligners: the StepPlan of a step (JetStream, stream `steps`)."""
+        return f"{self.root}.step.start"
+
+    def step_aligned(self, side: str) -> str:
+        """Aligner -> controller: BatchReady once the step's batch is on the learner's stream."""
+        return f"{self.root}.step.aligned.{_side(side)}"
+
     def step_done(self, side: str) -> str:
         """Learner -> controller: StepDone after a step is applied."""
         return f"{self.root}.step.done.{_side(side)}"
+
+    @property
+    def rollout_done(self) -> str:
+        """Main agents -> controller: QueryDone when a query's K rollouts are published (progress)."""
+        return f"{self.root}.rollout.done"
 
     def metrics(self, name: str = ">") -> str:
         """Metric samples, one subject per metric name (`>` for all of them)."""
@@ -136,7 +150,8 @@ class Subjects:
             self.stream("stats"): [self.reward_stats],
             self.stream("batch-main"): [self.batches("main")],
             self.stream("batch-sub"): [self.batches("sub")],
-            self.stream("metrics"): [self.metrics(), self.events, f"{self.root}.step.done.>"],
+            self.stream("steps"): [f"{self.root}.step.>"],
+            self.stream("metrics"): [self.metrics(), self.events, self.rollout_done],
             self.stream("dlq"): [self.dlq()],
         }
 

@@ -54,14 +54,14 @@ def run_script(name: str, *args: str, timeout_s: float = 30.0) -> subprocess.Com
     )
 
 
-def start_script(name: str, *args: str) -> subprocess.Popen:
-    """Start `.venv/bin/NAME ARGS...` in the background with piped text output."""
+def start_script(name: str, *args: str, env: dict[str, str] | None = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
+    """Start `.venv/bin/NAME ARGS...` in the background with piped text output (or into `stdout`)."""
     return subprocess.Popen(
         [str(venv_script(name)), *args],
         cwd=REPO,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        env={**subprocess_env(), **(env or {})},
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout is not subprocess.PIPE else subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
     )

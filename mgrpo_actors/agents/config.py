@@ -18,7 +18,7 @@ class AgentConfig:
     """Model, budgets and sampling of one agent (main, sub or single); each role has its own instance."""
 
     model: str = "smollm2"  # model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory
-    engine: Literal["hf", "vllm"] = "hf"  # rollout engine (vllm: GPU hosts with the optional extra)
+    engine: str = "hf"  # rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype the rollout model is loaded in
     device: str = "cpu"  # where the rollout model runs ("cpu", "cuda", "cuda:1")
     max_turns: int = 20  # generations per episode, the forced final-answer turn included (m-grpo.md: ~20)
@@ -35,6 +35,8 @@ class AgentConfig:
     demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
 
     def __post_init__(self) -> None:
+        if self.engine not in ("hf", "vllm") and ":" not in self.engine:
+            raise ValueError(f"agent engine must be hf, vllm or 'package.module:factory', got {self.engine!r}")
         if self.max_turns < 1:
             raise ValueError(f"agent max_turns must be >= 1, got {self.max_turns!r}")
         if self.max_new_tokens_per_turn < 1:

@@ -24,11 +24,16 @@ def main_tools(tools: ToolRegistry) -> ToolRegistry:
 
 
 def main_episode(
-    question: str, tokenizer: PreTrainedTokenizerBase, tools: ToolRegistry, cfg: AgentConfig, rollout_index: int
+    question: str,
+    tokenizer: PreTrainedTokenizerBase,
+    tools: ToolRegistry,
+    cfg: AgentConfig,
+    rollout_index: int,
+    episode_id: str | None = None,
 ) -> AgentEpisode:
-    """M's episode for rollout `rollout_index` of `question`; its id is "r<rollout_index>"."""
+    """M's episode for rollout `rollout_index` of `question`; its id is `episode_id` (default "r<rollout_index>")."""
     own_tools = main_tools(tools)
     return question_episode(
         question, tokenizer, cfg, rollout_index, main_system_prompt(own_tools), MAIN_DEMONSTRATION,
-        (*own_tools.names, DELEGATE_TOOL_NAME),
+        (*own_tools.names, DELEGATE_TOOL_NAME), episode_id,
     )  # fmt: skip

@@ -21,13 +21,15 @@ def question_episode(
     system_prompt: str,
     demonstration: Sequence[dict[str, str]],
     tool_names: Sequence[str],
+    episode_id: str | None = None,
 ) -> AgentEpisode:
-    """Rollout `rollout_index` of `question`; its id is "r<rollout_index>". cfg.system_prompt, if set, wins."""
+    """Rollout `rollout_index` of `question`; its id is `episode_id` (default "r<rollout_index>"), the
+    prefix of its call ids. cfg.system_prompt, if set, wins."""
     return AgentEpisode(
         tokenizer,
         opening_messages(cfg.system_prompt or system_prompt, question, demonstration if cfg.demonstration else ()),
         cfg,
-        episode_id=f"r{rollout_index}",
+        episode_id=episode_id or f"r{rollout_index}",
         tool_names=tuple(tool_names),
         rollout_index=rollout_index,
     )

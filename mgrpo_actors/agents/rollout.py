@@ -28,7 +28,7 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.tools.registry import ToolRegistry
 
-__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "run_rollouts", "run_single_agent_rollouts"]
+__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "expert_for", "run_rollouts", "run_single_agent_rollouts"]
 
 log = get_logger("mgrpo.agents.rollout")
 
@@ -84,7 +84,7 @@ class RolloutGroup:
     seconds: float  # wall time of the whole group
 
 
-def _expert(question: Question, cfg: RolloutConfig) -> tuple[tuple[Judge, list[str]] | None, SubRewardWeights]:
+def expert_for(question: Question, cfg: RolloutConfig) -> tuple[tuple[Judge, list[str]] | None, SubRewardWeights]:
     """The expert judge with its references for `question`, and the β weights that go with it.
 
     A question without evidence folds β3 into β2 for that question only; the log says so once.
@@ -115,7 +115,7 @@ def run_rollouts(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
-    expert, weights = _expert(question, cfg)
+    expert, weights = expert_for(question, cfg)
     execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
     episodes = [main_episode(question.question, main.tokenizer, tools, cfg.main, index) for index in range(k)]

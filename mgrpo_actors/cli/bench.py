@@ -12,6 +12,7 @@ BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
     "rollout": "mgrpo_actors.bench.rollout",
+    "tools": "mgrpo_actors.bench.tools",
 }
 
 

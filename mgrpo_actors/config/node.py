@@ -62,6 +62,7 @@ class LogConfig:
 
     level: Literal["debug", "info", "warning", "error"] = "info"  # lowest level written
     json: bool | None = None  # JSON lines; None = JSON unless stderr is a terminal
+    deliveries_dir: str | None = None  # audit: one JSON line per message this node receives, in <dir>/<node>.jsonl
 
 
 @dataclass(frozen=True)

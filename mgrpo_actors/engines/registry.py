@@ -9,6 +9,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mgrpo_actors.engines.base import EngineConfig, RolloutEngine
 from mgrpo_actors.engines.hf import HFEngine
 from mgrpo_actors.engines.vllm import VLLMEngine
+from mgrpo_actors.plugins import import_object
 
 __all__ = ["ENGINE_NAMES", "make_engine"]
 
@@ -21,11 +22,14 @@ def make_engine(
     tokenizer: PreTrainedTokenizerBase,
     cfg: EngineConfig | None = None,
 ) -> RolloutEngine:
-    """Build engine `name`: "hf" takes a loaded model; "vllm" a local model directory (or a model loaded from one)."""
+    """Build engine `name`: "hf" takes a loaded model; "vllm" a local model directory (or a model loaded
+    from one); "package.module:factory" calls factory(model, tokenizer, cfg) (a custom engine)."""
     if name == "hf":
         if not isinstance(model, PreTrainedModel):
             raise TypeError(f"engine 'hf' needs a loaded transformers model, got {type(model).__name__}")
         return HFEngine(model, tokenizer, cfg)
     if name == "vllm":
         return VLLMEngine(model, tokenizer, cfg)
-    raise ValueError(f"unknown rollout engine {name!r}: known engines are {', '.join(ENGINE_NAMES)}")
+    if ":" in name:
+        return import_object(name, what="engine")(model, tokenizer, cfg or EngineConfig())
+    raise ValueError(f"unknown rollout engine {name!r}: known engines are {', '.join(ENGINE_NAMES)}, or 'package.module:factory'")

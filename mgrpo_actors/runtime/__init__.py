@@ -7,7 +7,7 @@
 - `EmbeddedNats`: the venv's nats-server with JetStream on a free loopback port.
 """
 
-from mgrpo_actors.runtime.actor import BusActor
+from mgrpo_actors.runtime.actor import HOLD, BusActor
 from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
 from mgrpo_actors.runtime.consumer import Consumer
@@ -15,9 +15,11 @@ from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime.ticker import Ticker
 from mgrpo_actors.runtime.shutdown import ShutdownSignal
 
 __all__ = [
+    "HOLD",
     "Bus",
     "BusActor",
     "BusConnectError",
@@ -32,6 +34,7 @@ __all__ = [
     "RequestTimeout",
     "ShutdownSignal",
     "Subscription",
+    "Ticker",
     "check_reachable",
     "connect_client",
     "nats_server_binary",

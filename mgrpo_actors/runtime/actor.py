@@ -2,8 +2,11 @@
 
 A subclass declares which message type each handler takes (`handlers()`), then calls `listen()`
 or `consume()` in `on_start`. Each delivery is decoded and handled in the actor's own thread, one
-at a time. A handler's return value is the reply to a request. A delivery that fails to decode or
-whose handler raises goes to the dead-letter subject with the reason; the actor keeps running.
+at a time. A handler's return value is the reply to a request; a handler that returns `HOLD` keeps
+the delivery unsettled (it acks it later, once the work it stands for is safely handed on). A
+delivery that fails to decode or whose handler raises goes to the dead-letter subject with the
+reason; the actor keeps running. Messages that are not deliveries (an actor's notes to itself) go to
+`on_note`.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from protocols import Message, ProtocolError, decode
 
-__all__ = ["BusActor", "Handler"]
+__all__ = ["HOLD", "BusActor", "Handler"]
 
-Handler = Callable[[Any, Delivery], Message | None]
+Handler = Callable[[Any, Delivery], Any]
 _ids = itertools.count(1)
+# A handler's return value meaning "I keep this delivery and settle it myself later".
+HOLD = object()
 
 
 class BusActor(pykka.ThreadingActor):
@@ -60,6 +65,10 @@ class BusActor(pykka.ThreadingActor):
 
     def on_kv_update(self, update: KvUpdate) -> None:
         """Called for watched KV keys (see KvBucket.watch)."""
+
+    def on_note(self, note: Any) -> Any:
+        """Called for anything told to the actor that is not a delivery (e.g. a note to itself)."""
+        return super().on_receive(note)
 
     # ---- wiring (call from on_start) ----------------------------------------------------------
     def listen(self, subject: str, queue: str = "") -> Subscription:
@@ -103,7 +112,7 @@ class BusActor(pykka.ThreadingActor):
                 self.dead_letters += 1
                 self.log.error("kv update handler failed", bucket=message.bucket, key=message.key, error=f"{type(exc).__name__}: {exc}")
                 return None
-        return super().on_receive(message)
+        return self.on_note(message)
 
     # ---- the one path every delivery takes ---------------------------------------------------
     def _on_delivery(self, delivery: Delivery) -> None:
@@ -121,6 +130,9 @@ class BusActor(pykka.ThreadingActor):
             return
         try:
             reply = handler(message, delivery)
+            if reply is HOLD:
+                self.handled += 1
+                return
             if reply is not None and delivery.reply:
                 self.bus.publish(delivery.reply, reply)  # encodes here: a bad reply is this handler's failure
         except Exception as exc:

@@ -20,6 +20,7 @@ import nats
 import nats.js.errors
 
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.connect import check_reachable
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery
@@ -80,6 +81,7 @@ class Bus:
         request_timeout_s: float = 30.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         on_connection_lost: Callable[[], None] | None = None,
+        deliveries_dir: str | None = None,
     ) -> None:
         self.url = url
         self.subjects = Subjects(run_id)
@@ -101,7 +103,9 @@ class Bus:
         self.dead_letters: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
         self._closing = False  # our own close/drain has begun: no more sends
-        self._replies = ReplyRouter()
+        # What this process receives, one line per message, when auditing is on (runtime/audit.py).
+        self.audit = DeliveryLog(deliveries_dir, node or "proc", max_bytes) if deliveries_dir else None
+        self._replies = ReplyRouter(self.audit)
         self._outbox = Outbox(self.loop, self._send_op, refuse=lambda: (self._closing and not self.loop.running) or self.loop.closed)
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -207,6 +211,8 @@ class Bus:
             except Exception as exc:
                 log.warning("nats close incomplete", error=f"{type(exc).__name__}: {exc}")
         self._stop_loop()
+        if self.audit is not None:
+            self.audit.close()
 
     def _fail_awaiting(self) -> None:
         self._replies.fail_all(lambda subject: BusError(f"bus closed before the reply on {subject} came"))
@@ -274,6 +280,8 @@ class Bus:
         """Tell `target` a Delivery for every message on `subject` (one of a queue group if `queue`)."""
 
         async def on_msg(msg: Any) -> None:
+            if self.audit is not None:
+                self.audit.record(msg.subject, msg.data, "subscription")
             delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers)
             if not tell(target, delivery) and msg.reply:
                 # The actor is gone: tell the requester now rather than let it time out.
@@ -333,10 +341,11 @@ class Bus:
     ) -> Consumer:
         """Feed `target` from a durable pull consumer (created if missing, resumed if present).
 
-        At most `batch` deliveries are unsettled at a time (backpressure). `max_deliver` -1 (default)
-        never drops a message that keeps coming back: nothing accepted is lost silently.
+        At most `batch` deliveries are unsettled at a time (backpressure); unsettled ones are kept
+        alive with progress acks every ack_wait_s / 3. `max_deliver` -1 (default) never drops a
+        message that keeps coming back: nothing accepted is lost silently.
         """
-        consumer = Consumer(self.loop, stream, durable, subject or "", target, batch)
+        consumer = Consumer(self.loop, stream, durable, subject or "", target, batch, audit=self.audit, progress_every_s=ack_wait_s / 3)
         config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
 
         async def _start() -> Any:

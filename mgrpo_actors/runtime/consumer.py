@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
 
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
@@ -27,11 +29,13 @@ _WARN_DELIVERIES = 3
 
 @dataclass(eq=False)
 class Consumer:
-    """Messages are fetched only while fewer than `batch` are unsettled, so nothing waits in a
-    mailbox long enough for its ack_wait to run out (which would make JetStream redeliver work that is
-    still queued). Each delivery must be settled (ack, nak or term) through its Delivery. `stop()`
-    stops fetching and naks whatever was delivered but not settled, so a restarted consumer gets it
-    again at once; the actor skips deliveries its consumer has already handed back.
+    """Messages are fetched only while fewer than `batch` are unsettled (backpressure). Every
+    `progress_every_s` the consumer sends JetStream a progress ack for each message delivered and not
+    yet settled, so work that waits in a busy actor's mailbox, or that an actor holds until it is
+    handed on, is not redelivered while this process lives; if the process dies, its messages come
+    back after ack_wait. Each delivery must be settled (ack, nak or term) through its Delivery.
+    `stop()` stops fetching and naks whatever was delivered but not settled, so a restarted consumer
+    gets it again at once; the actor skips deliveries its consumer has already handed back.
     """
 
     loop: BusLoop
@@ -40,6 +44,8 @@ class Consumer:
     subject: str
     target: Target
     batch: int
+    audit: DeliveryLog | None = None  # records every delivery when the process audits what it receives
+    progress_every_s: float = 20.0  # progress acks for unsettled messages this often (a third of ack_wait)
     _task: asyncio.Task | None = None
     _inflight: dict[int, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -54,14 +60,7 @@ class Consumer:
             return id(delivery) in self._inflight
 
     def settle(self, delivery: Delivery, how: str, delay_s: float | None = None, wait: bool = False) -> None:
-        """ack / nak / term a delivery, or "progress" (still working: restart its ack wait, keep it in
-        flight); `wait` blocks until the server confirmed an ack."""
-        if how == "progress":
-            with self._lock:
-                msg = self._inflight.get(id(delivery))
-            if msg is not None:
-                self.loop.submit(msg.in_progress())
-            return
+        """ack / nak / term a delivery; `wait` blocks until the server confirmed an ack."""
         with self._lock:
             msg = self._inflight.pop(id(delivery), None)
             if msg is None:
@@ -83,8 +82,12 @@ class Consumer:
     async def run(self, psub: Any) -> None:
         """The fetch loop (on the bus thread)."""
         self._capacity = asyncio.Event()
+        last_progress = time.monotonic()
         try:
             while not self._stopping:
+                if time.monotonic() - last_progress >= self.progress_every_s:
+                    last_progress = time.monotonic()
+                    await self._keep_alive()
                 room = self.batch - len(self._inflight)
                 if room <= 0:
                     self._capacity.clear()
@@ -115,7 +118,19 @@ class Consumer:
             except Exception:
                 pass
 
+    async def _keep_alive(self) -> None:
+        with self._lock:
+            unsettled = list(self._inflight.values())
+        for msg in unsettled:
+            try:
+                await msg.in_progress()
+            except Exception as exc:  # disconnected: the message may be redelivered, which is safe
+                log.warning("progress ack failed", stream=self.stream, error=str(exc))
+                return
+
     def _deliver(self, msg: Any) -> None:
+        if self.audit is not None:
+            self.audit.record(msg.subject, msg.data, "stream")
         num_delivered = msg.metadata.num_delivered if msg.metadata else 1
         if num_delivered >= _WARN_DELIVERIES:
             log.warning("message delivered again", stream=self.stream, durable=self.durable, subject=msg.subject, deliveries=num_delivered)

@@ -56,11 +56,6 @@ class Delivery:
         if self.consumer is not None:
             self.consumer.settle(self, "nak", delay_s)
 
-    def in_progress(self) -> None:
-        """Tell JetStream the message is still being worked on, restarting its ack wait (no-op for core NATS)."""
-        if self.consumer is not None:
-            self.consumer.settle(self, "progress")
-
     def term(self) -> None:
         """Tell JetStream never to redeliver (after dead-lettering it)."""
         if self.consumer is not None:

@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.errors import BusError, NoResponders, RemoteFailure, RequestTimeout
 from protocols import Failure, Message, decode
 
@@ -62,7 +63,8 @@ class PendingRequest:
 class ReplyRouter:
     """Sends requests and routes their replies back to the callers' futures (bus thread only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, audit: DeliveryLog | None = None) -> None:
+        self._audit = audit
         self._nc: Any = None
         self._prefix = ""
         self._tokens = itertools.count(1)
@@ -94,6 +96,8 @@ class ReplyRouter:
         pending = self._pending.get(token)
         if pending is None:  # the request timed out already
             return
+        if self._audit is not None and msg.data:
+            self._audit.record(msg.subject, msg.data, "reply")
         if msg.headers and msg.headers.get("Status") == "503":
             if not pending.retried_no_responders:
                 # One retry after a round trip: nats-server can answer "no responders" to a connection's

@@ -10,7 +10,6 @@ registry is built; a bad *call* is always an error ToolOutput.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from mgrpo_actors import plugins
 from mgrpo_actors.tools.base import Tool, ToolOutput
 from mgrpo_actors.tools.schema import SchemaError, check_schema, validate
 
@@ -56,15 +56,10 @@ class ToolSpec:
 
 def import_object(path: str) -> Any:
     """The object at "package.module:attribute"."""
-    module_name, _, attribute = path.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ToolConfigError(f"cannot import module {module_name!r} of factory {path!r}: {exc}") from exc
-    try:
-        return getattr(module, attribute)
-    except AttributeError as exc:
-        raise ToolConfigError(f"module {module_name!r} has no attribute {attribute!r} (factory {path!r})") from exc
+        return plugins.import_object(path)
+    except plugins.PluginError as exc:
+        raise ToolConfigError(str(exc)) from exc
 
 
 class ToolRegistry:

@@ -49,11 +49,13 @@ def test_a_role_not_built_yet_is_refused_saying_so():
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(not UNBUILT, reason="every role is built")
-def test_role_all_is_refused_while_roles_are_missing():
-    result = run_script("mgrpo-node", "--role", "all")
-    assert result.returncode == 2
-    assert "not built yet" in result.stderr
+@pytest.mark.timeout(180)
+def test_role_all_runs_every_built_role_on_an_embedded_server_until_the_run_is_finished():
+    tiny = ["--set", "agents.main.model=tiny:main", "--set", "agents.sub.model=tiny:sub", "--set", "tools.web_entities=150"]
+    result = run_script("mgrpo-node", "--role", "all", *tiny, "--set", "pipeline.steps=1", "--set", "log.json=true", timeout_s=170)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '"event": "node started"' in result.stderr and '"embedded": true' in result.stderr
+    assert '"reason": "run finished"' in result.stderr
 
 
 def test_unreachable_nats_exits_3_quickly_naming_the_url():

@@ -80,3 +80,15 @@ def test_no_import_circles(package):
 def test_no_module_over_400_lines():
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_every_built_role_names_an_importable_start_function():
+    import importlib
+
+    from actors.roles import ROLES, START_ORDER
+
+    assert set(START_ORDER) == set(ROLES)
+    for spec in ROLES.values():
+        if spec.start is not None:
+            module, _, function = spec.start.partition(":")
+            assert callable(getattr(importlib.import_module(module), function)), spec.start

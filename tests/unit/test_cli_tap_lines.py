@@ -42,7 +42,9 @@ def test_infinite_values_give_standard_json():
 def test_arrays_are_shown_as_dtype_and_shape():
     batch = AlignedBatch(run_id="r", side="main", step=0, batch_id="b", sample_ids=["s0", "s1"], lengths=np.array([2, 3], np.int32),
                          token_ids=np.zeros(5, np.int32), loss_mask=np.ones(5, np.uint8), logprobs=np.zeros(5, np.float32),
-                         advantages=np.zeros(2, np.float32), weights=np.ones(2, np.float32), policy_versions=np.zeros(2, np.int32))
+                         advantages=np.zeros(2, np.float32), weights=np.ones(2, np.float32), policy_versions=np.zeros(2, np.int32),
+                         rewards=np.zeros(2, np.float32), kinds=np.zeros(2, np.uint8), temperatures=np.ones(2, np.float32),
+                         top_ps=np.ones(2, np.float32), top_ks=np.zeros(2, np.int32))
     payload = json.loads(message_to_json("s", encode(batch)))["payload"]
     assert payload["token_ids"] == {"dtype": "int32", "shape": [5]}
     assert payload["advantages"] == {"dtype": "float32", "shape": [2]}

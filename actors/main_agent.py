@@ -1,0 +1,120 @@
+"""Main-agent actors: take rollout requests off the JetStream work queue (every main-agent process
+shares the durable consumer `main-agents`), roll each query out K times on M's own engine, delegate
+to sub-agents and call tools by request/reply, and publish M's trajectories (main side), the scalar
+RewardStats (to the sub side) and progress (design.md §One training step, steps 2 and 4).
+
+Requests that arrive while a batch runs wait in the mailbox and go together into the next batch (up
+to `pipeline.main_queries_in_flight`), so their rollouts generate batched. A request is acked only
+after everything it produced is stored in its streams; a batch that fails is retried (nak) and after
+`pipeline.call_retries` retries recorded as failed rollouts (reward 0, weight 0, counted).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mgrpo_actors.agents.driver import registry_executor, step_seed
+from mgrpo_actors.agents.main_agent import main_tools
+from mgrpo_actors.agents.setup import load_agent, reason_tool, rollout_config
+from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.pipeline.calls import CallStats
+from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
+from mgrpo_actors.pipeline.reporting import publish_metrics
+from mgrpo_actors.pipeline.subtask_client import BusSubtasks
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery
+from mgrpo_actors.tools.registry import ToolRegistry
+from protocols import RolloutRequest
+
+__all__ = ["MainAgentActor", "start_main_agents"]
+
+
+@dataclass(frozen=True)
+class _RunPending:
+    """Note to self: run what has queued up."""
+
+
+class MainAgentActor(BusActor):
+    """M on its engine; one actor per main-agent process."""
+
+    role = "main-agent"
+
+    def __init__(self, bus: Bus, config: NodeConfig) -> None:
+        super().__init__(bus, name=f"main-agent-{bus.node}")
+        self.config = config
+        self.pipeline = config.pipeline
+        self.pending: list[tuple[RolloutRequest, Delivery]] = []
+        self.scheduled = False
+        self.batches = 0
+        self.calls = CallStats()
+
+    def handlers(self) -> dict:
+        return {RolloutRequest: self.on_request}
+
+    def on_start(self) -> None:
+        super().on_start()
+        torch.set_num_threads(self.config.agents.torch_threads)
+        self.model = load_agent(self.config.agents.main)
+        self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
+        registry = ToolRegistry()
+        registry.register(reason_tool(self.model, self.config.agents.main.max_new_tokens_per_turn))
+        self.tools = main_tools(registry)
+        self.subtasks = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: 0)
+        subjects = self.bus.subjects
+        self.consume(subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
+
+    def on_request(self, request: RolloutRequest, delivery: Delivery) -> Any:
+        self.pending.append((request, delivery))
+        if not self.scheduled:
+            self.scheduled = True
+            self.actor_ref.tell(_RunPending())
+        return HOLD
+
+    def on_note(self, note: Any) -> Any:
+        if isinstance(note, _RunPending):
+            self.scheduled = False
+            batch, self.pending = self.pending, []
+            batch = [(r, d) for r, d in batch if not d.handed_back]
+            if batch:
+                self._run(batch)
+            return None
+        return super().on_note(note)
+
+    def _run(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
+        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches)
+        self.batches += 1
+        try:
+            outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, registry_executor(self.tools), seed, self.bus.node)
+        except Exception as exc:
+            self._failed(batch, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3))
+            return
+        for outcome, (_, delivery) in zip(outcomes, batch, strict=True):
+            self._publish(outcome, delivery)
+        publish_metrics(self.bus, "main_agent", {**self.calls.take(), "queries": len(batch)}, batch[0][0].step, self.role)
+
+    def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:
+        """Retry the batch's requests (JetStream redelivers them, maybe elsewhere); record them failed when out of retries."""
+        self.log.error("rollout batch failed", error=error, where=where, queries=len(batch))
+        for request, delivery in batch:
+            if delivery.num_delivered <= self.pipeline.call_retries:
+                delivery.nak(delay_s=1.0)
+            else:
+                self._publish(failed_outcome(request, new_attempt(), error, self.bus.node), delivery)
+        publish_metrics(self.bus, "main_agent", {"failed_batches": 1.0}, batch[0][0].step, self.role)
+
+    def _publish(self, outcome: QueryOutcome, delivery: Delivery) -> None:
+        subjects = self.bus.subjects
+        for trajectory in outcome.trajectories:
+            self.bus.js_publish(subjects.trajectories("main"), trajectory)
+        for stats in outcome.stats:
+            self.bus.js_publish(subjects.reward_stats, stats)
+        self.bus.publish(subjects.rollout_done, outcome.done)
+        delivery.ack()
+
+
+def start_main_agents(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """One main-agent actor (its model) per process; start more processes for more rollout throughput."""
+    started.append(MainAgentActor.start_ready(bus, config, timeout_s=600))

@@ -1,0 +1,57 @@
+"""The main aligner: M's K trajectories of each of the step's B queries → group advantages → exactly
+B·K samples on the main learner's stream (design.md §One training step, step 5; the math is
+mgrpo_actors/pipeline/main_alignment.py). It reads only main-side streams and the controller's plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.aligner import AlignerActor, HeldStep
+from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.pipeline.main_alignment import build_main_batch
+from mgrpo_actors.runtime import Bus, Delivery
+from protocols import AlignedBatch, StepPlan, Trajectory
+
+__all__ = ["MainAlignerActor", "start_main_aligner"]
+
+
+class MainAlignerActor(AlignerActor):
+    role = "main-aligner"
+    side = "main"
+
+    def on_start(self) -> None:
+        super().on_start()
+        subjects = self.bus.subjects
+        self.consume_side(subjects.stream("traj-main"), "main-aligner")
+
+    def handlers(self) -> dict:
+        return {StepPlan: self.on_plan, Trajectory: self.on_trajectory}
+
+    def on_trajectory(self, trajectory: Trajectory, delivery: Delivery) -> Any:
+        if trajectory.side != "main":
+            raise ValueError(f"a {trajectory.side!r} trajectory on the main trajectory stream")
+        held = self.held_step(trajectory.step, delivery)
+        if held is None:
+            return None
+        received = held.collection("trajectories")
+        key = (trajectory.query_id, trajectory.rollout_index)
+        if key in received:
+            held.count("duplicates" if received[key].attempt == trajectory.attempt else "superseded")
+        else:
+            received[key] = trajectory
+        return self.try_publish(held)
+
+    def complete(self, held: HeldStep) -> bool:
+        plan = held.plan
+        assert plan is not None
+        received = held.collection("trajectories")
+        return all((q, k) in received for q in plan.query_ids for k in range(plan.num_rollouts))
+
+    def build(self, held: HeldStep) -> tuple[AlignedBatch, dict[str, float]]:
+        assert held.plan is not None
+        return build_main_batch(held.plan, held.collection("trajectories"), self.config.algo)
+
+
+def start_main_aligner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """The main side's aligner (one per run)."""
+    started.append(MainAlignerActor.start_ready(bus, config))

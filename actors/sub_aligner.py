@@ -1,0 +1,96 @@
+"""The sub aligner: for each of the step's B queries, the K RewardStats (the only numbers that cross
+from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
+advantages over D·K → exactly B·K·D samples on the sub learner's stream (design.md §One training step,
+step 5; the math is mgrpo_actors/pipeline/sub_alignment.py). It reads only sub-side streams, the
+stats and the controller's plan; `D: auto` is re-estimated between steps, never within one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.aligner import AlignerActor, HeldStep
+from mgrpo_actors.agents.setup import load_task_questions, rollout_config
+from mgrpo_actors.algo.alignment import DEstimator
+from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.pipeline.reporting import publish_metrics
+from mgrpo_actors.pipeline.sub_alignment import alignment_rng, build_sub_batch
+from mgrpo_actors.runtime import Bus, Delivery
+from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
+
+__all__ = ["SubAlignerActor", "start_sub_aligner"]
+
+
+class SubAlignerActor(AlignerActor):
+    role = "sub-aligner"
+    side = "sub"
+
+    def on_start(self) -> None:
+        super().on_start()
+        # The questions' evidence is what the expert judge checks S's findings against.
+        self.questions = load_task_questions(self.pipeline, self.config.tools).by_id
+        self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
+        self.d_estimator = DEstimator(self.config.algo.alignment)
+        subjects = self.bus.subjects
+        self.consume_side(subjects.stream("stats"), "sub-aligner-stats")
+        self.consume_side(subjects.stream("traj-sub"), "sub-aligner")
+
+    def handlers(self) -> dict:
+        return {StepPlan: self.on_plan, RewardStats: self.on_stats, Trajectory: self.on_trajectory}
+
+    def on_stats(self, stats: RewardStats, delivery: Delivery) -> Any:
+        held = self.held_step(stats.step, delivery)
+        if held is None:
+            return None
+        received = held.collection("stats")
+        key = (stats.query_id, stats.rollout_index)
+        if key in received:  # another attempt at the rollout (a redelivered request): the first one counts
+            held.count("duplicates" if received[key].attempt == stats.attempt else "superseded")
+        else:
+            received[key] = stats
+        return self.try_publish(held)
+
+    def on_trajectory(self, trajectory: Trajectory, delivery: Delivery) -> Any:
+        if trajectory.side != "sub":
+            raise ValueError(f"a {trajectory.side!r} trajectory on the sub trajectory stream")
+        held = self.held_step(trajectory.step, delivery)
+        if held is None:
+            return None
+        received = held.collection("trajectories")
+        if trajectory.call_id in received:
+            held.count("duplicates")
+        else:
+            received[trajectory.call_id] = trajectory
+        return self.try_publish(held)
+
+    def complete(self, held: HeldStep) -> bool:
+        plan = held.plan
+        assert plan is not None
+        stats, trajectories = held.collection("stats"), held.collection("trajectories")
+        for q in plan.query_ids:
+            for k in range(plan.num_rollouts):
+                s = stats.get((q, k))
+                if s is None or (not s.failed and any(c not in trajectories for c in s.sub_call_ids)):
+                    return False
+        return True
+
+    def build(self, held: HeldStep) -> tuple[AlignedBatch, dict[str, float]]:
+        assert held.plan is not None
+        stats, trajectories = held.collection("stats"), held.collection("trajectories")
+        d = self.d_estimator.d  # fixed for the whole step (m-grpo.md §Trajectory alignment)
+        rng = alignment_rng(self.config.run.seed, held.step)
+        batch, figures, alignment = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
+        used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
+        figures["unused"] = float(sum(1 for c in trajectories if c not in used))
+        self.d_estimator.observe(alignment.observed.ravel().tolist())
+        figures["d_next"] = float(self.d_estimator.end_step())
+        histogram: dict[int, int] = {}
+        for dk in alignment.observed.ravel().tolist():
+            histogram[dk] = histogram.get(dk, 0) + 1
+        for dk, count in sorted(histogram.items()):
+            publish_metrics(self.bus, "sub", {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
+        return batch, figures
+
+
+def start_sub_aligner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """The sub side's aligner (one per run)."""
+    started.append(SubAlignerActor.start_ready(bus, config))

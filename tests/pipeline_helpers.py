@@ -1,0 +1,119 @@
+"""What the pipeline's multi-process tests share: a config for tiny models under the rule policy,
+starting `mgrpo-node` processes per role, waiting for the run's end, and reading streams back."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mgrpo_actors.runtime import Bus
+from protocols import Event, Message, ProtocolError, decode
+from tests.helpers import REPO, start_script, stop_process, wait_until
+
+__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream"]
+
+RULE_ENGINE = "tests.pipeline_policy:rule_engine"
+
+
+def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> Path:
+    """A node config file: tiny models driven by the rule policy, a small web, short timeouts."""
+    agent = {"engine": RULE_ENGINE, "max_turns": 4, "max_new_tokens_per_turn": 200, "max_context_tokens": 4096}
+    config: dict[str, Any] = {
+        "run": {"id": run_id, "stop_timeout_s": 10},
+        "log": {"level": "warning", "json": True, "deliveries_dir": str(tmp_path / "deliveries")},
+        "tools": {"web_entities": 150, "actors_per_tool": 1},
+        "agents": {"main": {**agent, "model": "tiny:main"}, "sub": {**agent, "model": "tiny:sub"}},
+        "pipeline": {"steps": 2, "queries_per_step": 3, "rollouts_per_query": 2, "subtask_timeout_s": 20, "tool_timeout_s": 10,
+                     "ack_wait_s": 30, "rollout_timeout_s": 120},
+        "algo": {"alignment": {"d": 2}},
+    }  # fmt: skip
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class NodeProcesses:
+    """`mgrpo-node` processes by name, output in files under `logs`; all stopped by `stop_all()`."""
+
+    def __init__(self, url: str, config: Path, logs: Path, env: dict[str, str] | None = None) -> None:
+        self.url, self.config, self.logs = url, config, logs
+        self.env = {"PYTHONPATH": str(REPO), **(env or {})}
+        self.procs: dict[str, subprocess.Popen] = {}
+        logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str, *roles: str) -> subprocess.Popen:
+        args = [a for role in roles for a in ("--role", role)]
+        out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
+        proc = start_script("mgrpo-node", *args, "--config", str(self.config), "--nats", self.url, "--name", name, env=self.env, stdout=out)
+        self.procs[name] = proc
+        return proc
+
+    def output(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text()
+
+    def stop_all(self) -> dict[str, int]:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()  # once: a second SIGTERM would kill the node instead of stopping it
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=45)
+            except subprocess.TimeoutExpired:
+                stop_process(proc, timeout_s=1)
+        return {name: proc.returncode for name, proc in self.procs.items()}
+
+
+class EventLog:
+    """Every Event of the run, as they are published (subscribed before the nodes start)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        bus.subscribe(bus.subjects.events, self._on)
+
+    def _on(self, delivery: Any) -> None:
+        try:
+            message = decode(delivery.data)
+        except ProtocolError:
+            return
+        if isinstance(message, Event):
+            with self._lock:
+                self.events.append(message)
+
+    def kinds(self, kind: str) -> list[Event]:
+        with self._lock:
+            return [e for e in self.events if e.kind == kind]
+
+    def wait_for(self, kind: str, timeout_s: float, describe: Any = "") -> Event:
+        return wait_until(lambda: (self.kinds(kind) or [None])[0], timeout_s=timeout_s, what=describe)
+
+
+def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
+    """Every message stored in `stream` (on `subject`), decoded, in order (an ephemeral consumer)."""
+
+    async def read() -> list[bytes]:
+        info = await bus._js.stream_info(stream)
+        total = info.state.messages
+        psub = await bus._js.pull_subscribe(subject, stream=stream)
+        found: list[bytes] = []
+        try:
+            while len(found) < total:
+                try:
+                    msgs = await psub.fetch(min(256, total - len(found)), timeout=2)
+                except (asyncio.TimeoutError, Exception):
+                    break
+                for msg in msgs:
+                    found.append(msg.data)
+                    await msg.ack()
+        finally:
+            await psub.unsubscribe()
+        return found
+
+    return [decode(data, bus.max_bytes) for data in bus.call(read(), timeout=60)]
