@@ -81,7 +81,8 @@ class SubAlignerActor(AlignerActor):
         batch, figures, alignment = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
         used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
         figures["unused"] = float(sum(1 for c in trajectories if c not in used))
-        self.d_estimator.observe(alignment.observed.ravel().tolist())
+        # D: auto learns from the d_k M really produced: failed rollouts and lost calls say nothing about it.
+        self.d_estimator.observe([s.num_sub_calls for s in stats.values() if not s.failed])
         figures["d_next"] = float(self.d_estimator.end_step())
         histogram: dict[int, int] = {}
         for dk in alignment.observed.ravel().tolist():

@@ -15,7 +15,7 @@ from mgrpo_actors.runtime import Bus
 from protocols import Event, Message, ProtocolError, decode
 from tests.helpers import REPO, start_script, stop_process, wait_until
 
-__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream"]
+__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream", "received"]
 
 RULE_ENGINE = "tests.pipeline_policy:rule_engine"
 
@@ -48,10 +48,11 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         logs.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, *roles: str) -> subprocess.Popen:
+    def start(self, name: str, *roles: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         args = [a for role in roles for a in ("--role", role)]
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
-        proc = start_script("mgrpo-node", *args, "--config", str(self.config), "--nats", self.url, "--name", name, env=self.env, stdout=out)
+        env = {**self.env, **(env or {})}
+        proc = start_script("mgrpo-node", *args, "--config", str(self.config), "--nats", self.url, "--name", name, env=env, stdout=out)
         self.procs[name] = proc
         return proc
 
@@ -117,3 +118,13 @@ def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
         return found
 
     return [decode(data, bus.max_bytes) for data in bus.call(read(), timeout=60)]
+
+
+def received(deliveries_dir: Path, node: str) -> list[dict[str, Any]]:
+    """What node `node` received so far, from its delivery audit (log.deliveries_dir)."""
+    path = deliveries_dir / f"{node}.jsonl"
+    if not path.exists():
+        return []
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

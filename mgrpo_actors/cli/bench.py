@@ -12,6 +12,7 @@ BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
     "rollout": "mgrpo_actors.bench.rollout",
+    "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
 }
 

@@ -23,22 +23,40 @@ class StepSchedule:
         self.per_step = per_step
         self.seed = seed
         self.shuffle = shuffle
+        self._cached: tuple[int, np.ndarray] | None = None  # the last epoch order computed (epochs chain)
 
-    def _epoch_order(self, epoch: int) -> np.ndarray:
+    def _raw_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
             return np.arange(len(self.questions))
         return np.random.default_rng([self.seed, epoch, 11]).permutation(len(self.questions))
 
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        """Epoch `epoch`'s order: its seeded permutation, except that when a step straddles the boundary
+        with the previous epoch, the questions that step already took from the previous epoch are moved
+        out of this epoch's head (just behind it). Every epoch stays a permutation, so each step takes
+        exactly its B positions and every epoch serves every question once."""
+        if self._cached is None or self._cached[0] > epoch:
+            self._cached = (0, self._raw_order(0))
+        current, order = self._cached
+        size, per_step = len(self.questions), self.per_step
+        while current < epoch:
+            current += 1
+            start = current * size  # first position of the new epoch
+            tail = order[(start // per_step) * per_step - (current - 1) * size :]  # the straddling step's part in the old epoch
+            order = self._raw_order(current)
+            if len(tail):
+                head_len = per_step - len(tail)
+                fresh = np.flatnonzero(~np.isin(order, tail))[:head_len]
+                order = np.concatenate([order[fresh], np.delete(order, fresh)])
+            self._cached = (current, order)
+        return order
+
     def step(self, n: int) -> list[Question]:
         """The B questions of step n (a step never holds one question twice)."""
         size = len(self.questions)
-        picked: list[Question] = []
-        position = n * self.per_step
-        while len(picked) < self.per_step:
+        picked: list[int] = []
+        for position in range(n * self.per_step, (n + 1) * self.per_step):
             epoch, offset = divmod(position, size)
-            order = self._epoch_order(epoch)
-            take = order[offset : offset + self.per_step - len(picked)]
-            # At an epoch boundary, skip questions this step already holds (the next epoch's order is new).
-            picked += [self.questions[i] for i in take if self.questions[i] not in picked]
-            position += len(take)
-        return picked
+            picked.append(int(self._epoch_order(epoch)[offset]))
+        assert len(set(picked)) == len(picked), picked
+        return [self.questions[i] for i in picked]
