@@ -12,7 +12,6 @@ after everything it produced is stored in its streams; a batch that fails is ret
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,16 +24,11 @@ from mgrpo_actors.pipeline.calls import CallStats
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols import RolloutRequest
 
 __all__ = ["MainAgentActor", "start_main_agents"]
-
-
-@dataclass(frozen=True)
-class _RunPending:
-    """Note to self: run what has queued up."""
 
 
 class MainAgentActor(BusActor):
@@ -46,8 +40,7 @@ class MainAgentActor(BusActor):
         super().__init__(bus, name=f"main-agent-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
-        self.pending: list[tuple[RolloutRequest, Delivery]] = []
-        self.scheduled = False
+        self.pending: PendingBatch[tuple[RolloutRequest, Delivery]] = PendingBatch(self.actor_ref, self.pipeline.main_queries_in_flight)
         self.batches = 0
         self.calls = CallStats()
 
@@ -67,17 +60,12 @@ class MainAgentActor(BusActor):
         self.consume(subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
 
     def on_request(self, request: RolloutRequest, delivery: Delivery) -> Any:
-        self.pending.append((request, delivery))
-        if not self.scheduled:
-            self.scheduled = True
-            self.actor_ref.tell(_RunPending())
+        self.pending.add((request, delivery))
         return HOLD
 
     def on_note(self, note: Any) -> Any:
-        if isinstance(note, _RunPending):
-            self.scheduled = False
-            batch, self.pending = self.pending, []
-            batch = [(r, d) for r, d in batch if not d.handed_back]
+        if isinstance(note, RunBatch):
+            batch = [(r, d) for r, d in self.pending.take() if not d.handed_back]
             if batch:
                 self._run(batch)
             return None

@@ -10,7 +10,6 @@ to `pipeline.sub_batch`), so their episodes generate batched.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,16 +22,11 @@ from mgrpo_actors.pipeline.calls import CallStats
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.sub_rollouts import run_subtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import Failure, SubtaskRequest
 
 __all__ = ["SubAgentActor", "start_sub_agents"]
-
-
-@dataclass(frozen=True)
-class _RunPending:
-    """Note to self: run what has queued up."""
 
 
 class SubAgentActor(BusActor):
@@ -44,8 +38,7 @@ class SubAgentActor(BusActor):
         super().__init__(bus, name=f"sub-agent-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
-        self.pending: list[tuple[SubtaskRequest, Delivery]] = []
-        self.scheduled = False
+        self.pending: PendingBatch[tuple[SubtaskRequest, Delivery]] = PendingBatch(self.actor_ref, self.pipeline.sub_batch)
         self.batches = 0
         self.calls = CallStats()
 
@@ -63,20 +56,14 @@ class SubAgentActor(BusActor):
         self.listen(self.bus.subjects.subtask_requests, queue="sub-agents")
 
     def on_request(self, request: SubtaskRequest, delivery: Delivery) -> Any:
-        self.pending.append((request, delivery))
-        if not self.scheduled:
-            self.scheduled = True
-            self.actor_ref.tell(_RunPending())
+        self.pending.add((request, delivery))
         return HOLD
 
     def on_note(self, note: Any) -> Any:
-        if isinstance(note, _RunPending):
-            self.scheduled = False
-            batch, self.pending = self.pending[: self.pipeline.sub_batch], self.pending[self.pipeline.sub_batch :]
-            if self.pending:
-                self.scheduled = True
-                self.actor_ref.tell(_RunPending())
-            self._run(batch)
+        if isinstance(note, RunBatch):
+            batch = self.pending.take()
+            if batch:
+                self._run(batch)
             return None
         return super().on_note(note)
 

@@ -7,8 +7,7 @@ torch, which only advantages and the objective need.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from mgrpo_actors.lazy import lazy_exports
 
 __all__ = [
     "AdvantageConfig",
@@ -103,7 +102,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)

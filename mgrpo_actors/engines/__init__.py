@@ -6,8 +6,7 @@ Names are imported on first use (PEP 562), so a config that only needs `Sampling
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from mgrpo_actors.lazy import lazy_exports
 
 __all__ = [
     "ENGINE_NAMES",
@@ -36,7 +35,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_exports(__name__, _WHERE)

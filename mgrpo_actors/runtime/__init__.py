@@ -8,6 +8,7 @@
 """
 
 from mgrpo_actors.runtime.actor import HOLD, BusActor
+from mgrpo_actors.runtime.batching import PendingBatch, RunBatch
 from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
 from mgrpo_actors.runtime.consumer import Consumer
@@ -30,8 +31,10 @@ __all__ = [
     "KvBucket",
     "KvUpdate",
     "NoResponders",
+    "PendingBatch",
     "RemoteFailure",
     "RequestTimeout",
+    "RunBatch",
     "ShutdownSignal",
     "Subscription",
     "Ticker",
