@@ -4,18 +4,20 @@ stream, record it in KV, ack everything it used, and tell the controller (design
 step 5; §Delivery and state: "a sample is acked only after it is safely handed on").
 
 Idempotent under redelivery: a step whose batch is recorded as published (KV `aligned.<side>.<step>`)
-only acks what still arrives for it (counted as late); the batch is published with its batch id as
-JetStream de-duplication id, so publishing it again after a crash stores nothing twice.
+only acks what still arrives for it (counted as late); the batch's chunks and its BatchReady carry
+JetStream de-duplication ids, so publishing them again after a crash (within the streams'
+de-duplication window) stores nothing twice, and the same step always aligns the same way.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.main_alignment import batch_id
+from mgrpo_actors.pipeline.batch_rows import split_batch
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from protocols import BatchReady, StepPlan
@@ -38,6 +40,8 @@ class HeldStep:
     deliveries: list[Delivery] = field(default_factory=list)
     pieces: dict[str, dict] = field(default_factory=dict)  # subclass-defined collections by name
     counts: dict[str, int] = field(default_factory=dict)  # duplicates, superseded, … for the metrics
+    publish_failures: int = 0  # failed attempts at publishing the step's batch (retried each tick)
+    result: Any = None  # what build() leaves for after_publish()
 
     def collection(self, name: str) -> dict:
         return self.pieces.setdefault(name, {})
@@ -49,7 +53,8 @@ class HeldStep:
 class AlignerActor(BusActor):
     """Base of the two aligners. A subclass sets `side`, starts its consumers in `on_start`, adds
     pieces in its handlers (through `held_step` and `try_publish`), and defines
-    `complete(held) -> bool` (the step has everything) and `build(held) -> (batch, metrics)`."""
+    `complete(held) -> bool` (the step has everything) and `build(held) -> (batch, metrics)`, which
+    must have no side effects (a failed publish builds the step again); `after_publish` may have them."""
 
     side = ""
 
@@ -58,7 +63,7 @@ class AlignerActor(BusActor):
         self.config = config
         self.pipeline = config.pipeline
         self.steps: dict[int, HeldStep] = {}
-        self.published: set[int] = set()
+        self.published: dict[int, dict[str, Any]] = {}
         self.late = 0
 
     complete: Any  # (held: HeldStep) -> bool, defined by the subclass
@@ -89,17 +94,19 @@ class AlignerActor(BusActor):
         return super().on_note(note)
 
     # ---- holding -----------------------------------------------------------------------------
-    def is_published(self, step: int) -> bool:
-        if step in self.published:
-            return True
-        if self.state.get(f"aligned.{self.side}.{step}") is not None:
-            self.published.add(step)
-            return True
-        return False
+    def published_record(self, step: int) -> dict[str, Any] | None:
+        """What was published for `step` ({batch_id, num_samples, num_chunks}), None if nothing yet."""
+        if step not in self.published:
+            raw = self.state.get(f"aligned.{self.side}.{step}")
+            if raw is None:
+                return None
+            self.published[step] = json.loads(raw)
+        return self.published[step]
 
     def held_step(self, step: int, delivery: Delivery) -> HeldStep | None:
         """The step to add a piece to (the delivery is now held), or None if its batch is out (acked, counted late)."""
-        if self.is_published(step):
+        record = self.published_record(step)
+        if record is not None:
             self.late += 1
             return None
         held = self.steps.setdefault(step, HeldStep(step))
@@ -107,9 +114,14 @@ class AlignerActor(BusActor):
         return held
 
     def on_plan(self, plan: StepPlan, delivery: Delivery) -> Any:
-        held = self.held_step(plan.step, delivery)
-        if held is None:
+        record = self.published_record(plan.step)
+        if record is not None:
+            # A plan delivered again: this aligner died after publishing. Tell the controller again
+            # (de-duplicated), in case it died before it could.
+            self._announce(plan.step, record, {})
             return None
+        held = self.held_step(plan.step, delivery)
+        assert held is not None
         if held.plan is None:
             held.plan, held.plan_seen_at = plan, time.monotonic()
         return self.try_publish(held)
@@ -122,22 +134,44 @@ class AlignerActor(BusActor):
     def _check_timeouts(self) -> None:
         now = time.monotonic()
         for held in list(self.steps.values()):
-            if held.plan is not None and now - held.plan_seen_at > self.pipeline.rollout_timeout_s:
+            if held.plan is None:
+                continue
+            if held.publish_failures and self.complete(held):
+                self.publish(held, timed_out=False)  # a complete step whose publish failed: again
+            elif now - held.plan_seen_at > self.pipeline.rollout_timeout_s:
                 self.log.warning("step timed out: publishing what arrived", step=held.step, timeout_s=self.pipeline.rollout_timeout_s)
                 self.publish(held, timed_out=True)
 
     # ---- publishing --------------------------------------------------------------------------
     def publish(self, held: HeldStep, timed_out: bool) -> None:
-        batch, figures = self.build(held)
-        subjects = self.bus.subjects
-        self.bus.js_publish(subjects.batches(self.side), batch, timeout_s=30.0, msg_id=batch.batch_id)
-        self.state.put(f"aligned.{self.side}.{held.step}", batch.batch_id.encode())
-        self.published.add(held.step)
+        """Batch (in chunks), BatchReady, then the KV record, then the acks: a crash anywhere before the
+        record re-runs the step (de-duplicated ids, same seed, same batch); after it, a redelivered plan
+        announces the batch again. A failure leaves the step held and is retried on the next tick."""
+        try:
+            batch, figures = self.build(held)
+            chunks = split_batch(batch, self.bus.max_bytes)
+            for chunk in chunks:
+                self.bus.js_publish(self.bus.subjects.batches(self.side), chunk, timeout_s=30.0, msg_id=f"{batch.batch_id}#{chunk.chunk}")
+            figures = {**figures, **{k: float(v) for k, v in held.counts.items()}, "late": float(self.late), "timed_out": float(timed_out), "chunks": float(len(chunks))}
+            record = {"batch_id": batch.batch_id, "num_samples": len(batch.sample_ids), "num_chunks": len(chunks)}
+            self._announce(held.step, record, figures)
+            self.state.put(f"aligned.{self.side}.{held.step}", json.dumps(record).encode())
+        except Exception as exc:
+            held.publish_failures += 1
+            self.log.error("batch not published; retrying on the next tick", step=held.step, attempt=held.publish_failures, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.published[held.step] = record
         del self.steps[held.step]
         for delivery in held.deliveries:
             delivery.ack()
-        figures = {**figures, **{k: float(v) for k, v in held.counts.items()}, "late": float(self.late), "timed_out": float(timed_out)}
-        ready = BatchReady(run_id=self.bus.run_id, side=self.side, step=held.step, batch_id=batch.batch_id, num_samples=len(batch.sample_ids), stats=figures)
-        self.bus.js_publish(subjects.step_aligned(self.side), ready, msg_id=f"ready-{batch_id(self.bus.run_id, self.side, held.step)}")
+        self.after_publish(held)
         publish_metrics(self.bus, self.side, figures, held.step, self.role)
-        publish_event(self.bus, f"{self.side}.batch", f"{self.side} batch of step {held.step}: {len(batch.sample_ids)} samples", self.role, step=held.step, **figures)
+        publish_event(self.bus, f"{self.side}.batch", f"{self.side} batch of step {held.step}: {record['num_samples']} samples", self.role, step=held.step, **figures)
+
+    def after_publish(self, held: HeldStep) -> None:
+        """What a subclass updates only once a step's batch is out (the sub side's D estimate)."""
+
+    def _announce(self, step: int, record: dict[str, Any], figures: dict[str, float]) -> None:
+        ready = BatchReady(run_id=self.bus.run_id, side=self.side, step=step, batch_id=record["batch_id"], num_samples=record["num_samples"],
+                           stats=figures, num_chunks=record["num_chunks"])  # fmt: skip
+        self.bus.js_publish(self.bus.subjects.step_aligned(self.side), ready, msg_id=f"ready-{record['batch_id']}")

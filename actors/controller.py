@@ -18,9 +18,9 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.reporting import publish_event
 from mgrpo_actors.pipeline.schedule import StepSchedule
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
-from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
+from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepPlan
 
-__all__ = ["ControllerActor", "start_controller"]
+__all__ = ["ControllerActor", "start_controller", "step_schedule"]
 
 CURSOR_KEY = "controller.cursor"
 
@@ -39,18 +39,16 @@ class ControllerActor(BusActor):
         self.queries_done: set[str] = set()
 
     def handlers(self) -> dict:
-        return {BatchReady: self.on_side_ready, StepDone: self.on_side_ready, QueryDone: self.on_query_done}
+        return {BatchReady: self.on_side_ready, QueryDone: self.on_query_done}
 
     def on_start(self) -> None:
         super().on_start()
-        questions = load_task_questions(self.pipeline, self.config.tools).training(self.pipeline)
-        self.schedule = StepSchedule(questions, self.pipeline.queries_per_step, self.config.run.seed, self.pipeline.shuffle)
+        self.schedule = step_schedule(self.config)
         self.state = self.bus.kv(self.bus.subjects.bucket("state"))
         raw = self.state.get(CURSOR_KEY)
         self.cursor = json.loads(raw) if raw else {"step": 0, "published": False, "ready": [], "finished": False}
         subjects = self.bus.subjects
-        gate = "step.aligned.*" if self.pipeline.advance_on == "batches" else "step.done.*"
-        self.consume(subjects.stream("steps"), "controller", subject=f"{subjects.root}.{gate}", ack_wait_s=self.pipeline.ack_wait_s)
+        self.consume(subjects.stream("steps"), "controller", subject=f"{subjects.root}.step.aligned.*", ack_wait_s=self.pipeline.ack_wait_s)
         self.listen(subjects.rollout_done)
         if self.cursor["finished"]:
             self.log.info("run already finished", steps=self.cursor["step"])
@@ -85,7 +83,7 @@ class ControllerActor(BusActor):
             self.queries_done.add(done.query_id)
             self.log.info("query done", step=done.step, query=done.query_id, done=len(self.queries_done), of=self.pipeline.queries_per_step, sub_calls=done.sub_calls, failed=done.failed_rollouts)
 
-    def on_side_ready(self, message: BatchReady | StepDone, delivery: Delivery) -> None:
+    def on_side_ready(self, message: BatchReady, delivery: Delivery) -> None:
         if self.cursor["finished"] or message.step != self.cursor["step"] or message.side in self.cursor["ready"]:
             return  # an earlier step's, or a repeat: nothing to do (acked)
         self.cursor["ready"] = sorted({*self.cursor["ready"], message.side})
@@ -105,6 +103,12 @@ class ControllerActor(BusActor):
             self.log.info("run finished", steps=step + 1)
         else:
             self._start_step()
+
+
+def step_schedule(config: NodeConfig) -> StepSchedule:
+    """The run's questions per step; ValueError naming the key if the dataset cannot fill a step."""
+    questions = load_task_questions(config.pipeline, config.tools).training(config.pipeline)
+    return StepSchedule(questions, config.pipeline.queries_per_step, config.run.seed, config.pipeline.shuffle)
 
 
 def start_controller(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from mgrpo_actors.agents.driver import registry_executor, step_seed
+from mgrpo_actors.pipeline.schedule import node_seed
 from mgrpo_actors.agents.main_agent import main_tools
 from mgrpo_actors.agents.setup import load_agent, reason_tool, rollout_config
 from mgrpo_actors.config import NodeConfig
@@ -72,7 +73,8 @@ class MainAgentActor(BusActor):
         return super().on_note(note)
 
     def _run(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
-        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches)
+        # Each process samples its own stream: two main agents must not roll a query out alike.
+        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
         self.batches += 1
         try:
             outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, registry_executor(self.tools), seed, self.bus.node)
@@ -94,12 +96,18 @@ class MainAgentActor(BusActor):
         publish_metrics(self.bus, "main_agent", {"failed_batches": 1.0}, batch[0][0].step, self.role)
 
     def _publish(self, outcome: QueryOutcome, delivery: Delivery) -> None:
+        """Store the outcome, then ack its request; if storing fails, hand the request back (rolled out again
+        under a new attempt; the aligners keep the first complete attempt of each rollout)."""
         subjects = self.bus.subjects
-        for trajectory in outcome.trajectories:
-            self.bus.js_publish(subjects.trajectories("main"), trajectory)
-        for stats in outcome.stats:
-            self.bus.js_publish(subjects.reward_stats, stats)
-        self.bus.publish(subjects.rollout_done, outcome.done)
+        try:
+            for trajectory in outcome.trajectories:
+                self.bus.js_publish(subjects.trajectories("main"), trajectory)
+            for stats in outcome.stats:
+                self.bus.js_publish(subjects.reward_stats, stats)
+            self.bus.publish(subjects.rollout_done, outcome.done)
+        except Exception as exc:
+            self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")
+            return
         delivery.ack()
 
 

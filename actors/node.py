@@ -23,8 +23,9 @@ from typing import Any, Callable
 import yaml
 
 from actors.node_info import NodeInfoActor
-from actors.roles import ROLES, expand_roles, unbuilt_roles
+from actors.roles import ROLES, expand_roles, role_streams, unbuilt_roles
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
+from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
 from mgrpo_actors.versions import package_versions
@@ -100,11 +101,25 @@ def main(argv: list[str] | None = None) -> int:
         listed = "; ".join(f"{spec.name} (comes with {spec.comes_with})" for spec in missing)
         built = ", ".join(name for name, spec in ROLES.items() if spec.start) or "none"
         return _fail(f"role(s) not built yet: {listed}. Roles that run today: {built}", EXIT_USAGE)
+    try:
+        preflight(config, roles)
+    except (ConfigError, ValueError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
+    for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns):
+        get_logger("mgrpo.node").warning(warning)
     everything = "all" in args.role
     until_finished = args.until_finished or everything
     return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished)
+
+
+def preflight(config: NodeConfig, roles: list[str]) -> None:
+    """What can be checked before connecting: a controller's dataset must fill a step (ValueError naming the key)."""
+    if "controller" in roles:
+        from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
+
+        step_schedule(config)
 
 
 def run_node(
@@ -149,25 +164,33 @@ def run_node(
             server.stop()
         return _fail(str(exc), EXIT_NATS)
     actors: list[Any] = []
+    failed: list[str] = []
+
+    def actor_failed(actor: str, error: str) -> None:  # a role is gone: stop, exit 1, let a supervisor restart us
+        failed.append(f"{actor}: {error}")
+        stop.set()
+
+    bus.on_actor_failed = actor_failed
     code = 0
     try:
         if watch is not None:
             watch(bus)  # before the roles start, so it sees the first step begin
+        if until_finished:  # before the roles start: a controller whose run is over says so as it starts
+            bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop))
         code = _start(bus, config, roles, actors)
         if code != 0 and lost.is_set():
             code = EXIT_NATS  # the start failed because NATS went away meanwhile
         if code == 0:
             log.info("node started", nats=url, embedded=bool(server), actors=len(actors))
             bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
-            if until_finished:
-                bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop))
             _wait(stop, duration_s)
-            code = EXIT_NATS if lost.is_set() else 0
-            reason = "NATS connection lost" if lost.is_set() else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
+            code = EXIT_NATS if lost.is_set() else EXIT_FAILED if failed else 0
+            reason = "NATS connection lost" if lost.is_set() else f"actor failed: {failed[0]}" if failed else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
             log.info("node stopping", reason=reason)
     finally:
-        bus.stop_intake()
+        bus.stop_fetching()  # no new stream work; request/reply servers stay up for the clients still finishing
         stop_actors(actors, config.run.stop_timeout_s)
+        bus.stop_intake()
         if bus.connected:
             bus.publish(bus.subjects.events, Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)))
         bus.drain()
@@ -180,7 +203,7 @@ def run_node(
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
     """Create the run's streams and start the node's actors into `actors` (so whatever started is
     stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
-    bus.ensure_streams()
+    bus.ensure_streams(role_streams(roles), duplicate_window_s=config.nats.duplicate_window_s)
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
         ROLES[role].start_actors(bus, config, actors)
@@ -218,17 +241,13 @@ def _wait(stop: ShutdownSignal, duration_s: float | None) -> None:
 
 
 def stop_actors(actors: list[Any], timeout_s: float) -> None:
-    """Stop all actors at once; pykka queues stop() behind what is in each mailbox, so work in hand finishes."""
-    futures = []
+    """Stop the actors one by one in reverse start order (the controller and the agents before the
+    sub-agents and tools they call), each after what is in its mailbox: pykka queues stop() behind it,
+    so work in hand finishes with the servers it needs still up. All within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     for ref in reversed(actors):
         try:
-            futures.append((ref, ref.stop(block=False)))
-        except Exception:
-            pass
-    deadline = time.monotonic() + timeout_s
-    for ref, future in futures:
-        try:
-            future.get(timeout=max(0.1, deadline - time.monotonic()))
+            ref.stop(block=True, timeout=max(0.1, deadline - time.monotonic()))
         except Exception:
             get_logger("mgrpo.node").warning("actor did not stop in time", actor=str(ref))
 

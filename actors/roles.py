@@ -14,7 +14,7 @@ import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "unbuilt_roles"]
+__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "role_streams", "unbuilt_roles"]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -30,6 +30,7 @@ class RoleSpec:
     # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch); None while not built.
     start: str | None = None
     comes_with: str = ""
+    streams: tuple[str, ...] = ()  # the run's streams this role reads or writes (created if missing)
 
     def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any]) -> None:
         """Start the role's actors into `started`."""
@@ -43,12 +44,12 @@ class RoleSpec:
 ROLES: dict[str, RoleSpec] = {
     spec.name: spec
     for spec in (
-        RoleSpec("controller", "publishes rollout requests, starts the next step when both sides are done", start="actors.controller:start_controller"),
-        RoleSpec("main-agent", "runs the main agent's rollouts on its engine", start="actors.main_agent:start_main_agents"),
-        RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", start="actors.sub_agent:start_sub_agents"),
+        RoleSpec("controller", "publishes rollout requests, starts the next step when both sides are done (one per run)", start="actors.controller:start_controller", streams=("rollouts", "steps")),
+        RoleSpec("main-agent", "runs the main agent's rollouts on its engine", start="actors.main_agent:start_main_agents", streams=("rollouts", "traj-main", "stats")),
+        RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", start="actors.sub_agent:start_sub_agents", streams=("traj-sub",)),
         RoleSpec("tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"),
-        RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages", start="actors.main_aligner:start_main_aligner"),
-        RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D", start="actors.sub_aligner:start_sub_aligner"),
+        RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages (one per run)", start="actors.main_aligner:start_main_aligner", streams=("steps", "traj-main", "batch-main")),
+        RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)", start="actors.sub_aligner:start_sub_aligner", streams=("steps", "stats", "traj-sub", "batch-sub")),
         RoleSpec("main-learner", "DeepSpeed learner of the main agent", comes_with="the DeepSpeed learner issue"),
         RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent", comes_with="the DeepSpeed learner issue"),
         RoleSpec("monitor", "live terminal view of metrics and events", comes_with="the monitoring issue"),
@@ -59,6 +60,15 @@ ROLES: dict[str, RoleSpec] = {
 # Servers before their clients, so in one process every request finds someone listening: tools, then
 # the sub side, then the main side, the controller last (its first step starts as it starts).
 START_ORDER = ("tool", "sub-agent", "sub-aligner", "main-aligner", "main-agent", "main-learner", "sub-learner", "monitor", "controller")
+
+
+# Every node writes metrics, events and dead letters.
+COMMON_STREAMS = ("metrics", "dlq")
+
+
+def role_streams(roles: list[str]) -> list[str]:
+    """The run's streams the given roles use, each once."""
+    return list(dict.fromkeys([*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]))
 
 
 def built_roles() -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from mgrpo_actors.agents.driver import step_seed
+from mgrpo_actors.pipeline.schedule import node_seed
 from mgrpo_actors.agents.setup import load_agent
 from mgrpo_actors.agents.sub_agent import SUB_TOOLS
 from mgrpo_actors.config import NodeConfig
@@ -68,21 +69,31 @@ class SubAgentActor(BusActor):
         return super().on_note(note)
 
     def _run(self, batch: list[tuple[SubtaskRequest, Delivery]]) -> None:
-        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, 1)
+        # Each process samples its own stream: two sub-agents given the same task must not answer alike.
+        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
         self.batches += 1
         try:
             outcomes = run_subtasks([r for r, _ in batch], self.model, self.tools, self.config.agents.sub, self.execute_tools, seed)
         except Exception as exc:
             self.log.error("subtask batch failed", error=f"{type(exc).__name__}: {exc}", where=traceback.format_exc(limit=3))
-            for request, delivery in batch:  # M retries elsewhere or records the call as failed
-                self.bus.publish(delivery.reply, Failure(subject=delivery.subject, reason=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__))
+            for _, delivery in batch:  # M retries on another instance, then records the call as failed
+                self._fail(delivery, f"{type(exc).__name__}: {exc}")
             return
         for outcome, (_, delivery) in zip(outcomes, batch, strict=True):
-            if outcome.trajectory is not None:  # stored on the sub side before M hears of it
-                self.bus.js_publish(self.bus.subjects.trajectories("sub"), outcome.trajectory)
+            try:
+                if outcome.trajectory is not None:  # stored on the sub side before M hears of it
+                    self.bus.js_publish(self.bus.subjects.trajectories("sub"), outcome.trajectory)
+            except Exception as exc:  # not stored: M must not count this call (it retries elsewhere)
+                self._fail(delivery, f"trajectory not stored: {type(exc).__name__}: {exc}")
+                continue
             if delivery.reply:
                 self.bus.publish(delivery.reply, outcome.result)
         publish_metrics(self.bus, "sub_agent", {**self.calls.take(), "subtasks": len(batch)}, batch[0][0].step, self.role)
+
+
+    def _fail(self, delivery: Delivery, reason: str) -> None:
+        if delivery.reply:
+            self.bus.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type="BatchFailed"))
 
 
 def start_sub_agents(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

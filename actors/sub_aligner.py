@@ -6,6 +6,7 @@ stats and the controller's plan; `D: auto` is re-estimated between steps, never 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from actors.aligner import AlignerActor, HeldStep
@@ -19,6 +20,8 @@ from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["SubAlignerActor", "start_sub_aligner"]
 
+D_ESTIMATOR_KEY = "d_estimator.sub"
+
 
 class SubAlignerActor(AlignerActor):
     role = "sub-aligner"
@@ -30,6 +33,9 @@ class SubAlignerActor(AlignerActor):
         self.questions = load_task_questions(self.pipeline, self.config.tools).by_id
         self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
         self.d_estimator = DEstimator(self.config.algo.alignment)
+        saved = self.bus.kv(self.bus.subjects.bucket("state")).get(D_ESTIMATOR_KEY)
+        if saved is not None:  # a restarted aligner goes on with the D and the window it had
+            self.d_estimator.restore(json.loads(saved))
         subjects = self.bus.subjects
         self.consume_side(subjects.stream("stats"), "sub-aligner-stats")
         self.consume_side(subjects.stream("traj-sub"), "sub-aligner")
@@ -78,18 +84,28 @@ class SubAlignerActor(AlignerActor):
         stats, trajectories = held.collection("stats"), held.collection("trajectories")
         d = self.d_estimator.d  # fixed for the whole step (m-grpo.md §Trajectory alignment)
         rng = alignment_rng(self.config.run.seed, held.step)
+        unknown = [q for q in held.plan.query_ids if q not in self.questions]
+        if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)
+            self.log.error("questions unknown to the sub aligner", queries=unknown[:5], count=len(unknown))
         batch, figures, alignment = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
         used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
         figures["unused"] = float(sum(1 for c in trajectories if c not in used))
+        figures["unknown_questions"] = float(len(unknown))
+        held.result = alignment
+        return batch, figures
+
+    def after_publish(self, held: HeldStep) -> None:
         # D: auto learns from the d_k M really produced: failed rollouts and lost calls say nothing about it.
+        stats = held.collection("stats")
         self.d_estimator.observe([s.num_sub_calls for s in stats.values() if not s.failed])
-        figures["d_next"] = float(self.d_estimator.end_step())
+        d_next = self.d_estimator.end_step()
+        self.state.put(D_ESTIMATOR_KEY, json.dumps(self.d_estimator.state()).encode())
         histogram: dict[int, int] = {}
-        for dk in alignment.observed.ravel().tolist():
+        for dk in held.result.observed.ravel().tolist():
             histogram[dk] = histogram.get(dk, 0) + 1
         for dk, count in sorted(histogram.items()):
             publish_metrics(self.bus, "sub", {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
-        return batch, figures
+        publish_metrics(self.bus, "sub", {"d_next": d_next}, held.step, self.role)
 
 
 def start_sub_aligner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

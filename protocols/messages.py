@@ -243,7 +243,8 @@ class RewardStats(Message):
 
 @_message
 class AlignedBatch(Message):
-    """Aligner -> learner of one side: exactly B*K (main) or B*K*D (sub) samples, concatenated."""
+    """Aligner -> learner of one side: exactly B*K (main) or B*K*D (sub) samples, concatenated; a batch
+    too big for one message travels as `num_chunks` chunks of whole samples, in sample order."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -263,6 +264,8 @@ class AlignedBatch(Message):
     top_ps: np.ndarray = array_field("float32")
     top_ks: np.ndarray = array_field("int32")
     d: int = 0  # D the sub batch was aligned to (0 on the main side)
+    chunk: int = 0  # this message's place among the batch's chunks
+    num_chunks: int = 1
 
 
 @_message
@@ -275,6 +278,7 @@ class BatchReady(Message):
     batch_id: str
     num_samples: int
     stats: dict[str, float] = field(default_factory=dict)
+    num_chunks: int = 1  # AlignedBatch messages that make the batch
 
 
 @_message

@@ -48,8 +48,8 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         logs.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, *roles: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        args = [a for role in roles for a in ("--role", role)]
+    def start(self, name: str, *roles: str, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+        args = [*(a for role in roles for a in ("--role", role)), *extra]
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
         env = {**self.env, **(env or {})}
         proc = start_script("mgrpo-node", *args, "--config", str(self.config), "--nats", self.url, "--name", name, env=env, stdout=out)

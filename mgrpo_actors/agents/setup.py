@@ -94,8 +94,8 @@ class TaskQuestions:
         if pipeline.levels is not None:
             questions = [q for q in questions if q.level in pipeline.levels]
         if not questions:
-            levels = "" if pipeline.levels is None else f" at levels {pipeline.levels}"
-            raise ValueError(f"no questions in split {pipeline.split!r}{levels} of dataset {pipeline.dataset!r}")
+            levels = "" if pipeline.levels is None else f" with pipeline.levels {pipeline.levels}"
+            raise ValueError(f"pipeline.split {pipeline.split!r}{levels} selects no questions of pipeline.dataset {pipeline.dataset!r}")
         return questions
 
 

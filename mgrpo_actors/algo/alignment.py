@@ -23,7 +23,7 @@ import enum
 from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -275,6 +275,17 @@ class DEstimator:
             quantile = np.quantile(np.fromiter(self._window, dtype=np.int64), self.cfg.quantile, method="inverted_cdf")
             self._d = int(np.clip(quantile, self.cfg.d_min, self.cfg.d_max))
         return self._d
+
+    def state(self) -> dict[str, Any]:
+        """The D in use and the window, to persist (a restarted aligner resumes with them)."""
+        return {"d": self._d, "window": list(self._window)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Resume from `state()`; a fixed D stays the configured one."""
+        self._window.clear()
+        self._window.extend(int(c) for c in state.get("window", []))
+        if self.auto:
+            self._d = int(np.clip(int(state.get("d", self._d)), self.cfg.d_min, self.cfg.d_max))
 
     def coverage(self) -> float | None:
         """Fraction of windowed d_k <= current D (the paper aims for ≈ 0.99); None before any observation."""

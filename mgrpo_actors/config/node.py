@@ -50,10 +50,13 @@ class NatsConfig:
     reconnect_wait_s: float = 1.0  # pause between reconnect attempts
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
+    duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
 
     def __post_init__(self) -> None:
         if self.connect_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if self.duplicate_window_s <= 0:
+            raise ValueError("nats.duplicate_window_s must be positive")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["PipelineConfig"]
+__all__ = ["PipelineConfig", "timeout_warnings"]
 
 
 @dataclass(frozen=True)
@@ -16,23 +16,23 @@ class PipelineConfig:
 
     steps: int = 2  # training steps the controller runs; then it reports the run finished
     queries_per_step: int = 2  # B: queries rolled out per step
-    rollouts_per_query: int = 2  # K: rollouts per query (paper: 8)
+    rollouts_per_query: int = 2  # K: rollouts per query, at least 2: M's advantages compare them (paper: 8)
     dataset: str = "synthetic"  # "synthetic": the built-in web's questions (tools.web_seed/web_entities); else a JSONL path
     split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
     levels: list[int] | None = None  # only questions of these levels (1 = lookups, stage 1); None = all
     shuffle: bool = True  # visit the questions in a seeded random order (run.seed), a new order each epoch
-    advance_on: Literal["batches", "learners"] = "batches"  # next step once both aligners published (batches) or both learners applied (learners)
-    rollout_timeout_s: float = 600.0  # aligners give up on a rollout missing this long after its step started (counted as failed)
+    advance_on: Literal["batches"] = "batches"  # next step once both aligners published ("learners" comes with the learners)
+    rollout_timeout_s: float = 3600.0  # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
     subtask_timeout_s: float = 300.0  # M waits this long for one sub-agent result before retrying elsewhere
-    tool_timeout_s: float = 30.0  # agents wait this long for one tool result before retrying elsewhere
+    tool_timeout_s: float = 10.0  # agents wait this long for one tool result before retrying elsewhere
     call_retries: int = 2  # extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)
     main_queries_in_flight: int = 4  # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
     sub_batch: int = 16  # subtasks one sub-agent actor runs batched on its engine at once
-    ack_wait_s: float = 60.0  # JetStream ack wait; held work is kept alive with progress acks well inside it
-    tick_s: float = 1.0  # how often aligners and the controller check timeouts and keep held messages alive
+    ack_wait_s: float = 60.0  # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
+    tick_s: float = 1.0  # how often the aligners check their steps' timeouts and retry failed publishes
 
     def __post_init__(self) -> None:
-        for name in ("steps", "queries_per_step", "rollouts_per_query", "main_queries_in_flight", "sub_batch"):
+        for name in ("steps", "queries_per_step", "main_queries_in_flight", "sub_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"pipeline.{name} must be >= 1, got {getattr(self, name)}")
         if self.call_retries < 0:
@@ -40,9 +40,25 @@ class PipelineConfig:
         for name in ("rollout_timeout_s", "subtask_timeout_s", "tool_timeout_s", "ack_wait_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"pipeline.{name} must be > 0, got {getattr(self, name)}")
-        if self.tick_s * 3 > self.ack_wait_s:
-            raise ValueError(f"pipeline.tick_s ({self.tick_s}) must be at most a third of pipeline.ack_wait_s ({self.ack_wait_s}) so held messages are kept alive")
+        if self.rollouts_per_query < 2:
+            raise ValueError(f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), got {self.rollouts_per_query}")
         if self.dataset != "synthetic" and not Path(self.dataset).is_file():
             raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
         if self.levels is not None and not self.levels:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
+
+
+def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) -> list[str]:
+    """Timeouts that allow a rollout longer than the aligners wait for it (worst case: every call of
+    every turn waits its timeout on every attempt). Warnings, not errors: the worst case is rare."""
+    attempts = pipeline.call_retries + 1
+    warnings = []
+    longest_subtask = sub_turns * pipeline.tool_timeout_s * attempts
+    if longest_subtask > pipeline.subtask_timeout_s:
+        warnings.append(f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × pipeline.tool_timeout_s × "
+                        f"(call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S")  # fmt: skip
+    longest_rollout = main_turns * pipeline.subtask_timeout_s * attempts
+    if longest_rollout > pipeline.rollout_timeout_s:
+        warnings.append(f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × pipeline.subtask_timeout_s × "
+                        f"(call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out")  # fmt: skip
+    return warnings

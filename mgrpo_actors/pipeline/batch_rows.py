@@ -8,6 +8,7 @@ alignment). Every row records the sampling that produced it and its policy versi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,20 @@ import numpy as np
 
 from protocols import SAMPLE_KINDS, AlignedBatch, Trajectory
 
-__all__ = ["BatchRow", "placeholder_row", "rows_to_batch", "trajectory_row"]
+__all__ = ["BatchRow", "RolloutKey", "batch_id", "placeholder_row", "rows_to_batch", "split_batch", "trajectory_row"]
+
+RolloutKey = tuple[str, int]  # (query id, rollout index)
+
+# Bytes a chunk keeps free for the envelope, ids and scalars besides its arrays.
+_CHUNK_OVERHEAD = 64 * 1024
+# Encoded bytes per token (int32 id, uint8 mask, float32 logprob) and per sample (7 per-sample arrays).
+_BYTES_PER_TOKEN = 9
+_BYTES_PER_SAMPLE = 7 * 4 + 8
+
+
+def batch_id(run_id: str, side: str, step: int) -> str:
+    """The id of a step's batch on one side; its chunks are de-duplicated in JetStream as "<id>#<chunk>"."""
+    return f"{run_id}-{side}-step{step}"
 
 
 @dataclass(frozen=True)
@@ -75,3 +89,36 @@ def rows_to_batch(run_id: str, side: str, step: int, batch_id: str, rows: Sequen
         top_ks=np.array([row.top_k for row in rows], np.int32),
         d=d,
     )
+
+
+def _sample_bytes(batch: AlignedBatch) -> np.ndarray:
+    return batch.lengths.astype(np.int64) * _BYTES_PER_TOKEN + _BYTES_PER_SAMPLE + np.array([len(s.encode()) + 8 for s in batch.sample_ids])
+
+
+def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
+    """`batch` as chunks of whole samples, each under `max_bytes` encoded (a step's batch can outgrow one
+    NATS message: B·K·D samples of thousands of tokens). Chunk i of n has chunk=i, num_chunks=n; one
+    chunk when it fits. A learner takes a batch once it has all its chunks."""
+    budget = max_bytes - _CHUNK_OVERHEAD
+    sizes = _sample_bytes(batch)
+    if len(sizes) and sizes.max() > budget:
+        worst = int(sizes.argmax())
+        raise ValueError(f"sample {batch.sample_ids[worst]} alone needs ~{int(sizes[worst])} bytes; nats.max_message_bytes ({max_bytes}) is too small")
+    bounds, start, used = [], 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if used + size > budget and i > start:
+            bounds.append((start, i))
+            start, used = i, 0
+        used += size
+    bounds.append((start, len(sizes)))
+    if len(bounds) == 1:
+        return [batch]
+    offsets = np.concatenate([[0], np.cumsum(batch.lengths, dtype=np.int64)])
+    return [_slice(batch, a, b, offsets, chunk, len(bounds)) for chunk, (a, b) in enumerate(bounds)]
+
+
+def _slice(batch: AlignedBatch, a: int, b: int, offsets: np.ndarray, chunk: int, num_chunks: int) -> AlignedBatch:
+    tokens = slice(int(offsets[a]), int(offsets[b]))
+    per_token = {name: getattr(batch, name)[tokens] for name in ("token_ids", "loss_mask", "logprobs")}
+    per_sample = {name: getattr(batch, name)[a:b] for name in ("lengths", "advantages", "weights", "policy_versions", "rewards", "kinds", "temperatures", "top_ps", "top_ks")}
+    return dataclasses.replace(batch, sample_ids=batch.sample_ids[a:b], chunk=chunk, num_chunks=num_chunks, **per_token, **per_sample)

@@ -15,10 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mgrpo_actors.runtime import Bus, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime import UNAVAILABLE, Bus, BusError, NoResponders, RemoteFailure, RequestTimeout
 from protocols import Message, ProtocolError
 
-__all__ = ["CallOutcome", "CallStats", "request_all"]
+__all__ = ["RETRYABLE_FAILURES", "CallOutcome", "CallStats", "request_all"]
 
 
 @dataclass
@@ -61,11 +61,15 @@ class CallStats:
         return figures
 
 
+# Remote failures another instance may not have: the actor stopped between taking the request and
+# answering (its node is stopping), its bus failed for a moment, or its batch failed (e.g. its engine).
+RETRYABLE_FAILURES = ("ActorStopped", UNAVAILABLE, "BatchFailed")
+
+
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, (RequestTimeout, NoResponders)):
         return True
-    # The actor serving the subject stopped between taking the request and answering (its node is stopping).
-    return isinstance(exc, RemoteFailure) and exc.error_type == "ActorStopped"
+    return isinstance(exc, RemoteFailure) and exc.error_type in RETRYABLE_FAILURES
 
 
 def request_all(

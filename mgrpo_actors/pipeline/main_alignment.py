@@ -16,17 +16,10 @@ import numpy as np
 from mgrpo_actors.algo.advantages import group_advantages
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_reward
-from mgrpo_actors.pipeline.batch_rows import BatchRow, placeholder_row, rows_to_batch, trajectory_row
+from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, StepPlan, Trajectory
 
-__all__ = ["RolloutKey", "batch_id", "build_main_batch"]
-
-RolloutKey = tuple[str, int]  # (query id, rollout index)
-
-
-def batch_id(run_id: str, side: str, step: int) -> str:
-    """The id of a step's batch on one side; also its JetStream de-duplication id."""
-    return f"{run_id}-{side}-step{step}"
+__all__ = ["batch_id", "build_main_batch"]
 
 
 def build_main_batch(plan: StepPlan, trajectories: Mapping[RolloutKey, Trajectory], cfg: AlgoConfig) -> tuple[AlignedBatch, dict[str, float]]:

@@ -4,13 +4,14 @@ step) alone, so a restarted controller resumes exactly where it was from its cur
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from mgrpo_actors.envs.qa import Question
 
-__all__ = ["StepSchedule"]
+__all__ = ["StepSchedule", "node_seed"]
 
 
 class StepSchedule:
@@ -60,3 +61,8 @@ class StepSchedule:
             picked.append(int(self._epoch_order(epoch)[offset]))
         assert len(set(picked)) == len(picked), picked
         return [self.questions[i] for i in picked]
+
+
+def node_seed(node: str) -> int:
+    """A number per node name, so processes of one run draw different samples from the same run seed."""
+    return zlib.crc32(node.encode())

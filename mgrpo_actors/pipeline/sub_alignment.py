@@ -24,8 +24,7 @@ from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_correct_for_sub, sub_reward
 from mgrpo_actors.algo.scorers import subtask_text
 from mgrpo_actors.envs.qa import Question
-from mgrpo_actors.pipeline.batch_rows import BatchRow, placeholder_row, rows_to_batch, trajectory_row
-from mgrpo_actors.pipeline.main_alignment import RolloutKey, batch_id
+from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["alignment_rng", "build_sub_batch", "sub_call_lists"]

@@ -7,7 +7,7 @@
 - `EmbeddedNats`: the venv's nats-server with JetStream on a free loopback port.
 """
 
-from mgrpo_actors.runtime.actor import HOLD, BusActor
+from mgrpo_actors.runtime.actor import HOLD, UNAVAILABLE, BusActor, is_transient
 from mgrpo_actors.runtime.batching import PendingBatch, RunBatch
 from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
@@ -21,6 +21,7 @@ from mgrpo_actors.runtime.shutdown import ShutdownSignal
 
 __all__ = [
     "HOLD",
+    "UNAVAILABLE",
     "Bus",
     "BusActor",
     "BusConnectError",
@@ -40,5 +41,6 @@ __all__ = [
     "Ticker",
     "check_reachable",
     "connect_client",
+    "is_transient",
     "nats_server_binary",
 ]

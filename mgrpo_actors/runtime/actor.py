@@ -1,7 +1,11 @@
 """`BusActor`: a pykka actor whose mailbox is fed by NATS subjects and JetStream consumers.
 
 A subclass declares which message type each handler takes (`handlers()`), then calls `listen()`
-or `consume()` in `on_start`. Each delivery is decoded and handled in the actor's own thread, one
+or `consume()` in `on_start`. A handler that fails because the bus did (NATS unreachable for a moment,
+a JetStream or KV call timed out) hands its delivery back to be retried: a stream message is nak'ed
+with a delay, a request is answered with a retryable `Unavailable` Failure. An actor that dies anyway
+(an error outside any handler) tells the bus (`Bus.on_actor_failed`), so its node can stop and exit
+non-zero instead of running on without the role. Each delivery is decoded and handled in the actor's own thread, one
 at a time. A handler's return value is the reply to a request; a handler that returns `HOLD` keeps
 the delivery unsettled (it acks it later, once the work it stands for is safely handed on). A
 delivery that fails to decode or whose handler raises goes to the dead-letter subject with the
@@ -11,24 +15,36 @@ reason; the actor keeps running. Messages that are not deliveries (an actor's no
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import traceback
 from typing import Any, Callable, ClassVar
 
+import nats.errors
 import pykka
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
-from protocols import Message, ProtocolError, decode
+from mgrpo_actors.runtime.errors import BusError
+from protocols import Failure, Message, ProtocolError, decode
 
-__all__ = ["HOLD", "BusActor", "Handler"]
+__all__ = ["HOLD", "UNAVAILABLE", "BusActor", "Handler", "is_transient"]
 
 Handler = Callable[[Any, Delivery], Any]
 _ids = itertools.count(1)
 # A handler's return value meaning "I keep this delivery and settle it myself later".
 HOLD = object()
+# Failure.error_type of a request whose handler failed for a passing reason: the caller may retry.
+UNAVAILABLE = "Unavailable"
+# How long a stream message handed back after a passing failure waits before it is redelivered.
+_RETRY_DELAY_S = 1.0
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure of the bus, not of the message: worth handling again later."""
+    return isinstance(exc, (BusError, TimeoutError, concurrent.futures.TimeoutError, nats.errors.Error))
 
 
 class BusActor(pykka.ThreadingActor):
@@ -43,6 +59,7 @@ class BusActor(pykka.ThreadingActor):
         self.log = get_logger(type(self).__module__).bind(role=self.role, actor=self.name)
         self.handled = 0
         self.dead_letters = 0
+        self.retried = 0  # deliveries handed back after a passing failure
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
         self._handlers: dict[type, Handler] = {}
@@ -92,8 +109,11 @@ class BusActor(pykka.ThreadingActor):
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         # pykka skips on_stop after a crash: stop intake here, or the dead actor keeps being fed.
-        self.log.error("actor crashed", error=f"{exception_type.__name__}: {exception_value}")
+        error = f"{exception_type.__name__}: {exception_value}"
+        self.log.error("actor crashed", error=error)
         self._release_intake()
+        if self.bus.on_actor_failed is not None:
+            self.bus.on_actor_failed(self.name, error)
 
     def _release_intake(self) -> None:
         for sub in self._subscriptions:
@@ -138,10 +158,25 @@ class BusActor(pykka.ThreadingActor):
         except Exception as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             reason = f"{type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
-            self._dead_letter(delivery, reason, type(exc).__name__)
+            if is_transient(exc):
+                self.hand_back(delivery, reason)
+            else:
+                self._dead_letter(delivery, reason, type(exc).__name__)
             return
         delivery.ack()
         self.handled += 1
+
+    def hand_back(self, delivery: Delivery, reason: str) -> None:
+        """Give a delivery back after a passing failure: redelivered later, or the requester may retry."""
+        self.retried += 1
+        self.log.warning("handed a message back after a passing failure", subject=delivery.subject, reason=reason)
+        if delivery.from_stream:
+            delivery.nak(delay_s=_RETRY_DELAY_S)
+        elif delivery.reply:
+            try:
+                self.bus.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=UNAVAILABLE))
+            except BusError:
+                pass  # the requester times out and retries
 
     def _dead_letter(self, delivery: Delivery, reason: str, error_type: str) -> None:
         self.dead_letters += 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, TypeVar
 
@@ -22,6 +21,7 @@ import nats.js.errors
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.connect import check_reachable
+from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
@@ -31,7 +31,7 @@ from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
 from mgrpo_actors.runtime.targets import Target, tell
-from protocols import DEFAULT_MAX_BYTES, DeadLetter, Failure, Message, Subjects, encode
+from protocols import DEFAULT_MAX_BYTES, Failure, Message, Subjects, encode
 
 __all__ = ["Bus", "Subscription"]
 
@@ -39,10 +39,6 @@ T = TypeVar("T")
 
 log = get_logger(__name__)
 
-# A dead letter keeps at most this much of the original payload (less if the size limit is smaller).
-_DLQ_PAYLOAD_BYTES = 64 * 1024
-# Room a dead letter needs besides the payload (envelope, subject, reason <= 4000 chars, names).
-_DLQ_OVERHEAD_BYTES = 6 * 1024
 # A blocking request waits this much longer than its own timeout before giving up on the bus itself.
 _REQUEST_GRACE_S = 5.0
 
@@ -91,6 +87,8 @@ class Bus:
         self.request_timeout_s = request_timeout_s
         # Called (on the bus thread) when NATS is gone for good: reconnect attempts are used up.
         self.on_connection_lost = on_connection_lost
+        # Called (on the actor's thread) with (actor name, error) when an actor of this process died.
+        self.on_actor_failed: Callable[[str, str], None] | None = None
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
@@ -185,12 +183,16 @@ class Bus:
         self.loop.stop(before_stop=self._fail_awaiting)
         self._fail_awaiting()  # anything sent after the loop stopped
 
-    def stop_intake(self) -> None:
-        """First step of a graceful stop: no new deliveries; what is in mailboxes can still finish."""
-        for sub in self._subscriptions:
-            sub.stop()
+    def stop_fetching(self) -> None:
+        """First step of a graceful stop: no new stream work (subscriptions still serve requests)."""
         for consumer in self._consumers:
             consumer.stop_fetching()
+
+    def stop_intake(self) -> None:
+        """No new deliveries at all; what is in mailboxes can still finish."""
+        for sub in self._subscriptions:
+            sub.stop()
+        self.stop_fetching()
 
     def drain(self, timeout_s: float = 10.0) -> None:
         """Graceful stop: stop consumers (naking unsettled work), send the outbox, drain, close."""
@@ -297,13 +299,15 @@ class Bus:
         return sub
 
     # ---- JetStream --------------------------------------------------------------------------
-    def ensure_streams(self, max_age_s: float = 7 * 24 * 3600) -> list[str]:
-        """Create or update every stream of the run (protocols.Subjects.streams); returns their names.
+    def ensure_streams(self, which: list[str] | None = None, max_age_s: float = 7 * 24 * 3600, duplicate_window_s: float = 3600.0) -> list[str]:
+        """Create the run's streams `which` names ("rollouts", "traj-main", …; default all of
+        protocols.Subjects.streams) that are missing; returns their names.
 
         Raises BusError saying so when the server has no JetStream.
         """
+        which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
         try:
-            return self.call(ensure_streams(self._js, self.subjects, max_age_s, self.max_bytes))
+            return self.call(ensure_streams(self._js, self.subjects, which, max_age_s, self.max_bytes, duplicate_window_s))
         except Exception as exc:
             if jetstream_missing(exc):
                 raise no_jetstream_error(self.url) from None
@@ -369,26 +373,11 @@ class Bus:
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:
-        """Send an unprocessable delivery to `mgrpo.<run>.dlq.<subject>`, count it, answer its requester.
-
-        Never raises: a dead letter that cannot be sent is logged, and the actor goes on. A message
-        that was itself on a dead-letter subject is only logged and counted (no dlq.dlq.… loops).
-        """
+        """Send an unprocessable delivery to `mgrpo.<run>.dlq.<subject>`, count it, answer its requester
+        (runtime/deadletter.py); never raises."""
         with self._counter_lock:
             self.dead_letters[delivery.subject] += 1
-        reason = reason[:4000]
-        try:
-            if delivery.subject.startswith(self.subjects.dlq(">")[:-1]):
-                log.error("a dead letter could not be handled either", subject=delivery.subject, reason=reason)
-            else:
-                keep = max(0, min(_DLQ_PAYLOAD_BYTES, self.max_bytes - _DLQ_OVERHEAD_BYTES))
-                letter = DeadLetter(delivery.subject, reason, error_type, bytes(delivery.data[:keep]), self.node, actor, time.time())
-                self.publish(self.subjects.dlq(delivery.subject), letter)
-            if delivery.reply:
-                self.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=error_type))
-        except Exception as exc:
-            log.error("dead letter not sent", subject=delivery.subject, reason=reason, error=f"{type(exc).__name__}: {exc}")
-        delivery.term()
+        send_dead_letter(self, delivery, reason, error_type, actor)
 
     @property
     def dead_letter_total(self) -> int:

@@ -8,8 +8,11 @@ import nats.errors
 import nats.js.errors
 from nats.js import api as js_api
 
+from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.errors import BusError
 from protocols import Subjects
+
+log = get_logger(__name__)
 
 __all__ = ["WORK_QUEUE_STREAMS", "consumer_config", "ensure_streams", "jetstream_missing"]
 
@@ -18,7 +21,7 @@ __all__ = ["WORK_QUEUE_STREAMS", "consumer_config", "ensure_streams", "jetstream
 WORK_QUEUE_STREAMS = ("rollouts",)
 
 
-def _stream_config(name: str, subjects: list[str], work_queue: bool, max_age_s: float, max_bytes: int) -> js_api.StreamConfig:
+def _stream_config(name: str, subjects: list[str], work_queue: bool, max_age_s: float, max_bytes: int, duplicate_window_s: float) -> js_api.StreamConfig:
     return js_api.StreamConfig(
         name=name,
         subjects=subjects,
@@ -26,21 +29,28 @@ def _stream_config(name: str, subjects: list[str], work_queue: bool, max_age_s: 
         retention=js_api.RetentionPolicy.WORK_QUEUE if work_queue else js_api.RetentionPolicy.LIMITS,
         max_age=max_age_s,
         max_msg_size=max_bytes,
+        duplicate_window=duplicate_window_s,
     )
 
 
-async def ensure_streams(js: Any, subjects: Subjects, max_age_s: float, max_bytes: int) -> list[str]:
-    """Create or update every stream of the run (protocols.Subjects.streams); returns their names."""
+async def ensure_streams(js: Any, subjects: Subjects, which: list[str], max_age_s: float, max_bytes: int, duplicate_window_s: float) -> list[str]:
+    """Create the run's streams named in `which` (the "what" of Subjects.stream) that do not exist yet;
+    returns their names. An existing stream keeps its settings (the node that made it chose them); one
+    that takes smaller messages than this node sends is reported."""
     work_queues = {subjects.stream(what) for what in WORK_QUEUE_STREAMS}
-    for name, captured in subjects.streams().items():
-        config = _stream_config(name, captured, name in work_queues, max_age_s, max_bytes)
+    streams = subjects.streams()
+    names = [subjects.stream(what) for what in which]
+    for name in names:
+        config = _stream_config(name, streams[name], name in work_queues, max_age_s, max_bytes, duplicate_window_s)
         try:
-            await js.stream_info(name)
-            exists = True
+            info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
-            exists = False
-        await (js.update_stream(config) if exists else js.add_stream(config))
-    return list(subjects.streams())
+            await js.add_stream(config)
+            continue
+        limit = info.config.max_msg_size
+        if limit is not None and 0 < limit < max_bytes:
+            log.warning("stream takes smaller messages than this node may send", stream=name, stream_max_msg_size=limit, node_max_bytes=max_bytes)
+    return names
 
 
 def jetstream_missing(exc: BaseException) -> bool:

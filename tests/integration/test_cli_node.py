@@ -188,3 +188,13 @@ def _stored_events(bus) -> list[Event]:
         return [decode(m.data) for m in msgs]
 
     return bus.call(read())
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [("pipeline.levels=[9]", "pipeline.levels"), ("pipeline.queries_per_step=100000", "pipeline.queries_per_step")],
+)
+def test_a_dataset_that_cannot_fill_a_step_exits_2_naming_the_key_before_connecting(override, key):
+    result = run_script("mgrpo-node", "--role", "controller", "--set", override, "--set", "tools.web_entities=150", "--nats", closed_port_url(), timeout_s=60)
+    assert result.returncode == 2, result.stderr  # 3 would mean it tried NATS first
+    assert key in result.stderr and "Traceback" not in result.stderr

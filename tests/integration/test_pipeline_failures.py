@@ -130,6 +130,8 @@ def test_a_killed_controller_and_sub_aligner_resume_from_kv_without_doing_anythi
         assert _batch_sizes(bus) == {"main": [B * K] * 3, "sub": [B * K * D] * 3}
         finished = sorted(e.data["step"] for e in events.kinds("step.finished"))
         assert finished == [0, 1, 2], finished  # no step twice, none skipped
+        late = nodes.start("late-controller", "controller", extra=("--until-finished",))  # after the end: it says so, and stops
+        assert late.wait(timeout=60) == 0, nodes.output("late-controller")[-2000:]
     finally:
         codes = nodes.stop_all()
     assert all(code == 0 for code in codes.values()), codes

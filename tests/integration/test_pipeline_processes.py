@@ -156,16 +156,17 @@ def test_only_subtask_text_and_scalar_statistics_cross_between_the_sides(finishe
     # What a process of one side may receive from the other side, and what it may receive at all.
     from_main_side = {"SubtaskRequest", "RewardStats"}  # what the sub side gets from the main side
     from_sub_side = {"SubtaskResult"}  # what the main side gets from the sub side
-    neutral = {"StepPlan", "RolloutRequest", "ToolResult", "NodePing", "Event"}  # controller, tools, operators
+    neutral = {"StepPlan", "ToolResult", "NodePing", "Event"}  # the controller's plans, tools, operators
+    own = {"sub": {"Trajectory"}, "main": {"Trajectory", "RolloutRequest"}}  # questions and gold answers stay on the main side
     crossed = {"sub": 0, "main": 0}
     for node in SUB_SIDE:
         for record in _received(tmp, node):
-            assert record["type"] in from_main_side | neutral | {"Trajectory"}, (node, record)
+            assert record["type"] in from_main_side | neutral | own["sub"], (node, record)
             assert record["side"] in (None, "sub"), (node, record)  # never a main-side trajectory or batch
             crossed["sub"] += record["type"] in from_main_side
     for node in MAIN_SIDE:
         for record in _received(tmp, node):
-            assert record["type"] in from_sub_side | neutral | {"Trajectory"}, (node, record)
+            assert record["type"] in from_sub_side | neutral | own["main"], (node, record)
             assert record["side"] in (None, "main"), (node, record)
             crossed["main"] += record["type"] in from_sub_side
     assert crossed["sub"] > 0 and crossed["main"] > 0

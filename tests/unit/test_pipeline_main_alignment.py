@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from mgrpo_actors.algo.config import AlgoConfig
-from mgrpo_actors.pipeline.main_alignment import batch_id, build_main_batch
+from mgrpo_actors.pipeline.batch_rows import batch_id
+from mgrpo_actors.pipeline.main_alignment import build_main_batch
 from protocols import SAMPLE_KINDS, StepPlan, Trajectory
 
 CFG = AlgoConfig()  # α1 = 0.1, α2 = 0.9, population std, eps 1e-6
