@@ -49,6 +49,15 @@ class HeldStep:
     def count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
 
+    def keep_first(self, collection: str, key: Any, message: Any) -> None:
+        """Keep the first message per key; count a repeat as a duplicate (same attempt, e.g. redelivered)
+        or as superseded (another attempt at the same rollout, whose first complete one counts)."""
+        received = self.collection(collection)
+        if key not in received:
+            received[key] = message
+        else:
+            self.count("duplicates" if received[key].attempt == message.attempt else "superseded")
+
 
 class AlignerActor(BusActor):
     """Base of the two aligners. A subclass sets `side`, starts its consumers in `on_start`, adds

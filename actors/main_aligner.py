@@ -33,12 +33,7 @@ class MainAlignerActor(AlignerActor):
         held = self.held_step(trajectory.step, delivery)
         if held is None:
             return None
-        received = held.collection("trajectories")
-        key = (trajectory.query_id, trajectory.rollout_index)
-        if key in received:
-            held.count("duplicates" if received[key].attempt == trajectory.attempt else "superseded")
-        else:
-            received[key] = trajectory
+        held.keep_first("trajectories", (trajectory.query_id, trajectory.rollout_index), trajectory)
         return self.try_publish(held)
 
     def complete(self, held: HeldStep) -> bool:

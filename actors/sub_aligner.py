@@ -47,12 +47,7 @@ class SubAlignerActor(AlignerActor):
         held = self.held_step(stats.step, delivery)
         if held is None:
             return None
-        received = held.collection("stats")
-        key = (stats.query_id, stats.rollout_index)
-        if key in received:  # another attempt at the rollout (a redelivered request): the first one counts
-            held.count("duplicates" if received[key].attempt == stats.attempt else "superseded")
-        else:
-            received[key] = stats
+        held.keep_first("stats", (stats.query_id, stats.rollout_index), stats)
         return self.try_publish(held)
 
     def on_trajectory(self, trajectory: Trajectory, delivery: Delivery) -> Any:
@@ -61,11 +56,7 @@ class SubAlignerActor(AlignerActor):
         held = self.held_step(trajectory.step, delivery)
         if held is None:
             return None
-        received = held.collection("trajectories")
-        if trajectory.call_id in received:
-            held.count("duplicates")
-        else:
-            received[trajectory.call_id] = trajectory
+        held.keep_first("trajectories", trajectory.call_id, trajectory)  # call ids name one attempt
         return self.try_publish(held)
 
     def complete(self, held: HeldStep) -> bool:
