@@ -163,6 +163,9 @@ class AlignerActor(BusActor):
                 self.bus.js_publish(self.bus.subjects.batches(self.side), chunk, timeout_s=30.0, msg_id=f"{batch.batch_id}#{chunk.chunk}")
             figures = {**figures, **{k: float(v) for k, v in held.counts.items()}, "late": float(self.late), "timed_out": float(timed_out), "chunks": float(len(chunks))}
             record = {"batch_id": batch.batch_id, "num_samples": len(batch.sample_ids), "num_chunks": len(chunks)}
+            if not held.publish_failures:  # the batch is stored: say so (before the controller moves on)
+                publish_metrics(self.bus, self.side, figures, held.step, self.role)
+                publish_event(self.bus, f"{self.side}.batch", f"{self.side} batch of step {held.step}: {record['num_samples']} samples", self.role, step=held.step, **figures)
             self._announce(held.step, record, figures)
             self.state.put(f"aligned.{self.side}.{held.step}", json.dumps(record).encode())
         except Exception as exc:
@@ -174,8 +177,6 @@ class AlignerActor(BusActor):
         for delivery in held.deliveries:
             delivery.ack()
         self.after_publish(held)
-        publish_metrics(self.bus, self.side, figures, held.step, self.role)
-        publish_event(self.bus, f"{self.side}.batch", f"{self.side} batch of step {held.step}: {record['num_samples']} samples", self.role, step=held.step, **figures)
 
     def after_publish(self, held: HeldStep) -> None:
         """What a subclass updates only once a step's batch is out (the sub side's D estimate)."""
