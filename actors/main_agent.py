@@ -11,7 +11,9 @@ after everything it produced is stored in its streams; a batch that fails is ret
 
 from __future__ import annotations
 
+import tempfile
 import traceback
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,13 +23,15 @@ from mgrpo_actors.pipeline.schedule import node_seed
 from mgrpo_actors.agents.main_agent import main_tools
 from mgrpo_actors.agents.setup import load_agent, reason_tool, rollout_config
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.learner.weights import WeightsStore
 from mgrpo_actors.pipeline.calls import CallStats
+from mgrpo_actors.pipeline.policy_sync import PolicySync
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, BusError, Delivery, PendingBatch, RunBatch
 from mgrpo_actors.tools.registry import ToolRegistry
-from protocols import RolloutRequest
+from protocols import RolloutRequest, WeightsVersion
 
 __all__ = ["MainAgentActor", "start_main_agents"]
 
@@ -46,7 +50,7 @@ class MainAgentActor(BusActor):
         self.calls = CallStats()
 
     def handlers(self) -> dict:
-        return {RolloutRequest: self.on_request}
+        return {RolloutRequest: self.on_request, WeightsVersion: self.on_weights}
 
     def on_start(self) -> None:
         super().on_start()
@@ -56,8 +60,12 @@ class MainAgentActor(BusActor):
         registry = ToolRegistry()
         registry.register(reason_tool(self.model, self.config.agents.main.max_new_tokens_per_turn))
         self.tools = main_tools(registry)
-        self.subtasks = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: 0)
+        self.sub_version = 0  # the sub policy version this batch's requests name (S loads it before answering)
+        self.subtasks = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: self.sub_version)
+        store = WeightsStore(self.bus, "main", self.config.learners.weights, Path(tempfile.mkdtemp(prefix="mgrpo-main-weights-")))
+        self.policy = PolicySync(self.bus, "main", self.model.engine, store)
         subjects = self.bus.subjects
+        self.listen(subjects.weights("main"))
         self.consume(subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
 
     def on_request(self, request: RolloutRequest, delivery: Delivery) -> Any:
@@ -72,7 +80,17 @@ class MainAgentActor(BusActor):
             return None
         return super().on_note(note)
 
+    def on_weights(self, announced: WeightsVersion, delivery: Delivery) -> None:
+        self.policy.load(announced)  # between batches: this actor runs one thing at a time
+
     def _run(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
+        try:  # sync mode: the requests name the version they are to be rolled out with
+            self.policy.ensure(max(r.main_version for r, _ in batch))
+        except BusError as exc:
+            for _, delivery in batch:
+                self.hand_back(delivery, str(exc))
+            return
+        self.sub_version = max(r.sub_version for r, _ in batch)
         # Each process samples its own stream: two main agents must not roll a query out alike.
         seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
         self.batches += 1

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.role:
         return _fail(f"give at least one --role; valid roles: {', '.join([*ROLES, 'all'])}", EXIT_USAGE)
     try:
-        roles = expand_roles(args.role)
+        roles = expand_roles(args.role, config)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     missing = unbuilt_roles(roles)
@@ -115,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
-    """What can be checked before connecting: a controller's dataset must fill a step (ValueError naming the key)."""
+    """What can be checked before connecting (ValueError naming the key): a controller's dataset must fill
+    a step; a frozen agent has no learner."""
+    for side in ("main", "sub"):
+        if f"{side}-learner" in roles and getattr(config.learners, side).frozen:
+            raise ValueError(f"learners.{side}.frozen is true: the {side} agent does not train, so no {side}-learner runs")
     if "controller" in roles:
         from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
 

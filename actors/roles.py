@@ -14,7 +14,7 @@ import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "role_streams", "unbuilt_roles"]
+__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "role_streams", "roles_of_all", "unbuilt_roles"]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -50,8 +50,8 @@ ROLES: dict[str, RoleSpec] = {
         RoleSpec("tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"),
         RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages (one per run)", start="actors.main_aligner:start_main_aligner", streams=("steps", "traj-main", "batch-main")),
         RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)", start="actors.sub_aligner:start_sub_aligner", streams=("steps", "stats", "traj-sub", "batch-sub")),
-        RoleSpec("main-learner", "DeepSpeed learner of the main agent", comes_with="the DeepSpeed learner issue"),
-        RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent", comes_with="the DeepSpeed learner issue"),
+        RoleSpec("main-learner", "DeepSpeed learner of the main agent (one per run)", start="actors.learner:start_main_learner", streams=("batch-main", "steps")),
+        RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent (one per run)", start="actors.learner:start_sub_learner", streams=("batch-sub", "steps")),
         RoleSpec("monitor", "live terminal view of metrics and events", comes_with="the monitoring issue"),
     )
 }
@@ -75,12 +75,18 @@ def built_roles() -> list[str]:
     return [name for name, spec in ROLES.items() if spec.start is not None]
 
 
-def expand_roles(requested: list[str]) -> list[str]:
-    """Resolve `all` (every built role) and duplicates, in START_ORDER; raises ValueError naming unknown roles."""
+def roles_of_all(config: NodeConfig) -> list[str]:
+    """What `--role all` starts: every built role, but no learner for a frozen agent."""
+    frozen = {f"{side}-learner" for side in ("main", "sub") if getattr(config.learners, side).frozen}
+    return [role for role in built_roles() if role not in frozen]
+
+
+def expand_roles(requested: list[str], config: NodeConfig | None = None) -> list[str]:
+    """Resolve `all` (roles_of_all) and duplicates, in START_ORDER; raises ValueError naming unknown roles."""
     unknown = [r for r in requested if r != "all" and r not in ROLES]
     if unknown:
         raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join([*ROLES, 'all'])}")
-    wanted = set(built_roles()) if "all" in requested else set(requested)
+    wanted = set(roles_of_all(config) if config else built_roles()) if "all" in requested else set(requested)
     return [r for r in START_ORDER if r in wanted]
 
 

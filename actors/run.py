@@ -11,8 +11,9 @@ trajectories into exactly B·K and B·K·D samples with advantages, on the learn
     mgrpo run --main tiny:main --sub tiny:sub    # tiny models: seconds
     mgrpo run --set pipeline.steps=4 --set pipeline.rollouts_per_query=4
 
-The DeepSpeed learners come with the next issue: until then the batches stay on their streams and
-the run ends by saying so, instead of pretending to train.
+Both agents' DeepSpeed learners run too (`learners.<side>.frozen: true` keeps one agent fixed, the
+main-only baseline): after each step every learner applies its side's batch and sends the new weights
+to its side's rollout engine, which rolls the next step out with them.
 """
 
 from __future__ import annotations
@@ -35,21 +36,22 @@ __all__ = ["add_parser", "run_job"]
 
 def run_job(config: NodeConfig, console: Console) -> int:
     """The whole run in this process; returns the exit code."""
-    roles = expand_roles(["all"])
+    roles = expand_roles(["all"], config)
     missing = [name for name, spec in ROLES.items() if spec.start is None]
     view = RunView(console, config)
-    console.print(f"run {config.run.id!r}: roles {', '.join(roles)} on an embedded nats-server; M {config.agents.main.model}, S {config.agents.sub.model}")
+    console.print(f"run {config.run.id!r}: M {config.agents.main.model}, S {config.agents.sub.model}")
+    console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
     console.print(f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts; "
                   f"D = {config.algo.alignment.d} ({config.algo.alignment.mode}); loading models…")  # fmt: skip
     started = time.perf_counter()
     code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach)
     view.summary(time.perf_counter() - started)
-    if code == 0 and missing:
-        console.print(
-            f"[bold]Training not run:[/bold] roles {', '.join(missing)} are not built yet (the learners come with the "
-            f"DeepSpeed learner issue). The aligned batches were published to streams "
-            f"mgrpo-{config.run.id}-batch-main and mgrpo-{config.run.id}-batch-sub, where the learners will read them."
-        )
+    learners = [role for role in roles if role.endswith("-learner")]
+    if code == 0:
+        frozen = [side for side in ("main", "sub") if f"{side}-learner" not in learners]
+        trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
+        console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else "") +
+                      (f"; not built yet: {', '.join(missing)}" if missing else ""))  # fmt: skip
     return code
 
 

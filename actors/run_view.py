@@ -54,6 +54,11 @@ class RunView:
             side = event.kind.split(".")[0]
             self.steps.setdefault(step, {})[side] = data
             self.console.print(_batch_line(side, data))
+        elif event.kind in ("main.learned", "sub.learned"):
+            side = event.kind.split(".")[0]
+            self.steps.setdefault(step, {})[f"{side}_learner"] = data
+            self.console.print(f"  {side} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
+                               f"{_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, {_f(data.get('seconds'), 1)} s")  # fmt: skip
         elif event.kind == "step.finished":
             self.steps.setdefault(step, {})["seconds"] = data.get("seconds", 0.0)
             self.console.print(f"[bold]{event.message}[/bold]")
@@ -65,15 +70,17 @@ class RunView:
     def summary(self, seconds: float) -> None:
         """The per-step table and the run's wall time."""
         table = Table(title=f"run {self.config.run.id!r}: {len(self.steps)} steps in {seconds:.1f} s")
-        for column in ("step", "R_M mean", "M correct", "M format ok", "R_S mean", "D", "d_k mean", "dup / ph / drop", "samples M / S", "seconds"):
+        for column in ("step", "R_M", "M correct", "R_S", "D", "d_k", "dup/ph/drop", "loss M / S", "version M / S", "seconds"):
             table.add_column(column, justify="right")
         for step in sorted(self.steps):
-            main, sub = self.steps[step].get("main", {}), self.steps[step].get("sub", {})
+            row = self.steps[step]
+            main, sub = row.get("main", {}), row.get("sub", {})
+            main_learner, sub_learner = row.get("main_learner", {}), row.get("sub_learner", {})
             table.add_row(
-                str(step), _f(main.get("reward_mean")), _f(main.get("r_correct_mean")), _f(main.get("format_ok_rate")),
-                _f(sub.get("reward_mean")), _i(sub.get("d")), _f(sub.get("dk_mean")),
-                f"{_i(sub.get('duplicates'))} / {_i(sub.get('placeholders'))} / {_i(sub.get('dropped'))}",
-                f"{_i(main.get('samples'))} / {_i(sub.get('samples'))}", _f(self.steps[step].get("seconds"), 1),
+                str(step), _f(main.get("reward_mean")), _f(main.get("r_correct_mean")), _f(sub.get("reward_mean")), _i(sub.get("d")),
+                _f(sub.get("dk_mean"), 2), f"{_i(sub.get('duplicates'))}/{_i(sub.get('placeholders'))}/{_i(sub.get('dropped'))}",
+                f"{_f(main_learner.get('loss'), 4)} / {_f(sub_learner.get('loss'), 4)}",
+                f"{_i(main_learner.get('version'))} / {_i(sub_learner.get('version'))}", _f(row.get("seconds"), 1),
             )  # fmt: skip
         self.console.print(table)
 

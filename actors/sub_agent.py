@@ -9,7 +9,9 @@ to `pipeline.sub_batch`), so their episodes generate batched.
 
 from __future__ import annotations
 
+import tempfile
 import traceback
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,13 +21,15 @@ from mgrpo_actors.pipeline.schedule import node_seed
 from mgrpo_actors.agents.setup import load_agent
 from mgrpo_actors.agents.sub_agent import SUB_TOOLS
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.learner.weights import WeightsStore
 from mgrpo_actors.pipeline.calls import CallStats
+from mgrpo_actors.pipeline.policy_sync import PolicySync
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.sub_rollouts import run_subtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, BusError, Delivery, PendingBatch, RunBatch
 from mgrpo_actors.tools.setup import build_tool_registry
-from protocols import Failure, SubtaskRequest
+from protocols import Failure, SubtaskRequest, WeightsVersion
 
 __all__ = ["SubAgentActor", "start_sub_agents"]
 
@@ -44,7 +48,7 @@ class SubAgentActor(BusActor):
         self.calls = CallStats()
 
     def handlers(self) -> dict:
-        return {SubtaskRequest: self.on_request}
+        return {SubtaskRequest: self.on_request, WeightsVersion: self.on_weights}
 
     def on_start(self) -> None:
         super().on_start()
@@ -54,6 +58,9 @@ class SubAgentActor(BusActor):
         self.tools = build_tool_registry(self.config.tools, names=list(SUB_TOOLS))
         pipeline = self.pipeline
         self.execute_tools = bus_tool_executor(self.bus, SUB_TOOLS, timeout_s=pipeline.tool_timeout_s, caller=self.name, retries=pipeline.call_retries, stats=self.calls)
+        store = WeightsStore(self.bus, "sub", self.config.learners.weights, Path(tempfile.mkdtemp(prefix="mgrpo-sub-weights-")))
+        self.policy = PolicySync(self.bus, "sub", self.model.engine, store)
+        self.listen(self.bus.subjects.weights("sub"))
         self.listen(self.bus.subjects.subtask_requests, queue="sub-agents")
 
     def on_request(self, request: SubtaskRequest, delivery: Delivery) -> Any:
@@ -68,7 +75,16 @@ class SubAgentActor(BusActor):
             return None
         return super().on_note(note)
 
+    def on_weights(self, announced: WeightsVersion, delivery: Delivery) -> None:
+        self.policy.load(announced)  # between batches: this actor runs one thing at a time
+
     def _run(self, batch: list[tuple[SubtaskRequest, Delivery]]) -> None:
+        try:  # sync mode: M names the sub policy version the step is rolled out with
+            self.policy.ensure(max(r.sub_version for r, _ in batch))
+        except BusError as exc:
+            for _, delivery in batch:
+                self._fail(delivery, str(exc))  # retryable: M asks again (maybe another sub-agent)
+            return
         # Each process samples its own stream: two sub-agents given the same task must not answer alike.
         seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
         self.batches += 1

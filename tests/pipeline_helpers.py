@@ -29,7 +29,7 @@ def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> 
         "tools": {"web_entities": 150, "actors_per_tool": 1},
         "agents": {"main": {**agent, "model": "tiny:main"}, "sub": {**agent, "model": "tiny:sub"}},
         "pipeline": {"steps": 2, "queries_per_step": 3, "rollouts_per_query": 2, "subtask_timeout_s": 20, "tool_timeout_s": 10,
-                     "ack_wait_s": 30, "rollout_timeout_s": 120},
+                     "ack_wait_s": 30, "rollout_timeout_s": 120, "advance_on": "batches"},
         "algo": {"alignment": {"d": 2}},
     }  # fmt: skip
     for name, values in sections.items():

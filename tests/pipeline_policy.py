@@ -8,7 +8,7 @@ ScriptedEngine), varied by position in the batch so rewards differ within a grou
 - M delegates the question (twice for some questions, so d_k varies), then answers with what came
   back; every other rollout of a group first writes a malformed turn (format invalid, R_M = 0).
 - S searches its task, visits the first result, then answers with the page's first line as findings
-  and the url as evidence.
+  and the url as evidence; every other subtask of a batch first writes a malformed turn (R_S = 0).
 `MGRPO_TEST_POLICY_DELAY_S` (env) makes every generate call that slow, so a test can kill a process
 while its calls are in flight.
 """
@@ -62,8 +62,10 @@ def main_turn(prompt: str, index: int) -> str:
 def sub_turn(prompt: str, index: int) -> str:
     """S's next turn: search, visit the first hit, answer with the page's first line."""
     task = _user_message(prompt).removeprefix("Task: ").split("\n")[0]
-    turn = assistant_turns(prompt)
+    turn = assistant_turns(prompt) - (index % 2)
     result = _last_tool_message(prompt)
+    if turn < 0:
+        return "Let me think about where to look."  # malformed: this sub-trajectory's format is invalid
     if turn == 0:
         return format_tool_call("search", {"query": task[:80]})
     urls = _URL.findall(result)

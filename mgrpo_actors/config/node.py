@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.config.agents import AgentsConfig
+from mgrpo_actors.config.learner import LearnersConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
@@ -114,4 +115,5 @@ class NodeConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)  # tool role and the built-in synthetic web
     agents: AgentsConfig = field(default_factory=AgentsConfig)  # main agent and sub-agent: models, budgets, judges
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
+    learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)

@@ -21,7 +21,7 @@ class PipelineConfig:
     split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
     levels: list[int] | None = None  # only questions of these levels (1 = lookups, stage 1); None = all
     shuffle: bool = True  # visit the questions in a seeded random order (run.seed), a new order each epoch
-    advance_on: Literal["batches"] = "batches"  # next step once both aligners published ("learners" comes with the learners)
+    advance_on: Literal["learners", "batches"] = "learners"  # next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are out
     rollout_timeout_s: float = 3600.0  # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
     subtask_timeout_s: float = 300.0  # M waits this long for one sub-agent result before retrying elsewhere
     tool_timeout_s: float = 10.0  # agents wait this long for one tool result before retrying elsewhere

@@ -16,7 +16,7 @@ import numpy as np
 
 from protocols import SAMPLE_KINDS, AlignedBatch, Trajectory
 
-__all__ = ["BatchRow", "RolloutKey", "batch_id", "placeholder_row", "rows_to_batch", "split_batch", "trajectory_row"]
+__all__ = ["BatchRow", "RolloutKey", "batch_id", "join_chunks", "placeholder_row", "rows_to_batch", "split_batch", "trajectory_row"]
 
 RolloutKey = tuple[str, int]  # (query id, rollout index)
 
@@ -122,3 +122,15 @@ def _slice(batch: AlignedBatch, a: int, b: int, offsets: np.ndarray, chunk: int,
     per_token = {name: getattr(batch, name)[tokens] for name in ("token_ids", "loss_mask", "logprobs")}
     per_sample = {name: getattr(batch, name)[a:b] for name in ("lengths", "advantages", "weights", "policy_versions", "rewards", "kinds", "temperatures", "top_ps", "top_ks")}
     return dataclasses.replace(batch, sample_ids=batch.sample_ids[a:b], chunk=chunk, num_chunks=num_chunks, **per_token, **per_sample)
+
+
+def join_chunks(chunks: Sequence[AlignedBatch]) -> AlignedBatch:
+    """The batch `split_batch` cut into `chunks` (any order), whole again."""
+    ordered = sorted(chunks, key=lambda c: c.chunk)
+    if [c.chunk for c in ordered] != list(range(ordered[0].num_chunks)):
+        raise ValueError(f"batch {ordered[0].batch_id}: chunks {[c.chunk for c in ordered]} of {ordered[0].num_chunks}")
+    if len(ordered) == 1:
+        return ordered[0]
+    arrays = ("token_ids", "loss_mask", "logprobs", "lengths", "advantages", "weights", "policy_versions", "rewards", "kinds", "temperatures", "top_ps", "top_ks")
+    joined = {name: np.concatenate([getattr(c, name) for c in ordered]) for name in arrays}
+    return dataclasses.replace(ordered[0], sample_ids=[s for c in ordered for s in c.sample_ids], chunk=0, num_chunks=1, **joined)

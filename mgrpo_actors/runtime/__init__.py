@@ -13,6 +13,7 @@ from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.kv import KvBucket
+from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
@@ -32,6 +33,7 @@ __all__ = [
     "KvBucket",
     "KvUpdate",
     "NoResponders",
+    "ObjectBucket",
     "PendingBatch",
     "RemoteFailure",
     "RequestTimeout",

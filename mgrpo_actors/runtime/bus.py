@@ -28,6 +28,7 @@ from mgrpo_actors.runtime.errors import BusConnectError, BusError
 from mgrpo_actors.runtime.jetstream import consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
 from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.loop import BusLoop
+from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
 from mgrpo_actors.runtime.targets import Target, tell
@@ -370,6 +371,17 @@ class Bus:
                 return await self._js.create_key_value(bucket=bucket, history=history)
 
         return KvBucket(self.loop, bucket, self.call(_open()), self.max_bytes)
+
+    def object_store(self, bucket: str) -> ObjectBucket:
+        """Open an object store bucket, creating it if missing."""
+
+        async def _open() -> Any:
+            try:
+                return await self._js.object_store(bucket)
+            except nats.js.errors.BucketNotFoundError:
+                return await self._js.create_object_store(bucket)
+
+        return ObjectBucket(self.loop, bucket, self.call(_open()))
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:

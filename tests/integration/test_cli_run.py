@@ -10,17 +10,18 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(240)
-def test_mgrpo_run_runs_the_pipeline_over_nats_and_says_training_is_missing():
+def test_mgrpo_run_runs_the_pipeline_and_both_learners_over_nats():
     done = run_script("mgrpo", "run", "--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=150", timeout_s=230)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert "on an embedded nats-server; M tiny:main, S tiny:sub" in out
+    assert "run 'default': M tiny:main, S tiny:sub" in out and "roles on an embedded nats-server" in out
     for step in (0, 1):
         assert f"step {step}: 2 queries × 2 rollouts" in out and f"step {step} finished in" in out
     assert out.count("main batch: 4 samples") == 2  # B·K with B = K = 2
     assert out.count("sub batch: 32 samples (D = 8)") == 2  # B·K·D
     assert "run default finished after 2 steps" in out
-    assert "Training not run" in out and "main-learner" in out and "mgrpo-default-batch-main" in out
+    assert "main learner: version 1, loss" in out and "sub learner: version 2, loss" in out
+    assert "trained: main, sub" in out
 
 
 def test_mgrpo_run_rejects_an_unknown_config_key():

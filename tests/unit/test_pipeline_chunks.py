@@ -40,3 +40,13 @@ def test_a_sample_bigger_than_a_message_is_a_clear_error():
     batch = rows_to_batch("r", "sub", 0, "b", _rows(1, 20000), d=1)
     with pytest.raises(ValueError, match="nats.max_message_bytes"):
         split_batch(batch, 100 * 1024)
+
+
+def test_chunks_join_back_into_the_batch_in_any_order():
+    from mgrpo_actors.pipeline.batch_rows import join_chunks
+
+    batch = rows_to_batch("r", "sub", 0, "b", _rows(40, 3000), d=2)
+    chunks = split_batch(batch, 256 * 1024)
+    assert join_chunks(list(reversed(chunks))) == batch
+    with pytest.raises(ValueError, match="chunks"):
+        join_chunks(chunks[1:])

@@ -1,0 +1,118 @@
+"""Learner actors (`main-learner`, `sub-learner`): one per agent, reading **only** its own side's batch
+stream, applying each aligned batch with the clipped objective on a DeepSpeed engine, and sending the
+new weights to the same side's rollout engines (design.md §One training step, step 6).
+
+A batch (all its chunks) is acked only after its step is applied, the new version published and the
+applied step recorded in KV (`learner.<side>`): a redelivered batch of an applied step is only acked.
+A restarted learner resumes from the latest version its side announced (optimizer state starts anew).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.learner.trainer import PolicyTrainer
+from mgrpo_actors.learner.weights import WeightsStore, save_weights
+from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.pipeline.batch_rows import join_chunks
+from mgrpo_actors.pipeline.policy_sync import latest_key
+from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery
+from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
+
+__all__ = ["LearnerActor", "start_main_learner", "start_sub_learner"]
+
+
+class LearnerActor(BusActor):
+    """One agent's learner."""
+
+    def __init__(self, bus: Bus, config: NodeConfig, side: str) -> None:
+        self.role = f"{side}-learner"  # before the base class binds its logger to it
+        super().__init__(bus, name=f"{side}-learner-{bus.node}")
+        self.side = side
+        self.config = config
+        self.cfg = getattr(config.learners, side)
+        self.chunks: dict[str, list[tuple[AlignedBatch, Delivery]]] = {}
+        self.applied = {"step": -1, "batch_id": "", "version": 0}
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
+
+    def handlers(self) -> dict:
+        return {AlignedBatch: self.on_chunk}
+
+    def on_start(self) -> None:
+        super().on_start()
+        torch.set_num_threads(self.config.agents.torch_threads)
+        subjects = self.bus.subjects
+        self.state = self.bus.kv(subjects.bucket("state"))
+        self.versions = self.bus.kv(subjects.bucket("weights"))
+        self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
+        model, tokenizer = load_model(getattr(self.config.agents, self.side).model)
+        self._resume(model)
+        self.trainer = PolicyTrainer(model, tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
+        self.consume(subjects.stream(f"batch-{self.side}"), f"{self.side}-learner", batch=10_000, max_ack_pending=10_000, ack_wait_s=self.config.pipeline.ack_wait_s)
+
+    def _resume(self, model: torch.nn.Module) -> None:
+        """Pick up where this side's learner was: the applied step from KV, the weights it last announced."""
+        raw = self.state.get(f"learner.{self.side}")
+        if raw is not None:
+            self.applied = json.loads(raw)
+        announced = self.versions.get(latest_key(self.side))
+        if announced is None:
+            return
+        latest = decode(announced)
+        assert isinstance(latest, WeightsVersion)
+        if latest.version > self.applied["version"]:  # announced, then died before recording: it was applied
+            self.applied = {"step": latest.step, "batch_id": "", "version": latest.version}
+        from mgrpo_actors.engines.weights import read_weights  # noqa: PLC0415 - only on resume
+
+        model.load_state_dict(read_weights(self.store.fetch(latest)), strict=False)
+        self.log.info("learner resumed", version=latest.version, step=self.applied["step"])
+
+    def on_chunk(self, chunk: AlignedBatch, delivery: Delivery) -> Any:
+        if chunk.side != self.side:
+            raise ValueError(f"a {chunk.side!r} batch on the {self.side} batch stream")
+        if chunk.step <= self.applied["step"]:
+            return None  # applied before (a redelivery after a restart): ack, never apply twice
+        held = self.chunks.setdefault(chunk.batch_id, [])
+        if any(c.chunk == chunk.chunk for c, _ in held):
+            return None  # the same chunk again
+        held.append((chunk, delivery))
+        if len(held) == chunk.num_chunks:
+            self._apply(chunk.batch_id)
+        return HOLD
+
+    def _apply(self, batch_id: str) -> None:
+        held = self.chunks.pop(batch_id)
+        batch = join_chunks([c for c, _ in held])
+        stats = self.trainer.apply(batch)
+        version = self.applied["version"] + 1
+        path = save_weights(self.trainer.full_state_dict(), self.trainer.module, self.scratch / f"v{version}.safetensors")
+        announced = self.store.publish(path, version, batch.step)
+        self.versions.put(latest_key(self.side), encode(announced))
+        self.bus.publish(self.bus.subjects.weights(self.side), announced)
+        self.applied = {"step": batch.step, "batch_id": batch_id, "version": version}
+        self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
+        for _, delivery in held:
+            delivery.ack()
+        figures = stats.as_dict()
+        done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
+        self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}")
+        publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)
+        publish_event(self.bus, f"{self.side}.learned", f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
+                      self.role, step=batch.step, version=version, **figures)  # fmt: skip
+
+
+def start_main_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """The main agent's learner (one per run; several ranks come with a launcher)."""
+    started.append(LearnerActor.start_ready(bus, config, "main", timeout_s=600))
+
+
+def start_sub_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
+    """The sub-agent's learner (one per run)."""
+    started.append(LearnerActor.start_ready(bus, config, "sub", timeout_s=600))

@@ -1,0 +1,51 @@
+"""Keeps an agent's rollout engine at its side's newest policy version (design.md §One training step,
+step 6): announcements on `mgrpo.R.weights.<side>` are loaded as they come (between rollouts: they
+wait in the actor's mailbox like any message), and a request that names a newer version than the
+engine has makes the engine fetch it first, from the latest announcement kept in KV. A version that
+is not announced yet is a passing failure: the request is handed back and comes again."""
+
+from __future__ import annotations
+
+from mgrpo_actors.engines.base import RolloutEngine
+from mgrpo_actors.learner.weights import WeightsStore
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime import Bus, BusError
+from protocols import WeightsVersion, decode
+
+__all__ = ["PolicySync", "latest_key"]
+
+log = get_logger(__name__)
+
+
+def latest_key(side: str) -> str:
+    """KV key (bucket `weights`) of a side's latest WeightsVersion."""
+    return f"latest.{side}"
+
+
+class PolicySync:
+    """One engine's weights, kept current."""
+
+    def __init__(self, bus: Bus, side: str, engine: RolloutEngine, store: WeightsStore) -> None:
+        self.bus, self.side, self.engine, self.store = bus, side, engine, store
+        self.versions = bus.kv(bus.subjects.bucket("weights"))
+        self.loads = 0
+
+    def load(self, announced: WeightsVersion) -> bool:
+        """Load an announced version if it is newer than the engine's; True if loaded."""
+        if announced.side != self.side or announced.version <= self.engine.policy_version:
+            return False
+        path = self.store.fetch(announced)
+        self.engine.load_weights(path, announced.version)
+        self.loads += 1
+        log.info("policy loaded", side=self.side, version=announced.version, step=announced.step)
+        return True
+
+    def ensure(self, version: int) -> None:
+        """The engine has at least `version` when this returns; BusError (retry later) if nobody announced it yet."""
+        if self.engine.policy_version >= version:
+            return
+        raw = self.versions.get(latest_key(self.side))
+        latest = decode(raw) if raw is not None else None
+        if not isinstance(latest, WeightsVersion) or latest.version < version:
+            raise BusError(f"{self.side} policy version {version} is not announced yet")
+        self.load(latest)

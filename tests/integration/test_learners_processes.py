@@ -1,0 +1,60 @@
+"""Both learners in the pipeline, every role its own process on a real nats-server (DeepSpeed ZeRO-2 on
+CPU, tiny models under the rule policy), 3 synchronous steps: each learner applies its side's batches in
+order, both models' weights change, the engines roll each step out with the previous step's weights,
+and no learner receives anything of the other side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mgrpo_actors.models.loader import load_model
+from protocols import StepDone, Trajectory
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+STEPS = 3
+TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
+
+
+def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_server, tmp_path, make_bus, run_id):
+    bus = make_bus("test")
+    events = EventLog(bus)
+    learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
+    config = pipeline_config(tmp_path, run_id, pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")
+    try:
+        for role in TOPOLOGY:
+            nodes.start(role, role)
+        events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY))
+    finally:
+        codes = nodes.stop_all()
+    assert all(code == 0 for code in codes.values()), codes
+
+    done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
+    for side in ("main", "sub"):
+        mine = [d for d in done if d.side == side]
+        assert [(d.step, d.version) for d in mine] == [(s, s + 1) for s in range(STEPS)], mine  # every step once, in order
+
+    # Sync mode: step n is rolled out by the policy of version n (the weights of step n - 1).
+    for side in ("main", "sub"):
+        trajectories = [t for t in read_stream(bus, bus.subjects.stream(f"traj-{side}")) if isinstance(t, Trajectory)]
+        assert {(t.step, t.policy_version) for t in trajectories} == {(s, s) for s in range(STEPS)}, side
+
+    # The weights changed: the last version differs from the initial model on both sides.
+    for side, spec in (("main", "tiny:main"), ("sub", "tiny:sub")):
+        store = bus.object_store(bus.subjects.bucket(f"weights-{side}"))
+        final = load_file(str(store.get_file(f"v{STEPS}.safetensors", tmp_path / f"{side}-final.safetensors")))
+        initial = load_model(spec)[0].state_dict()
+        moved = [name for name, tensor in final.items() if not torch.allclose(tensor, initial[name])]
+        assert len(moved) > len(final) // 2, (side, len(moved), len(final))
+
+    # The learners received only their own side's batches.
+    for side, other in (("main", "sub"), ("sub", "main")):
+        received = [json.loads(line) for line in (tmp_path / "deliveries" / f"{side}-learner.jsonl").read_text().splitlines()]
+        assert received and all(r["type"] in ("AlignedBatch", "NodePing") for r in received), received[:3]
+        assert all(r["side"] in (None, side) for r in received) and not any(r["side"] == other for r in received)
