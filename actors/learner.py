@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,17 @@ from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.pipeline.batch_rows import join_chunks
 from mgrpo_actors.pipeline.policy_sync import latest_key
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery
+from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 
 __all__ = ["LearnerActor", "start_main_learner", "start_sub_learner"]
+
+
+@dataclass(frozen=True)
+class _Fatal:
+    """Note to self: stop this learner (its node exits 1)."""
+
+    error: str
 
 
 class LearnerActor(BusActor):
@@ -71,7 +79,9 @@ class LearnerActor(BusActor):
             self.applied = {"step": latest.step, "batch_id": "", "version": latest.version}
         from mgrpo_actors.engines.weights import read_weights  # noqa: PLC0415 - only on resume
 
-        model.load_state_dict(read_weights(self.store.fetch(latest)), strict=False)
+        path = self.store.fetch(latest)
+        model.load_state_dict(read_weights(path), strict=False)
+        self.store.release(path)
         self.log.info("learner resumed", version=latest.version, step=self.applied["step"])
 
     def on_chunk(self, chunk: AlignedBatch, delivery: Delivery) -> Any:
@@ -84,11 +94,30 @@ class LearnerActor(BusActor):
             return None  # the same chunk again
         held.append((chunk, delivery))
         if len(held) == chunk.num_chunks:
-            self._apply(chunk.batch_id)
+            self._try_apply(chunk.batch_id)
         return HOLD
 
-    def _apply(self, batch_id: str) -> None:
+    def _try_apply(self, batch_id: str) -> None:
+        """Apply a complete batch; if that fails, hand every chunk back. A failure that is not the bus's
+        ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
         held = self.chunks.pop(batch_id)
+        try:
+            self._apply(batch_id, held)
+        except Exception as exc:
+            for _, delivery in held:
+                delivery.nak(delay_s=1.0)
+            if not is_transient(exc):
+                self.log.error("batch could not be applied", batch_id=batch_id, error=f"{type(exc).__name__}: {exc}")
+                self.actor_ref.tell(_Fatal(f"{type(exc).__name__}: {exc}"))
+            else:
+                self.log.warning("batch handed back after a passing failure", batch_id=batch_id, error=str(exc))
+
+    def on_note(self, note: Any) -> Any:
+        if isinstance(note, _Fatal):
+            raise RuntimeError(f"{self.side} learner cannot apply its batch: {note.error}")
+        return super().on_note(note)
+
+    def _apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> None:
         batch = join_chunks([c for c, _ in held])
         stats = self.trainer.apply(batch)
         version = self.applied["version"] + 1

@@ -19,6 +19,7 @@ to its side's rollout engine, which rolls the next step out with them.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from typing import Any
@@ -55,6 +56,14 @@ def run_job(config: NodeConfig, console: Console) -> int:
     return code
 
 
+def quiet_libraries() -> None:
+    """Keep library chatter (weight-loading bars, DeepSpeed's info and accelerator notes) off the view."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+
+
 def _overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.overrides)
     for agent, spec in (("main", args.main), ("sub", args.sub)):
@@ -70,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mgrpo run: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
+    quiet_libraries()
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
     return run_job(config, Console(highlight=False))
 

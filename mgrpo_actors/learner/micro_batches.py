@@ -19,7 +19,7 @@ import torch
 from mgrpo_actors.engines.base import SamplingParams
 from protocols import AlignedBatch
 
-__all__ = ["MicroBatch", "micro_batches"]
+__all__ = ["MicroBatch", "micro_batches", "target_mask_sums", "trainable_rows"]
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,20 @@ class MicroBatch:
     sample_ids: tuple[str, ...]
 
 
-def _rows(batch: AlignedBatch) -> list[int]:
-    return [i for i in range(len(batch.sample_ids)) if batch.weights[i] > 0 and batch.lengths[i] > 1]
+def trainable_rows(batch: AlignedBatch, skip_zero_advantage: bool = False) -> list[int]:
+    """Samples with weight > 0 and a target; with `skip_zero_advantage`, also those with A != 0 only
+    (a sample with A = 0 has zero loss and zero gradient when no KL term is used)."""
+    return [
+        i for i in range(len(batch.sample_ids))
+        if batch.weights[i] > 0 and batch.lengths[i] > 1 and not (skip_zero_advantage and batch.advantages[i] == 0)
+    ]  # fmt: skip
 
 
-def micro_batches(batch: AlignedBatch, size: int, pad_id: int) -> list[MicroBatch]:
-    """The batch's trainable samples as micro-batches of at most `size` rows."""
+def micro_batches(batch: AlignedBatch, size: int, pad_id: int, rows: list[int] | None = None) -> list[MicroBatch]:
+    """The batch's samples `rows` (default: the trainable ones) as micro-batches of at most `size` rows."""
     offsets = np.concatenate([[0], np.cumsum(batch.lengths, dtype=np.int64)])
     groups: dict[tuple[float, float, int], list[int]] = defaultdict(list)
-    for i in _rows(batch):
+    for i in trainable_rows(batch) if rows is None else rows:
         groups[(float(batch.temperatures[i]), float(batch.top_ps[i]), int(batch.top_ks[i]))].append(i)
     result = []
     for (temperature, top_p, top_k), rows in groups.items():
@@ -78,3 +83,11 @@ def _micro_batch(batch: AlignedBatch, rows: list[int], offsets: np.ndarray, pad_
         sampling=sampling,
         sample_ids=tuple(batch.sample_ids[i] for i in rows),
     )
+
+
+def target_mask_sums(batch: AlignedBatch) -> torch.Tensor:
+    """Loss tokens per trainable sample, counted on the targets (positions 1 on), shaped (N, 1): what
+    objective.loss_denominator needs of the whole batch without padding it."""
+    offsets = np.concatenate([[0], np.cumsum(batch.lengths, dtype=np.int64)])
+    sums = [float(batch.loss_mask[int(offsets[i]) + 1 : int(offsets[i + 1])].sum()) for i in trainable_rows(batch)]
+    return torch.tensor(sums, dtype=torch.float64).reshape(-1, 1)

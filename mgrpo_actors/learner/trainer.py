@@ -25,7 +25,7 @@ from mgrpo_actors.algo.config import ObjectiveConfig
 from mgrpo_actors.algo.objective import clipped_policy_loss, loss_denominator
 from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.engines.logprobs import token_log_probs
-from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches
+from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches, target_mask_sums, trainable_rows
 from mgrpo_actors.log import get_logger
 from protocols import AlignedBatch
 
@@ -116,11 +116,19 @@ class PolicyTrainer:
         return stats
 
     def apply(self, batch: AlignedBatch) -> StepStats:
-        """One optimizer step on `batch` (every chunk of it, concatenated)."""
+        """One optimizer step on `batch` (every chunk of it, concatenated).
+
+        The denominator is the whole batch's; samples with advantage 0 are then left out of the
+        forward and backward passes (without a KL term their loss and gradient are exactly 0), and a
+        batch with no signal at all takes no optimizer step ([ours]: Adam's momentum alone would still
+        move the weights on a step that learned nothing).
+        """
         started = time.perf_counter()
-        mbs = micro_batches(batch, self.cfg.micro_batch_samples, self.pad_id)
-        denominator = _denominator(mbs, self.objective)
-        if not mbs or denominator <= 0:  # nothing to learn from (every sample a placeholder): no step
+        sums = target_mask_sums(batch)
+        denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0  # m-grpo.md §Objective: the global batch's
+        skip_zero = self.objective.kl_coef == 0
+        mbs = micro_batches(batch, self.cfg.micro_batch_samples, self.pad_id, trainable_rows(batch, skip_zero_advantage=skip_zero))
+        if not mbs or denominator <= 0:  # nothing to learn from (placeholders, or no advantage anywhere): no step
             return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)
         weighted: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0}
         tokens = 0.0
@@ -144,11 +152,3 @@ class PolicyTrainer:
             grad_norm=float(grad_norm) if grad_norm is not None else 0.0,
         )
 
-
-def _denominator(mbs: list[MicroBatch], objective: ObjectiveConfig) -> float:
-    """loss_denominator of the whole batch (m-grpo.md §Objective), from every micro-batch's mask."""
-    if not mbs:
-        return 0.0
-    width = max(mb.loss_mask.shape[1] for mb in mbs)
-    rows = [torch.nn.functional.pad(mb.loss_mask, (0, width - mb.loss_mask.shape[1])) for mb in mbs]
-    return loss_denominator(torch.cat(rows), objective)

@@ -61,6 +61,7 @@ class WeightsStore:
         digest = sha256_of(path)
         if self._bucket is not None:
             self._bucket.put_file(self._name(version), path)
+            path.unlink()  # stored: the local copy would only fill the disk
             uri = f"{_OBJECT_PREFIX}{self.bucket_name}/{self._name(version)}"
         else:
             target = self.shared_dir / self._name(version)
@@ -77,6 +78,11 @@ class WeightsStore:
             self._bucket.delete(self._name(version))
         else:
             (self.shared_dir / self._name(version)).unlink(missing_ok=True)
+
+    def release(self, path: Path) -> None:
+        """Delete a fetched file once its weights are loaded (never a file of the shared directory)."""
+        if path.parent == self.local_dir:
+            path.unlink(missing_ok=True)
 
     def fetch(self, announced: WeightsVersion) -> Path:
         """The file of an announced version, here; ValueError if its sha256 is not the announced one."""

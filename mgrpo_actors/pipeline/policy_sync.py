@@ -35,7 +35,10 @@ class PolicySync:
         if announced.side != self.side or announced.version <= self.engine.policy_version:
             return False
         path = self.store.fetch(announced)
-        self.engine.load_weights(path, announced.version)
+        try:
+            self.engine.load_weights(path, announced.version)
+        finally:
+            self.store.release(path)
         self.loads += 1
         log.info("policy loaded", side=self.side, version=announced.version, step=announced.step)
         return True
