@@ -115,40 +115,47 @@ class PolicyTrainer:
         self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
         return stats
 
-    def apply(self, batch: AlignedBatch) -> StepStats:
-        """One optimizer step on `batch` (every chunk of it, concatenated).
+    def accumulate(self, batch: AlignedBatch) -> tuple[dict[str, float], int, int]:
+        """Forward and backward over every micro-batch of `batch`, gradients accumulated (no step).
 
         The denominator is the whole batch's; samples with advantage 0 are then left out of the
-        forward and backward passes (without a KL term their loss and gradient are exactly 0), and a
-        batch with no signal at all takes no optimizer step ([ours]: Adam's momentum alone would still
-        move the weights on a step that learned nothing).
+        forward and backward passes (without a KL term their loss and gradient are exactly 0).
+        Returns (summed loss and token-weighted statistics, micro-batches, samples); 0 micro-batches
+        when the batch holds no signal.
         """
-        started = time.perf_counter()
         sums = target_mask_sums(batch)
         denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0  # m-grpo.md §Objective: the global batch's
         skip_zero = self.objective.kl_coef == 0
         mbs = micro_batches(batch, self.cfg.micro_batch_samples, self.pad_id, trainable_rows(batch, skip_zero_advantage=skip_zero))
-        if not mbs or denominator <= 0:  # nothing to learn from (placeholders, or no advantage anywhere): no step
-            return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)
-        weighted: dict[str, float] = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0}
-        tokens = 0.0
+        totals = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 0.0, "tokens": 0.0}
+        if denominator <= 0:
+            return totals, 0, 0
         for i, mb in enumerate(mbs):
             stats = self._micro_step(mb, denominator, last=i == len(mbs) - 1)
-            weighted["loss"] += stats.loss  # micro-batch losses add up to the batch's loss
+            totals["loss"] += stats.loss  # micro-batch losses add up to the batch's loss
             for name in ("clip_fraction", "approx_kl", "ratio_mean"):
-                weighted[name] += getattr(stats, name) * stats.num_tokens
-            tokens += stats.num_tokens
+                totals[name] += getattr(stats, name) * stats.num_tokens
+            totals["tokens"] += stats.num_tokens
+        return totals, len(mbs), sum(len(mb.sample_ids) for mb in mbs)
+
+    def apply(self, batch: AlignedBatch) -> StepStats:
+        """One optimizer step on `batch` (every chunk of it, concatenated); a batch with no signal takes
+        no step ([ours]: Adam's momentum alone would still move the weights on a step that learned nothing)."""
+        started = time.perf_counter()
+        totals, num_micro, samples = self.accumulate(batch)
+        if num_micro == 0:
+            return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()
+        tokens = totals["tokens"]
         return StepStats(
-            loss=weighted["loss"],
-            clip_fraction=weighted["clip_fraction"] / tokens if tokens else 0.0,
-            approx_kl=weighted["approx_kl"] / tokens if tokens else 0.0,
-            ratio_mean=weighted["ratio_mean"] / tokens if tokens else 1.0,
+            loss=totals["loss"],
+            clip_fraction=totals["clip_fraction"] / tokens if tokens else 0.0,
+            approx_kl=totals["approx_kl"] / tokens if tokens else 0.0,
+            ratio_mean=totals["ratio_mean"] / tokens if tokens else 1.0,
             tokens=tokens,
-            samples=sum(len(mb.sample_ids) for mb in mbs),
-            micro_batches=len(mbs),
+            samples=samples,
+            micro_batches=num_micro,
             seconds=time.perf_counter() - started,
             grad_norm=float(grad_norm) if grad_norm is not None else 0.0,
         )
-

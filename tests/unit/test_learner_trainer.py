@@ -75,3 +75,30 @@ def test_a_batch_of_placeholders_takes_no_step(tiny):
     stats = trainer.apply(rows_to_batch("r", "sub", 0, "b1", [placeholder_row(f"q/-/r{i}/-#0", "placeholder") for i in range(3)]))
     assert stats.samples == 0 and stats.micro_batches == 0
     assert all(torch.equal(weights[n], p.detach()) for n, p in trainer.module.named_parameters())
+
+
+@pytest.mark.parametrize("micro", [1, 3])
+def test_accumulated_gradients_equal_the_full_batch_gradient_of_the_objective(tiny, micro):
+    """m-grpo.md §Objective: gradient accumulation must not change the loss scale. Under ZeRO-0 the
+    accumulated .grad after every micro-batch equals the gradient of the clipped loss of the whole batch
+    computed directly with torch (token-mean over all loss tokens)."""
+    import copy
+
+    from mgrpo_actors.algo.objective import clipped_policy_loss
+
+    model, tokenizer = tiny
+    reference = copy.deepcopy(model).float().train()
+    rows = _sampled_rows(reference, tokenizer, 4)
+    rows[1] = BatchRow(rows[1].sample_id, "original", rows[1].token_ids, rows[1].loss_mask, rows[1].logprobs - 0.3, 0.5, 1.0, 0.0, 0)
+    batch = rows_to_batch("r", "main", 0, "b2", rows)
+    (mb,) = micro_batches(batch, 16, 0)
+    logits = reference(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
+    loss, _ = clipped_policy_loss(token_log_probs(logits, mb.targets, mb.sampling), mb.old_logprobs, mb.advantages, mb.loss_mask, ObjectiveConfig())
+    loss.backward()
+    trainer = PolicyTrainer(copy.deepcopy(reference), tokenizer.pad_token_id, LearnerConfig(zero_stage=0, micro_batch_samples=micro), ObjectiveConfig())
+    trainer.module.zero_grad()
+    totals, num_micro, _ = trainer.accumulate(batch)
+    assert num_micro == -(-4 // micro) and totals["loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+    expected = dict(reference.named_parameters())
+    for name, param in trainer.module.named_parameters():
+        torch.testing.assert_close(param.grad, expected[name].grad, rtol=1e-4, atol=1e-6)
