@@ -2,9 +2,13 @@
 stream, applying each aligned batch with the clipped objective on a DeepSpeed engine, and sending the
 new weights to the same side's rollout engines (design.md §One training step, step 6).
 
-A batch (all its chunks) is acked only after its step is applied, the new version published and the
-applied step recorded in KV (`learner.<side>`): a redelivered batch of an applied step is only acked.
-A restarted learner resumes from the latest version its side announced (optimizer state starts anew).
+A batch (all its chunks) is acked only once it is applied and its step recorded in a checkpoint
+(`learners.<side>.checkpoint_every`; model, optimizer and the applied batch ids under
+<run dir>/checkpoints/<side>, with a plain HF model directory): a learner killed before that gets the
+batch again and, restarted from the checkpoint, applies it then: nothing applied twice, nothing
+skipped. A redelivered batch of a checkpointed step is only acked. Without checkpoints
+(`checkpoint_every: 0`) a batch is acked once applied and recorded in KV, and a restarted learner
+resumes from the latest version its side announced (with a fresh optimizer).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import torch
 
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.learner.checkpoints import Checkpoints
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.learner.weights import WeightsStore, save_weights
 from mgrpo_actors.models.loader import load_model
@@ -47,7 +52,8 @@ class LearnerActor(BusActor):
         self.config = config
         self.cfg = getattr(config.learners, side)
         self.chunks: dict[str, list[tuple[AlignedBatch, Delivery]]] = {}
-        self.applied = {"step": -1, "batch_id": "", "version": 0}
+        self.applied: dict[str, Any] = {"step": -1, "batch_id": "", "version": 0, "history": []}
+        self.unacked: list[Delivery] = []  # applied, waiting for the next checkpoint
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
     def handlers(self) -> dict:
@@ -60,23 +66,29 @@ class LearnerActor(BusActor):
         self.state = self.bus.kv(subjects.bucket("state"))
         self.versions = self.bus.kv(subjects.bucket("weights"))
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
-        model, tokenizer = load_model(getattr(self.config.agents, self.side).model)
-        self._resume(model)
-        self.trainer = PolicyTrainer(model, tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
+        model, self.tokenizer = load_model(getattr(self.config.agents, self.side).model)
+        self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)
+        if self.checkpoints.latest() is None:
+            self._resume(model)
+        self.trainer = PolicyTrainer(model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
+        record = self.checkpoints.load(self.trainer)
+        if record is not None:
+            self.applied = record
+            self.log.info("learner resumed from its checkpoint", step=record["step"], version=record["version"])
         self.consume(subjects.stream(f"batch-{self.side}"), f"{self.side}-learner", batch=10_000, max_ack_pending=10_000, ack_wait_s=self.config.pipeline.ack_wait_s)
 
     def _resume(self, model: torch.nn.Module) -> None:
         """Pick up where this side's learner was: the applied step from KV, the weights it last announced."""
         raw = self.state.get(f"learner.{self.side}")
         if raw is not None:
-            self.applied = json.loads(raw)
+            self.applied = {"history": [], **json.loads(raw)}
         announced = self.versions.get(latest_key(self.side))
         if announced is None:
             return
         latest = decode(announced)
         assert isinstance(latest, WeightsVersion)
         if latest.version > self.applied["version"]:  # announced, then died before recording: it was applied
-            self.applied = {"step": latest.step, "batch_id": "", "version": latest.version}
+            self.applied = {**self.applied, "step": latest.step, "batch_id": "", "version": latest.version}
         from mgrpo_actors.engines.weights import read_weights  # noqa: PLC0415 - only on resume
 
         path = self.store.fetch(latest)
@@ -125,10 +137,16 @@ class LearnerActor(BusActor):
         announced = self.store.publish(path, version, batch.step)
         self.versions.put(latest_key(self.side), encode(announced))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)
-        self.applied = {"step": batch.step, "batch_id": batch_id, "version": version}
+        self.applied = {"step": batch.step, "batch_id": batch_id, "version": version, "history": [*self.applied["history"], batch_id]}
         self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
-        for _, delivery in held:
-            delivery.ack()
+        self.unacked += [delivery for _, delivery in held]
+        every = self.cfg.checkpoint_every
+        if every == 0 or len(self.applied["history"]) % every == 0:
+            if every:
+                self.checkpoints.save(self.trainer, self.tokenizer, f"step{batch.step}", self.applied)
+            for delivery in self.unacked:
+                delivery.ack()
+            self.unacked = []
         figures = stats.as_dict()
         done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
         self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}")

@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="override a config key, e.g. --set tools.actors_per_tool=4")
     parser.add_argument("--name", help="node name in logs and pings (default: host-pid)")
     parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
+    parser.add_argument("--resume", action="store_true", help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh")
     parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         get_logger("mgrpo.node").warning(warning)
     everything = "all" in args.role
     until_finished = args.until_finished or everything
-    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished)
+    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished, resume=args.resume)
 
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
@@ -126,6 +129,16 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
         step_schedule(config)
 
 
+def embedded_store(config: NodeConfig, resume: bool) -> Path:
+    """The embedded server's store, <run dir>/<id>/nats: kept with `resume`, else the run directory
+    (store and checkpoints of an earlier run under this id) is cleared for a fresh run."""
+    run_dir = Path(config.run.dir) / config.run.id
+    if not resume and run_dir.exists():
+        get_logger("mgrpo.node").warning("starting a fresh run: removing the earlier one's directory (use --resume to continue it)", run_dir=str(run_dir))
+        shutil.rmtree(run_dir)
+    return run_dir / "nats"
+
+
 def run_node(
     config: NodeConfig,
     roles: list[str],
@@ -134,6 +147,7 @@ def run_node(
     duration_s: float | None,
     until_finished: bool = False,
     watch: Callable[[Bus], Any] | None = None,
+    resume: bool = False,
 ) -> int:
     """Connect, start the roles' actors, wait for a stop signal (or the run's end), then drain.
 
@@ -142,7 +156,7 @@ def run_node(
     log = get_logger("mgrpo.node")
     stop = ShutdownSignal().install()
     lost = threading.Event()
-    server = EmbeddedNats(max_payload=config.nats.max_message_bytes).start() if embedded else None
+    server = EmbeddedNats(store_dir=str(embedded_store(config, resume)), max_payload=config.nats.max_message_bytes).start() if embedded else None
     url = server.url if server else config.nats.url
 
     def connection_lost() -> None:  # reconnect attempts used up: exit 3 so a supervisor restarts us

@@ -35,7 +35,7 @@ from mgrpo_actors.log import configure_logging
 __all__ = ["add_parser", "run_job"]
 
 
-def run_job(config: NodeConfig, console: Console) -> int:
+def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
     """The whole run in this process; returns the exit code."""
     roles = expand_roles(["all"], config)
     missing = [name for name, spec in ROLES.items() if spec.start is None]
@@ -45,7 +45,7 @@ def run_job(config: NodeConfig, console: Console) -> int:
     console.print(f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts; "
                   f"D = {config.algo.alignment.d} ({config.algo.alignment.mode}); loading models…")  # fmt: skip
     started = time.perf_counter()
-    code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach)
+    code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume)
     view.summary(time.perf_counter() - started)
     learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
     quiet_libraries()
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
-    return run_job(config, Console(highlight=False))
+    return run_job(config, Console(highlight=False), resume=args.resume)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -90,4 +90,5 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model; default smollm2)")
     p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model; default smollm2, a separate instance)")
+    p.add_argument("--resume", action="store_true", help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh")
     p.set_defaults(func=_run)

@@ -24,7 +24,7 @@ def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> 
     """A node config file: tiny models driven by the rule policy, a small web, short timeouts."""
     agent = {"engine": RULE_ENGINE, "max_turns": 4, "max_new_tokens_per_turn": 200, "max_context_tokens": 4096}
     config: dict[str, Any] = {
-        "run": {"id": run_id, "stop_timeout_s": 10},
+        "run": {"id": run_id, "stop_timeout_s": 10, "dir": str(tmp_path / "runs")},
         "log": {"level": "warning", "json": True, "deliveries_dir": str(tmp_path / "deliveries")},
         "tools": {"web_entities": 150, "actors_per_tool": 1},
         "agents": {"main": {**agent, "model": "tiny:main"}, "sub": {**agent, "model": "tiny:sub"}},

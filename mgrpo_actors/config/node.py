@@ -34,6 +34,7 @@ class RunConfig:
     id: str = "default"  # run id: scopes every subject (mgrpo.<id>.…), stream and bucket
     seed: int = 0  # base seed of everything random in the run
     stop_timeout_s: float = 45.0  # graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)
+    dir: str = "runs"  # run directories go under here: <dir>/<id>/ holds checkpoints (and the embedded server's store)
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)

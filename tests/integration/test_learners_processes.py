@@ -58,3 +58,40 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
         received = [json.loads(line) for line in (tmp_path / "deliveries" / f"{side}-learner.jsonl").read_text().splitlines()]
         assert received and all(r["type"] in ("AlignedBatch", "NodePing") for r in received), received[:3]
         assert all(r["side"] in (None, side) for r in received) and not any(r["side"] == other for r in received)
+
+
+def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_batch_once(nats_server, tmp_path, make_bus, run_id):
+    import signal
+
+    import torch as _torch
+
+    bus = make_bus("test")
+    events = EventLog(bus)
+    steps = 4
+    learner = {"lr": 1e-2, "checkpoint_every": 1}
+    config = pipeline_config(tmp_path, run_id, pipeline={"steps": steps, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")
+    slow = {"MGRPO_TEST_POLICY_DELAY_S": "0.2"}
+    try:
+        for role in TOPOLOGY:
+            nodes.start(role, role, env=slow if role.endswith("agent") else None)
+        wait_for_step = lambda: [e for e in events.kinds("sub.learned") if e.data["step"] >= 1]  # noqa: E731
+        from tests.helpers import wait_until
+
+        wait_until(wait_for_step, timeout_s=200, what=lambda: nodes.output("sub-learner")[-2000:])
+        nodes.procs["sub-learner"].send_signal(signal.SIGKILL)
+        nodes.procs["sub-learner"].wait()
+        nodes.start("sub-learner", "sub-learner")  # resumes from <run dir>/checkpoints/sub
+        events.wait_for("run.finished", timeout_s=250, describe=lambda: nodes.output("sub-learner")[-3000:])
+    finally:
+        codes = nodes.stop_all()
+    assert all(code == 0 for code in codes.values()), codes
+    for side in ("main", "sub"):
+        ckpt = tmp_path / "runs" / run_id / "checkpoints" / side
+        tag = (ckpt / "latest").read_text().strip()
+        record = _torch.load(ckpt / tag / "mp_rank_00_model_states.pt", weights_only=False)["record"]
+        assert record["history"] == [f"{run_id}-{side}-step{s}" for s in range(steps)], (side, record["history"])  # 1..N once each
+        hf_model, _ = load_model(str(ckpt / tag / "hf"))  # a plain HF directory: transformers (and vLLM) load it
+        assert sum(p.numel() for p in hf_model.parameters()) > 0
+    done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone) and m.side == "sub"]
+    assert [d.step for d in done] == list(range(steps))

@@ -1,0 +1,61 @@
+"""A learner's checkpoints (issue: "each learner saves model, optimizer and last applied batch id every
+N steps"): DeepSpeed's own checkpoint (model, optimizer, ZeRO partitions) with the learner's record of
+what it applied as client state, plus the model as a plain HF directory (loadable by transformers and
+vLLM) beside it. Only the newest `keep` checkpoints stay on disk."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mgrpo_actors.learner.trainer import PolicyTrainer
+from mgrpo_actors.log import get_logger
+
+__all__ = ["Checkpoints"]
+
+log = get_logger(__name__)
+
+_LATEST = "latest"  # DeepSpeed's file naming the newest tag
+
+
+class Checkpoints:
+    """The checkpoints of one learner under `directory` (<run dir>/checkpoints/<side>)."""
+
+    def __init__(self, directory: Path, keep: int = 1) -> None:
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def latest(self) -> str | None:
+        path = self.directory / _LATEST
+        return path.read_text().strip() if path.is_file() else None
+
+    def hf_dir(self, tag: str) -> Path:
+        """The plain HF model directory of checkpoint `tag`."""
+        return self.directory / tag / "hf"
+
+    def save(self, trainer: PolicyTrainer, tokenizer: Any, tag: str, record: dict[str, Any]) -> Path:
+        """Model, optimizer and `record`; the HF directory; older checkpoints removed. Returns the HF dir."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        trainer.engine.save_checkpoint(str(self.directory), tag=tag, client_state={"record": record})
+        hf = self.hf_dir(tag)
+        trainer.module.save_pretrained(str(hf), state_dict=trainer.full_state_dict(), safe_serialization=True)
+        tokenizer.save_pretrained(str(hf))
+        self._prune(keep=tag)
+        return hf
+
+    def load(self, trainer: PolicyTrainer) -> dict[str, Any] | None:
+        """Restore the newest checkpoint into `trainer`; its record, or None when there is none."""
+        tag = self.latest()
+        if tag is None:
+            return None
+        _, client_state = trainer.engine.load_checkpoint(str(self.directory), tag=tag)
+        if client_state is None or "record" not in client_state:
+            raise ValueError(f"checkpoint {self.directory / tag} has no learner record")
+        log.info("checkpoint loaded", directory=str(self.directory), tag=tag)
+        return dict(client_state["record"])
+
+    def _prune(self, keep: str) -> None:
+        tags = sorted((p for p in self.directory.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        for old in [p for p in tags if p.name != keep][: max(0, len(tags) - self.keep)]:
+            shutil.rmtree(old, ignore_errors=True)
