@@ -11,79 +11,48 @@ after everything it produced is stored in its streams; a batch that fails is ret
 
 from __future__ import annotations
 
-import tempfile
 import traceback
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from mgrpo_actors.agents.driver import registry_executor, step_seed
-from mgrpo_actors.pipeline.schedule import node_seed
+from actors.agent import AgentActor
+from mgrpo_actors.agents.driver import registry_executor
 from mgrpo_actors.agents.main_agent import main_tools
-from mgrpo_actors.agents.setup import load_agent, reason_tool, rollout_config
+from mgrpo_actors.agents.setup import reason_tool, rollout_config
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.learner.weights import WeightsStore
-from mgrpo_actors.pipeline.calls import CallStats
-from mgrpo_actors.pipeline.policy_sync import PolicySync
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, BusError, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols import RolloutRequest, WeightsVersion
 
 __all__ = ["MainAgentActor", "start_main_agents"]
 
 
-class MainAgentActor(BusActor):
+class MainAgentActor(AgentActor):
     """M on its engine; one actor per main-agent process."""
 
     role = "main-agent"
+    side = "main"
 
     def __init__(self, bus: Bus, config: NodeConfig) -> None:
-        super().__init__(bus, name=f"main-agent-{bus.node}")
-        self.config = config
-        self.pipeline = config.pipeline
-        self.pending: PendingBatch[tuple[RolloutRequest, Delivery]] = PendingBatch(self.actor_ref, self.pipeline.main_queries_in_flight)
-        self.batches = 0
-        self.calls = CallStats()
+        super().__init__(bus, config, batch_size=config.pipeline.main_queries_in_flight)
 
     def handlers(self) -> dict:
         return {RolloutRequest: self.on_request, WeightsVersion: self.on_weights}
 
     def on_start(self) -> None:
         super().on_start()
-        torch.set_num_threads(self.config.agents.torch_threads)
-        self.model = load_agent(self.config.agents.main)
+        self.start_engine()
         self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
         registry = ToolRegistry()
         registry.register(reason_tool(self.model, self.config.agents.main.max_new_tokens_per_turn))
         self.tools = main_tools(registry)
         self.sub_version = 0  # the sub policy version this batch's requests name (S loads it before answering)
         self.subtasks = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: self.sub_version)
-        store = WeightsStore(self.bus, "main", self.config.learners.weights, Path(tempfile.mkdtemp(prefix="mgrpo-main-weights-")))
-        self.policy = PolicySync(self.bus, "main", self.model.engine, store)
-        subjects = self.bus.subjects
-        self.listen(subjects.weights("main"))
-        self.consume(subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
+        self.consume(self.bus.subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
 
-    def on_request(self, request: RolloutRequest, delivery: Delivery) -> Any:
-        self.pending.add((request, delivery))
-        return HOLD
-
-    def on_note(self, note: Any) -> Any:
-        if isinstance(note, RunBatch):
-            batch = [(r, d) for r, d in self.pending.take() if not d.handed_back]
-            if batch:
-                self._run(batch)
-            return None
-        return super().on_note(note)
-
-    def on_weights(self, announced: WeightsVersion, delivery: Delivery) -> None:
-        self.policy.load(announced)  # between batches: this actor runs one thing at a time
-
-    def _run(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
+    def run_batch(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
         try:  # sync mode: the requests name the version they are to be rolled out with
             self.policy.ensure(max(r.main_version for r, _ in batch))
         except BusError as exc:
@@ -91,9 +60,7 @@ class MainAgentActor(BusActor):
                 self.hand_back(delivery, str(exc))
             return
         self.sub_version = max(r.sub_version for r, _ in batch)
-        # Each process samples its own stream: two main agents must not roll a query out alike.
-        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
-        self.batches += 1
+        seed = self.batch_seed(batch[0][0].step)
         try:
             outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, registry_executor(self.tools), seed, self.bus.node)
         except Exception as exc:

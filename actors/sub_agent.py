@@ -9,85 +9,51 @@ to `pipeline.sub_batch`), so their episodes generate batched.
 
 from __future__ import annotations
 
-import tempfile
 import traceback
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from mgrpo_actors.agents.driver import step_seed
-from mgrpo_actors.pipeline.schedule import node_seed
-from mgrpo_actors.agents.setup import load_agent
+from actors.agent import AgentActor
 from mgrpo_actors.agents.sub_agent import SUB_TOOLS
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.learner.weights import WeightsStore
-from mgrpo_actors.pipeline.calls import CallStats
-from mgrpo_actors.pipeline.policy_sync import PolicySync
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.sub_rollouts import run_subtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
-from mgrpo_actors.runtime import HOLD, Bus, BusActor, BusError, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import Failure, SubtaskRequest, WeightsVersion
 
 __all__ = ["SubAgentActor", "start_sub_agents"]
 
 
-class SubAgentActor(BusActor):
+class SubAgentActor(AgentActor):
     """S on its engine; one actor per sub-agent process."""
 
     role = "sub-agent"
+    side = "sub"
 
     def __init__(self, bus: Bus, config: NodeConfig) -> None:
-        super().__init__(bus, name=f"sub-agent-{bus.node}")
-        self.config = config
-        self.pipeline = config.pipeline
-        self.pending: PendingBatch[tuple[SubtaskRequest, Delivery]] = PendingBatch(self.actor_ref, self.pipeline.sub_batch)
-        self.batches = 0
-        self.calls = CallStats()
+        super().__init__(bus, config, batch_size=config.pipeline.sub_batch)
 
     def handlers(self) -> dict:
         return {SubtaskRequest: self.on_request, WeightsVersion: self.on_weights}
 
     def on_start(self) -> None:
         super().on_start()
-        torch.set_num_threads(self.config.agents.torch_threads)
-        self.model = load_agent(self.config.agents.sub)
+        self.start_engine()
         # S's prompt lists search and visit with their schemas; the calls themselves go to tool actors.
         self.tools = build_tool_registry(self.config.tools, names=list(SUB_TOOLS))
         pipeline = self.pipeline
         self.execute_tools = bus_tool_executor(self.bus, SUB_TOOLS, timeout_s=pipeline.tool_timeout_s, caller=self.name, retries=pipeline.call_retries, stats=self.calls)
-        store = WeightsStore(self.bus, "sub", self.config.learners.weights, Path(tempfile.mkdtemp(prefix="mgrpo-sub-weights-")))
-        self.policy = PolicySync(self.bus, "sub", self.model.engine, store)
-        self.listen(self.bus.subjects.weights("sub"))
         self.listen(self.bus.subjects.subtask_requests, queue="sub-agents")
 
-    def on_request(self, request: SubtaskRequest, delivery: Delivery) -> Any:
-        self.pending.add((request, delivery))
-        return HOLD
-
-    def on_note(self, note: Any) -> Any:
-        if isinstance(note, RunBatch):
-            batch = self.pending.take()
-            if batch:
-                self._run(batch)
-            return None
-        return super().on_note(note)
-
-    def on_weights(self, announced: WeightsVersion, delivery: Delivery) -> None:
-        self.policy.load(announced)  # between batches: this actor runs one thing at a time
-
-    def _run(self, batch: list[tuple[SubtaskRequest, Delivery]]) -> None:
+    def run_batch(self, batch: list[tuple[SubtaskRequest, Delivery]]) -> None:
         try:  # sync mode: M names the sub policy version the step is rolled out with
             self.policy.ensure(max(r.sub_version for r, _ in batch))
         except BusError as exc:
             for _, delivery in batch:
                 self._fail(delivery, str(exc))  # retryable: M asks again (maybe another sub-agent)
             return
-        # Each process samples its own stream: two sub-agents given the same task must not answer alike.
-        seed = step_seed(self.config.run.seed, batch[0][0].step, self.batches, node_seed(self.bus.node))
-        self.batches += 1
+        seed = self.batch_seed(batch[0][0].step)
         try:
             outcomes = run_subtasks([r for r, _ in batch], self.model, self.tools, self.config.agents.sub, self.execute_tools, seed)
         except Exception as exc:
