@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast run bench clean
+.PHONY: install test test-fast run run-tiny bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ test-fast: install
 
 run: install
 	$(VENV)/bin/mgrpo run
+
+# The same job with the tiny models (seconds): every role, both learners, over NATS.
+run-tiny: install
+	$(VENV)/bin/mgrpo run --main tiny:main --sub tiny:sub --set tools.web_entities=150
 
 bench: install
 	$(VENV)/bin/mgrpo bench all
