@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.engines.weights import read_weights
 from mgrpo_actors.learner.checkpoints import Checkpoints
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.learner.weights import WeightsStore, save_weights
@@ -89,8 +90,6 @@ class LearnerActor(BusActor):
         assert isinstance(latest, WeightsVersion)
         if latest.version > self.applied["version"]:  # announced, then died before recording: it was applied
             self.applied = {**self.applied, "step": latest.step, "batch_id": "", "version": latest.version}
-        from mgrpo_actors.engines.weights import read_weights  # noqa: PLC0415 - only on resume
-
         path = self.store.fetch(latest)
         model.load_state_dict(read_weights(path), strict=False)
         self.store.release(path)

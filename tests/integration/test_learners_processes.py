@@ -6,6 +6,7 @@ and no learner receives anything of the other side."""
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from safetensors.torch import load_file
 
 from mgrpo_actors.models.loader import load_model
 from protocols import StepDone, Trajectory
+from tests.helpers import wait_until
 from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -61,10 +63,6 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
 
 
 def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_batch_once(nats_server, tmp_path, make_bus, run_id):
-    import signal
-
-    import torch as _torch
-
     bus = make_bus("test")
     events = EventLog(bus)
     steps = 4
@@ -76,8 +74,6 @@ def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_bat
         for role in TOPOLOGY:
             nodes.start(role, role, env=slow if role.endswith("agent") else None)
         wait_for_step = lambda: [e for e in events.kinds("sub.learned") if e.data["step"] >= 1]  # noqa: E731
-        from tests.helpers import wait_until
-
         wait_until(wait_for_step, timeout_s=200, what=lambda: nodes.output("sub-learner")[-2000:])
         nodes.procs["sub-learner"].send_signal(signal.SIGKILL)
         nodes.procs["sub-learner"].wait()
@@ -89,7 +85,7 @@ def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_bat
     for side in ("main", "sub"):
         ckpt = tmp_path / "runs" / run_id / "checkpoints" / side
         tag = (ckpt / "latest").read_text().strip()
-        record = _torch.load(ckpt / tag / "mp_rank_00_model_states.pt", weights_only=False)["record"]
+        record = torch.load(ckpt / tag / "mp_rank_00_model_states.pt", weights_only=False)["record"]
         assert record["history"] == [f"{run_id}-{side}-step{s}" for s in range(steps)], (side, record["history"])  # 1..N once each
         hf_model, _ = load_model(str(ckpt / tag / "hf"))  # a plain HF directory: transformers (and vLLM) load it
         assert sum(p.numel() for p in hf_model.parameters()) > 0
