@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast run run-tiny bench clean
+.PHONY: install test test-fast run run-tiny run-learn bench clean
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ run: install
 # The same job with the tiny models (seconds): every role, both learners, over NATS.
 run-tiny: install
 	$(VENV)/bin/mgrpo run --main tiny:main --sub tiny:sub --set tools.web_entities=150
+
+# Learning you can watch on a CPU (~1 min): two tiny models learn a rule through the whole pipeline.
+run-learn: install
+	$(VENV)/bin/mgrpo demo learn
 
 bench: install
 	$(VENV)/bin/mgrpo bench all

@@ -33,7 +33,7 @@ class AgentActor(BusActor):
         super().__init__(bus, name=f"{self.role}-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
-        self.pending: PendingBatch[tuple[Any, Delivery]] = PendingBatch(self.actor_ref, batch_size)
+        self.pending: PendingBatch[tuple[Any, Delivery]] = PendingBatch(self.actor_ref, batch_size, gather_s=self.pipeline.batch_gather_s)
         self.batches = 0
         self.calls = CallStats()
 

@@ -1,17 +1,21 @@
-"""`mgrpo`: the project's tools (mgrpo_actors/cli/) plus `run`, the main job, which composes roles."""
+"""`mgrpo`: the project's tools (mgrpo_actors/cli/) plus `run`, the main job, which composes roles, and
+`mgrpo demo` (actors/demo.py), small runs of that job that show learning, and `mgrpo bench steps`
+(actors/bench_steps.py), which times that job."""
 
 from __future__ import annotations
 
 import sys
 
-from actors import run
+from actors import demo, run
+from mgrpo_actors.cli import bench
 from mgrpo_actors.cli.main import main as tools_main
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return tools_main(argv, first=(run,))
+    bench.register("steps", "actors.bench_steps")
+    return tools_main(argv, first=(run, demo))
 
 
 if __name__ == "__main__":

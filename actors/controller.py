@@ -1,11 +1,17 @@
 """The controller: B rollout requests per step on the JetStream work queue, the next step once both
-sides are done with this one, the run finished after `pipeline.steps` steps (design.md §One training
-step, steps 1 and 6). Its cursor lives in KV, so a restarted controller resumes its step.
+sides are done with one, the run finished after `pipeline.steps` steps (design.md §One training step,
+steps 1 and 6). Its cursor lives in KV, so a restarted controller resumes its steps.
 
-Cursor (KV bucket `state`, key `controller.cursor`): {"step", "published", "ready": [sides], "finished",
-"versions": {side: newest policy version}}.
-Requests and plans are published with JetStream de-duplication ids, so a controller that died between
-publishing and writing its cursor can publish again without doubling anything.
+Sync mode: one step at a time; step n+1's requests name the policy versions step n produced. Async mode
+(design.md, asynchronous mode): up to `pipeline.max_staleness` steps beyond the oldest unfinished one are
+rolled out at once, each with the newest versions known when it is published; learners drop samples
+more than max_staleness versions behind. Stage 1 / stage 2 of a curriculum: the first
+`pipeline.stage1_steps` steps draw `pipeline.stage1_levels` questions (m-grpo.md §Training schedule).
+
+Cursor (KV bucket `state`, key `controller.cursor`): {"next": the next step to publish, "open": {step:
+[sides ready]} for the published, unfinished steps, "finished": bool, "versions": {side: newest policy
+version}}. Requests and plans are published with JetStream de-duplication ids, so a controller that
+died between publishing and writing its cursor can publish again without doubling anything.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import Any
 
 from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.reporting import publish_event
-from mgrpo_actors.pipeline.schedule import StepSchedule
+from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event
+from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
 
@@ -36,8 +42,8 @@ class ControllerActor(BusActor):
         self.config = config
         self.pipeline = config.pipeline
         self.cursor: dict[str, Any] = {}
-        self.step_started = 0.0
-        self.queries_done: set[str] = set()
+        self.started_at: dict[int, float] = {}  # step → when this controller saw it start
+        self.queries_done: dict[int, set[str]] = {}
 
     def handlers(self) -> dict:
         return {BatchReady: self.on_side_ready, StepDone: self.on_side_ready, QueryDone: self.on_query_done}
@@ -47,45 +53,59 @@ class ControllerActor(BusActor):
         self.schedule = step_schedule(self.config)
         self.state = self.bus.kv(self.bus.subjects.bucket("state"))
         raw = self.state.get(CURSOR_KEY)
-        self.cursor = json.loads(raw) if raw else {"step": 0, "published": False, "ready": [], "finished": False, "versions": {side: 0 for side in SIDES}}
+        self.cursor = _cursor(json.loads(raw)) if raw else {"next": 0, "open": {}, "finished": False, "versions": {side: 0 for side in SIDES}}
         subjects = self.bus.subjects
         # step.aligned.<side> and step.done.<side> (not step.start, which is the controller's own).
         self.consume(subjects.stream("steps"), "controller", subject=f"{subjects.root}.step.*.*", ack_wait_s=self.pipeline.ack_wait_s)
         self.listen(subjects.rollout_done)
         if self.cursor["finished"]:
-            self.log.info("run already finished", steps=self.cursor["step"])
-            publish_event(self.bus, "run.finished", f"run {self.bus.run_id} finished after {self.cursor['step']} steps", self.role, steps=self.cursor["step"])
+            self.log.info("run already finished", steps=self.cursor["next"])
+            publish_event(self.bus, RUN_FINISHED, f"run {self.bus.run_id} finished after {self.cursor['next']} steps", self.role, steps=self.cursor["next"])
             return
-        self._start_step(resumed=bool(raw))
+        for step in self._open_steps():
+            self.started_at[step] = time.time()
+            self.log.info("resuming step", step=step, ready=self.cursor["open"][str(step)])
+        self._publish_due(resumed=bool(raw))
 
     def _save(self) -> None:
         self.state.put(CURSOR_KEY, json.dumps(self.cursor).encode())
 
-    def _start_step(self, resumed: bool = False) -> None:
-        step = self.cursor["step"]
-        self.step_started = time.time()
-        self.queries_done = set()
-        if self.cursor["published"]:
-            self.log.info("resuming step", step=step, ready=self.cursor["ready"])
-            return
+    def _open_steps(self) -> list[int]:
+        return sorted(int(step) for step in self.cursor["open"])
+
+    def _publish_due(self, resumed: bool = False) -> None:
+        """Publish every step the window allows: none open in sync mode, up to max_staleness ahead in async."""
+        while self.cursor["next"] < self.pipeline.steps:
+            open_steps = self._open_steps()
+            if open_steps and self.cursor["next"] > open_steps[0] + self.pipeline.steps_ahead:
+                return
+            self._start_step(self.cursor["next"], resumed)
+
+    def _start_step(self, step: int, resumed: bool) -> None:
+        self.started_at[step] = time.time()
+        self.queries_done[step] = set()
         questions = self.schedule.step(step)
         subjects, k = self.bus.subjects, self.pipeline.rollouts_per_query
         versions = self.cursor["versions"]  # the newest policies: sync mode rolls step n+1 out with step n's weights
         plan = StepPlan(run_id=self.bus.run_id, step=step, query_ids=[q.id for q in questions], num_rollouts=k, main_version=versions["main"],
-                        sub_version=versions["sub"], started_at=self.step_started)  # fmt: skip
+                        sub_version=versions["sub"], started_at=self.started_at[step])  # fmt: skip
         self.bus.js_publish(subjects.step_start, plan, msg_id=f"plan-{step}")
         for q in questions:
             request = RolloutRequest(run_id=self.bus.run_id, step=step, query_id=q.id, question=q.question, answers=q.answers, num_rollouts=k,
                                      main_version=versions["main"], sub_version=versions["sub"], metadata={"kind": q.kind, "level": q.level})  # fmt: skip
             self.bus.js_publish(subjects.rollout_requests, request, msg_id=f"request-{step}-{q.id}")
-        self.cursor["published"] = True
+        self.cursor["open"][str(step)] = []
+        self.cursor["next"] = step + 1
         self._save()
-        publish_event(self.bus, "step.started", f"step {step}: {len(questions)} queries × {k} rollouts" + (" (resumed)" if resumed else ""), self.role, step=step, queries=plan.query_ids)
+        stage = f", stage {self.schedule.stage(step)}" if self.pipeline.stage1_steps else ""
+        publish_event(self.bus, "step.started", f"step {step}: {len(questions)} queries × {k} rollouts{stage}" + (" (resumed)" if resumed else ""),
+                      self.role, step=step, queries=plan.query_ids, stage=self.schedule.stage(step), versions=dict(versions))  # fmt: skip
 
     def on_query_done(self, done: QueryDone, delivery: Delivery) -> None:
-        if done.step == self.cursor["step"]:
-            self.queries_done.add(done.query_id)
-            self.log.info("query done", step=done.step, query=done.query_id, done=len(self.queries_done), of=self.pipeline.queries_per_step, sub_calls=done.sub_calls, failed=done.failed_rollouts)
+        if str(done.step) in self.cursor["open"]:
+            seen = self.queries_done.setdefault(done.step, set())
+            seen.add(done.query_id)
+            self.log.info("query done", step=done.step, query=done.query_id, done=len(seen), of=self.pipeline.queries_per_step, sub_calls=done.sub_calls, failed=done.failed_rollouts)
 
     def gate(self, side: str) -> type:
         """What ends a step for a side: its learner's StepDone, or its BatchReady (frozen agent, or no learners)."""
@@ -97,31 +117,48 @@ class ControllerActor(BusActor):
             self.cursor["versions"][message.side] = max(message.version, self.cursor["versions"][message.side])
         if not isinstance(message, self.gate(message.side)):
             return
-        if self.cursor["finished"] or message.step != self.cursor["step"] or message.side in self.cursor["ready"]:
+        ready = self.cursor["open"].get(str(message.step))
+        if self.cursor["finished"] or ready is None or message.side in ready:
             return  # an earlier step's, or a repeat: nothing to do (acked)
-        self.cursor["ready"] = sorted({*self.cursor["ready"], message.side})
-        self._save()
-        if set(self.cursor["ready"]) == set(SIDES):
-            self._finish_step()
-
-    def _finish_step(self) -> None:
-        step = self.cursor["step"]
-        seconds = time.time() - self.step_started
-        publish_event(self.bus, "step.finished", f"step {step} finished in {seconds:.1f} s", self.role, step=step, seconds=seconds)
-        done = step + 1 >= self.pipeline.steps
-        self.cursor = {"step": step + 1, "published": False, "ready": [], "finished": done, "versions": self.cursor["versions"]}
-        self._save()
-        if done:
-            publish_event(self.bus, "run.finished", f"run {self.bus.run_id} finished after {step + 1} steps", self.role, steps=step + 1)
-            self.log.info("run finished", steps=step + 1)
+        self.cursor["open"][str(message.step)] = sorted({*ready, message.side})
+        if set(self.cursor["open"][str(message.step)]) == set(SIDES):
+            self._finish_step(message.step)
         else:
-            self._start_step()
+            self._save()
+        if not self.cursor["finished"]:
+            self._publish_due()
+
+    def _finish_step(self, step: int) -> None:
+        """Close the step in the cursor and save it, then say so: a controller that dies in between never
+        announced an end its cursor lacks (restarted after the last step, it says the run finished)."""
+        seconds = time.time() - self.started_at.pop(step, time.time())
+        self.queries_done.pop(step, None)
+        del self.cursor["open"][str(step)]
+        self.cursor["finished"] = self.cursor["next"] >= self.pipeline.steps and not self.cursor["open"]
+        self._save()
+        publish_event(self.bus, "step.finished", f"step {step} finished in {seconds:.1f} s", self.role, step=step, seconds=seconds)
+        if self.cursor["finished"]:
+            publish_event(self.bus, RUN_FINISHED, f"run {self.bus.run_id} finished after {self.cursor['next']} steps", self.role, steps=self.cursor["next"])
+            self.log.info("run finished", steps=self.cursor["next"])
 
 
-def step_schedule(config: NodeConfig) -> StepSchedule:
-    """The run's questions per step; ValueError naming the key if the dataset cannot fill a step."""
-    questions = load_task_questions(config.pipeline, config.tools).training(config.pipeline)
-    return StepSchedule(questions, config.pipeline.queries_per_step, config.run.seed, config.pipeline.shuffle)
+def _cursor(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved cursor in today's form (one saved before async mode had {step, published, ready})."""
+    if "next" in saved:
+        return saved
+    step, published = saved["step"], saved["published"]
+    return {"next": step + 1 if published else step, "open": {str(step): saved["ready"]} if published else {},
+            "finished": saved["finished"], "versions": saved["versions"]}  # fmt: skip
+
+
+def step_schedule(config: NodeConfig) -> CurriculumSchedule:
+    """The run's questions per step (stage 1, then stage 2); ValueError naming the key if the dataset
+    cannot fill a step."""
+    pipeline, seed = config.pipeline, config.run.seed
+    questions = load_task_questions(pipeline, config.tools)
+    stage1 = StepSchedule(questions.training(pipeline, stage=1), pipeline.queries_per_step, seed, pipeline.shuffle) if pipeline.stage1_steps else None
+    stage2 = StepSchedule(questions.training(pipeline), pipeline.queries_per_step, seed, pipeline.shuffle)
+    return CurriculumSchedule(stage1, pipeline.stage1_steps, stage2)
 
 
 def start_controller(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

@@ -6,9 +6,15 @@ A batch (all its chunks) is acked only once it is applied and its step recorded 
 (`learners.<side>.checkpoint_every`; model, optimizer and the applied batch ids under
 <run dir>/checkpoints/<side>, with a plain HF model directory): a learner killed before that gets the
 batch again and, restarted from the checkpoint, applies it then: nothing applied twice, nothing
-skipped. A redelivered batch of a checkpointed step is only acked. Without checkpoints
+skipped. A redelivered batch of a checkpointed step is only acked (and its StepDone sent again, in case the
+learner died before sending it; the de-duplication id drops a repeat). Without checkpoints
 (`checkpoint_every: 0`) a batch is acked once applied and recorded in KV, and a restarted learner
 resumes from the latest version its side announced (with a fresh optimizer).
+
+Batches are applied in step order. In async mode (`pipeline.mode: async`) samples generated more than
+`pipeline.max_staleness` policy versions before the learner's current one are dropped (weight 0) and
+counted (`stale_dropped`); the others keep the behaviour logprobs they were sampled with, so the
+ratio corrects for their age (m-grpo.md §Objective).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import torch
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.engines.weights import read_weights
+from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
 from mgrpo_actors.learner.checkpoints import Checkpoints
+from mgrpo_actors.learner.ranks import lead, stop_followers
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.learner.weights import WeightsStore, save_weights
 from mgrpo_actors.models.loader import load_model
@@ -53,8 +61,10 @@ class LearnerActor(BusActor):
         self.config = config
         self.cfg = getattr(config.learners, side)
         self.chunks: dict[str, list[tuple[AlignedBatch, Delivery]]] = {}
+        self.complete: dict[int, str] = {}  # step → batch id of a batch with all its chunks, not applied yet
         self.applied: dict[str, Any] = {"step": -1, "batch_id": "", "version": 0, "history": []}
         self.unacked: list[Delivery] = []  # applied, waiting for the next checkpoint
+        self.stepped = False  # the batch being applied has changed the weights (no retry in this process)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
     def handlers(self) -> dict:
@@ -71,12 +81,25 @@ class LearnerActor(BusActor):
         self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)
         if self.checkpoints.latest() is None:
             self._resume(model)
+        elif self.state.get(f"learner.{self.side}") is None:
+            # Every checkpoint follows a KV record in the same NATS store: this one is an earlier run's.
+            raise RuntimeError(f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, but this run's "
+                               "NATS state is new: use another run.id or run.dir, or delete that directory")  # fmt: skip
         self.trainer = PolicyTrainer(model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
         record = self.checkpoints.load(self.trainer)
         if record is not None:
             self.applied = record
             self.log.info("learner resumed from its checkpoint", step=record["step"], version=record["version"])
+        lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
         self.consume(subjects.stream(f"batch-{self.side}"), f"{self.side}-learner", batch=10_000, max_ack_pending=10_000, ack_wait_s=self.config.pipeline.ack_wait_s)
+
+    def on_stop(self) -> None:
+        super().on_stop()
+        stop_followers(getattr(self, "trainer", None))  # the learner's other ranks, if any, exit with it
+
+    def on_failure(self, *exc_info: Any) -> None:
+        super().on_failure(*exc_info)
+        stop_followers(getattr(self, "trainer", None))  # a failed learner's other ranks must not wait for it
 
     def _resume(self, model: torch.nn.Module) -> None:
         """Pick up where this side's learner was: the applied step from KV, the weights it last announced."""
@@ -99,29 +122,53 @@ class LearnerActor(BusActor):
         if chunk.side != self.side:
             raise ValueError(f"a {chunk.side!r} batch on the {self.side} batch stream")
         if chunk.step <= self.applied["step"]:
-            return None  # applied before (a redelivery after a restart): ack, never apply twice
+            self._report_again(chunk)  # applied before (a redelivery after a restart): never apply twice
+            return None
         held = self.chunks.setdefault(chunk.batch_id, [])
         if any(c.chunk == chunk.chunk for c, _ in held):
             return None  # the same chunk again
         held.append((chunk, delivery))
         if len(held) == chunk.num_chunks:
-            self._try_apply(chunk.batch_id)
+            self.complete[chunk.step] = chunk.batch_id
+            self._apply_due()
         return HOLD
 
-    def _try_apply(self, batch_id: str) -> None:
-        """Apply a complete batch; if that fails, hand every chunk back. A failure that is not the bus's
-        ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
+    def _report_again(self, chunk: AlignedBatch) -> None:
+        """StepDone for a step applied before: a learner killed between its checkpoint and its report
+        must still tell the controller (the de-duplication id drops the repeat of a report that went out).
+        Steps are applied in order, one version each, so step s made version `version - (step - s)`."""
+        version = self.applied["version"] - (self.applied["step"] - chunk.step)
+        done = StepDone(run_id=self.bus.run_id, side=self.side, step=chunk.step, batch_id=chunk.batch_id, version=version, loss=0.0, stats={"reported_again": 1.0})
+        self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{chunk.batch_id}")
+
+    def _apply_due(self) -> None:
+        """Apply complete batches in step order (async mode can finish step n+1's batch first): a later
+        step waits for the one before it, so the applied batch ids run 0, 1, 2, … with no gap."""
+        while (step := self.applied["step"] + 1) in self.complete:
+            if not self._try_apply(self.complete.pop(step)):
+                return
+        if self.complete:
+            self.log.info("batches wait for an earlier step", waiting=sorted(self.complete), next_step=self.applied["step"] + 1)
+
+    def _try_apply(self, batch_id: str) -> bool:
+        """Apply a complete batch; if that fails, hand every chunk back (False). A failure that is not the
+        bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
         held = self.chunks.pop(batch_id)
+        self.stepped = False
         try:
             self._apply(batch_id, held)
+            return True
         except Exception as exc:
             for _, delivery in held:
                 delivery.nak(delay_s=1.0)
-            if not is_transient(exc):
+            # After the optimizer step nothing may retry in this process (it would apply the batch twice):
+            # the restarted learner resumes from its checkpoint or KV record instead.
+            if self.stepped or not is_transient(exc):
                 self.log.error("batch could not be applied", batch_id=batch_id, error=f"{type(exc).__name__}: {exc}")
                 self.actor_ref.tell(_Fatal(f"{type(exc).__name__}: {exc}"))
             else:
                 self.log.warning("batch handed back after a passing failure", batch_id=batch_id, error=str(exc))
+            return False
 
     def on_note(self, note: Any) -> Any:
         if isinstance(note, _Fatal):
@@ -130,7 +177,10 @@ class LearnerActor(BusActor):
 
     def _apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> None:
         batch = join_chunks([c for c, _ in held])
-        stats = self.trainer.apply(batch)
+        pipeline = self.config.pipeline
+        batch, stale = drop_stale(batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None)
+        stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
+        self.stepped = True
         version = self.applied["version"] + 1
         path = save_weights(self.trainer.full_state_dict(), self.trainer.module, self.scratch / f"v{version}.safetensors")
         announced = self.store.publish(path, version, batch.step)
@@ -146,12 +196,13 @@ class LearnerActor(BusActor):
             for delivery in self.unacked:
                 delivery.ack()
             self.unacked = []
-        figures = stats.as_dict()
-        done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
-        self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}")
+        figures = {**stats.as_dict(), "stale_dropped": stale}
+        # The figures go out before StepDone: whoever shows the step finished has the learner's figures.
         publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)
         publish_event(self.bus, f"{self.side}.learned", f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
                       self.role, step=batch.step, version=version, **figures)  # fmt: skip
+        done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
+        self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}")
 
 
 def start_main_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

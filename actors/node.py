@@ -1,8 +1,13 @@
 """`mgrpo-node`: the composition root. Starts the actors of the requested roles on one bus.
 
     mgrpo-node --role tool --config deploy/configs/default.yaml --nats nats://host:4222 --run-id r1
-    mgrpo-node --role all            # every built role in one process, on an embedded nats-server,
+    mgrpo-node --role all            # every role but the monitor in one process, on an embedded nats-server,
                                      # until the run is finished
+    torchrun --nproc-per-node 2 -m actors.node --role sub-learner --config FILE --nats URL --run-id r1
+
+A learner may run as several ranks under a launcher (torchrun, deepspeed; WORLD_SIZE > 1), one learner
+role per node: rank 0 is the node on NATS (batches, weights, KV, acks); ranks > 0 never connect to
+NATS and follow rank 0 (mgrpo_actors/learner/ranks.py), so no gradient leaves the learner's ranks.
 
 Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
 config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later), 1 when
@@ -25,29 +30,29 @@ from typing import Any, Callable
 import yaml
 
 from actors.node_info import NodeInfoActor
-from actors.roles import ROLES, expand_roles, role_streams, unbuilt_roles
+from actors.roles import ROLES, expand_roles, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
+from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
 
-__all__ = ["build_parser", "main", "start_roles", "stop_actors"]
+__all__ = ["build_parser", "follower_side", "main", "start_roles", "stop_actors"]
 
 EXIT_USAGE = 2
 EXIT_NATS = 3
 EXIT_FAILED = 1
-RUN_FINISHED = "run.finished"  # the controller's event at the end of the run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    roles_help = "\n".join(f"  {name:<13} {spec.summary}" + ("" if spec.start else f" [not built yet: {spec.comes_with}]") for name, spec in ROLES.items())
+    roles_help = "\n".join(f"  {name:<13} {spec.summary}" for name, spec in ROLES.items())
     parser = argparse.ArgumentParser(
         prog="mgrpo-node",
         description="Start the actors of one or more roles of an M-GRPO run on a NATS bus.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"roles:\n{roles_help}\n  all           every built role in one process (embedded NATS unless --nats), until the run is finished",
+        epilog=f"roles:\n{roles_help}\n  all           every role but the monitor in one process (embedded NATS unless --nats), until the run is finished",
     )
     parser.add_argument("--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)")
     parser.add_argument("--config", metavar="FILE", help="YAML config file (defaults apply to keys it leaves out)")
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="node name in logs and pings (default: host-pid)")
     parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
     parser.add_argument("--resume", action="store_true", help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh")
-    parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all)")
+    parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all); with --role monitor: once the monitor has shown it and written its report")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     return parser
@@ -99,19 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         roles = expand_roles(args.role, config)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    missing = unbuilt_roles(roles)
-    if missing:
-        listed = "; ".join(f"{spec.name} (comes with {spec.comes_with})" for spec in missing)
-        built = ", ".join(name for name, spec in ROLES.items() if spec.start) or "none"
-        return _fail(f"role(s) not built yet: {listed}. Roles that run today: {built}", EXIT_USAGE)
     try:
         preflight(config, roles)
+        follows = follower_side(roles)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
     for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns):
         get_logger("mgrpo.node").warning(warning)
+    if follows is not None:  # rank > 0 of a learner: no NATS, rank 0 leads
+        from mgrpo_actors.learner.ranks import run_follower  # torch and DeepSpeed: only for learners
+
+        return run_follower(config, follows)
     everything = "all" in args.role
     until_finished = args.until_finished or everything
     return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished, resume=args.resume)
@@ -127,6 +132,17 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
         from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
 
         step_schedule(config)
+
+
+def follower_side(roles: list[str]) -> str | None:
+    """Under a launcher with several ranks: the side of the learner that this rank > 0 follows; None on
+    rank 0 or without a launcher. ValueError unless such a node runs exactly one learner role."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    if len(roles) != 1 or not roles[0].endswith("-learner"):
+        raise ValueError(f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), not {', '.join(roles)}")
+    return roles[0].removesuffix("-learner") if int(os.environ.get("RANK", "0")) > 0 else None
 
 
 def embedded_store(config: NodeConfig, resume: bool) -> Path:
@@ -194,7 +210,9 @@ def run_node(
         if watch is not None:
             watch(bus)  # before the roles start, so it sees the first step begin
         if until_finished:  # before the roles start: a controller whose run is over says so as it starts
-            bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop))
+            # A monitor (which may replay a run long finished) says when it has shown the end and written the report.
+            awaited = (MONITOR_REPORTED, name) if "monitor" in roles else (RUN_FINISHED, None)
+            bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop, *awaited))
         code = _start(bus, config, roles, actors)
         if code != 0 and lost.is_set():
             code = EXIT_NATS  # the start failed because NATS went away meanwhile
@@ -241,13 +259,14 @@ def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) ->
     return 0
 
 
-def _stop_when_finished(delivery: Any, stop: ShutdownSignal) -> None:
-    """On the bus thread: stop the node when the controller says the run is finished."""
+def _stop_when_finished(delivery: Any, stop: ShutdownSignal, kind: str = RUN_FINISHED, node: str | None = None) -> None:
+    """On the bus thread: stop the node on the event `kind` (from `node` if given): the controller's
+    run.finished, or this node's monitor having reported it."""
     try:
         event = decode(delivery.data)
     except ProtocolError:
         return
-    if isinstance(event, Event) and event.kind == RUN_FINISHED:
+    if isinstance(event, Event) and event.kind == kind and (node is None or event.node == node):
         stop.set()
 
 

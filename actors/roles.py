@@ -1,9 +1,5 @@
 """The role table: the roles a node can take (design.md §How people use it) and how each one starts
-its actors (each role's start function lives in its own module, actors/<role>.py).
-
-A role whose actors are not built yet is listed with what brings it, and refused by `mgrpo-node`
-rather than faked.
-"""
+its actors (each role's start function lives in its own module, actors/<role>.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "START_ORDER", "RoleSpec", "built_roles", "expand_roles", "role_streams", "roles_of_all", "unbuilt_roles"]
+__all__ = ["ROLES", "START_ORDER", "RoleSpec", "expand_roles", "role_streams", "roles_of_all"]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -23,19 +19,16 @@ StartFn = Callable[[Bus, NodeConfig, list[Any]], None]
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """One role: what it does and how its actors start (None while not built)."""
+    """One role: what it does and how its actors start."""
 
     name: str
     summary: str
-    # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch); None while not built.
-    start: str | None = None
-    comes_with: str = ""
+    start: str  # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch)
     streams: tuple[str, ...] = ()  # the run's streams this role reads or writes (created if missing)
+    in_all: bool = True  # started by `--role all` (the monitor is not: `mgrpo run` has its own view)
 
     def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any]) -> None:
         """Start the role's actors into `started`."""
-        if self.start is None:
-            raise ValueError(f"role {self.name!r} is not built yet (comes with {self.comes_with})")
         module, _, function = self.start.partition(":")
         start: StartFn = getattr(importlib.import_module(module), function)
         start(bus, config, started)
@@ -52,7 +45,7 @@ ROLES: dict[str, RoleSpec] = {
         RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)", start="actors.sub_aligner:start_sub_aligner", streams=("steps", "stats", "traj-sub", "batch-sub")),
         RoleSpec("main-learner", "DeepSpeed learner of the main agent (one per run)", start="actors.learner:start_main_learner", streams=("batch-main", "steps")),
         RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent (one per run)", start="actors.learner:start_sub_learner", streams=("batch-sub", "steps")),
-        RoleSpec("monitor", "live terminal view of metrics and events", comes_with="the monitoring issue"),
+        RoleSpec("monitor", "live terminal view of a run: replays its metrics and events from the start, then follows them", start="actors.monitor:start_monitor", in_all=False),
     )
 }
 
@@ -71,14 +64,10 @@ def role_streams(roles: list[str]) -> list[str]:
     return list(dict.fromkeys([*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]))
 
 
-def built_roles() -> list[str]:
-    return [name for name, spec in ROLES.items() if spec.start is not None]
-
-
-def roles_of_all(config: NodeConfig) -> list[str]:
-    """What `--role all` starts: every built role, but no learner for a frozen agent."""
-    frozen = {f"{side}-learner" for side in ("main", "sub") if getattr(config.learners, side).frozen}
-    return [role for role in built_roles() if role not in frozen]
+def roles_of_all(config: NodeConfig | None = None) -> list[str]:
+    """What `--role all` starts: every role but the monitor, no learner for a frozen agent."""
+    frozen = {f"{side}-learner" for side in ("main", "sub") if config is not None and getattr(config.learners, side).frozen}
+    return [role for role, spec in ROLES.items() if role not in frozen and spec.in_all]
 
 
 def expand_roles(requested: list[str], config: NodeConfig | None = None) -> list[str]:
@@ -86,9 +75,6 @@ def expand_roles(requested: list[str], config: NodeConfig | None = None) -> list
     unknown = [r for r in requested if r != "all" and r not in ROLES]
     if unknown:
         raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join([*ROLES, 'all'])}")
-    wanted = set(roles_of_all(config) if config else built_roles()) if "all" in requested else set(requested)
+    wanted = set(roles_of_all(config)) if "all" in requested else set(requested)
     return [r for r in START_ORDER if r in wanted]
 
-
-def unbuilt_roles(roles: list[str]) -> list[RoleSpec]:
-    return [ROLES[r] for r in roles if ROLES[r].start is None]

@@ -1,7 +1,8 @@
 """`mgrpo run` (`make run`): the main job on one machine: `mgrpo-node --role all` on an embedded
-nats-server, with a live view of the run and a summary at the end.
+nats-server, with a live view of the run (actors/run_view.py) and at the end a summary table and,
+in the run directory `<run.dir>/<run.id>/`, summary.json (per-step rows) and rewards.png.
 
-Every built role runs in this one process, talking only over NATS (the same actors a multi-server
+Every role (but the monitor: this command has its own view) runs in this one process, talking only over NATS (the same actors a multi-server
 run starts with `mgrpo-node --role …`): the controller publishes B rollout requests per step, the
 main agent (M on its own model) rolls each query out K times and delegates subtasks to the sub-agent
 (S on its own model), whose search/visit calls go to the tool actors; both aligners turn the step's
@@ -38,7 +39,6 @@ __all__ = ["add_parser", "run_job"]
 def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
     """The whole run in this process; returns the exit code."""
     roles = expand_roles(["all"], config)
-    missing = [name for name, spec in ROLES.items() if spec.start is None]
     view = RunView(console, config)
     console.print(f"run {config.run.id!r}: M {config.agents.main.model}, S {config.agents.sub.model}")
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
@@ -46,13 +46,18 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
                   f"D = {config.algo.alignment.d} ({config.algo.alignment.mode}); loading models…")  # fmt: skip
     started = time.perf_counter()
     code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume)
-    view.summary(time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    view.summary(seconds)
+    if view.log.steps:
+        try:
+            view.write_report(seconds=seconds)  # <run.dir>/<run.id>/summary.json and rewards.png
+        except Exception as exc:  # the run itself is done: say so, do not fail it
+            console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
     learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:
         frozen = [side for side in ("main", "sub") if f"{side}-learner" not in learners]
         trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
-        console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else "") +
-                      (f"; not built yet: {', '.join(missing)}" if missing else ""))  # fmt: skip
+        console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""))
     return code
 
 

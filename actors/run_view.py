@@ -1,96 +1,146 @@
-"""`mgrpo run`'s live view: one line per event of the run as it happens (built from what the run
-publishes on NATS: events and query progress), and a per-step summary table at the end."""
+"""The live view of a run (`mgrpo run`, `mgrpo-node --role monitor`): one line per event as it happens,
+a short block per finished step (rewards of both agents, d_k, D, clip fractions, tokens/s, time per
+phase), and at the end the per-step tables and the run's files (summary.json, rewards.png).
+
+Built only from what the run publishes for people (events and query progress, mgrpo_actors/monitoring/
+steps.py says which figure comes from where), so the same view is fed live from core subjects
+(`attach`, what `mgrpo run` does) or from a replay of the run's metrics stream (`feed`, the monitor).
+"""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.monitoring import StepLog, write_report
+from mgrpo_actors.monitoring.steps import StepRecord
 from mgrpo_actors.runtime import Bus, Delivery
-from protocols import Event, ProtocolError, QueryDone, decode
+from protocols import Event, ProtocolError, QueryDone, decode_envelope
 
 __all__ = ["RunView"]
 
 
 class RunView:
-    """Prints the run's progress; `attach(bus)` subscribes it (callbacks run on the bus thread: print only)."""
+    """Prints the run's progress; thread-safe (`attach`'s callbacks run on the bus thread: print only)."""
 
     def __init__(self, console: Console, config: NodeConfig) -> None:
         self.console = console
         self.config = config
-        self.steps: dict[int, dict[str, Any]] = {}
+        self.log = StepLog()
         self._lock = threading.Lock()
 
     def attach(self, bus: Bus) -> None:
-        bus.subscribe(bus.subjects.events, self._on_message)
-        bus.subscribe(bus.subjects.rollout_done, self._on_message)
+        """Follow the run live on core subjects (from now on)."""
+        bus.subscribe(bus.subjects.events, self._on_delivery)
+        bus.subscribe(bus.subjects.rollout_done, self._on_delivery)
 
-    def _on_message(self, delivery: Delivery) -> None:
+    def _on_delivery(self, delivery: Delivery) -> None:
+        self.feed(delivery.data)
+
+    def feed(self, data: bytes) -> str | None:
+        """Show one raw message of the run (other types and what does not decode are skipped); returns
+        the kind of an Event, else None."""
         try:
-            message = decode(delivery.data)
+            envelope = decode_envelope(data, self.config.nats.max_message_bytes)
         except ProtocolError:
-            return
+            return None
+        message = envelope.message
         with self._lock:
             if isinstance(message, QueryDone):
+                self.log.add_query_done(message, envelope.sent_at)
                 self._query_done(message)
             elif isinstance(message, Event):
-                self._event(message)
+                self._event(message, envelope.sent_at)
+                return message.kind
+        return None
+
+    def _print(self, text: str, style: str | None = None) -> None:
+        # Text off the wire is not markup; whole lines: a terminal wraps them if it must, a log file keeps them.
+        self.console.print(text, style=style, markup=False, soft_wrap=True)
 
     def _query_done(self, done: QueryDone) -> None:
         failed = f", {done.failed_rollouts} failed" if done.failed_rollouts else ""
-        self.console.print(f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)")
+        self._print(f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)")
 
-    def _event(self, event: Event) -> None:
+    def _event(self, event: Event, sent_at: float) -> None:
         data = event.data
-        step = data.get("step")
+        record = self.log.add_event(event, sent_at)
         if event.kind == "step.started":
-            self.console.rule(f"step {step}")
-            self.console.print(event.message)
+            self.console.rule(escape(f"step {data.get('step')}"))
+            self._print(event.message)
         elif event.kind in ("main.batch", "sub.batch"):
-            side = event.kind.split(".")[0]
-            self.steps.setdefault(step, {})[side] = data
-            self.console.print(_batch_line(side, data))
+            self._print(_batch_line(event.kind.split(".")[0], data))
         elif event.kind in ("main.learned", "sub.learned"):
-            side = event.kind.split(".")[0]
-            self.steps.setdefault(step, {})[f"{side}_learner"] = data
-            self.console.print(f"  {side} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
+            self._print(f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
                                f"{_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, {_f(data.get('seconds'), 1)} s")  # fmt: skip
         elif event.kind == "step.finished":
-            self.steps.setdefault(step, {})["seconds"] = data.get("seconds", 0.0)
-            self.console.print(f"[bold]{event.message}[/bold]")
+            self._print(event.message, style="bold")
+            if record is not None:
+                self._print(step_line(record))
         elif event.kind == "run.finished":
-            self.console.print(f"[bold]{event.message}[/bold]")
+            self._print(event.message, style="bold")
         elif event.level in ("warning", "error"):
-            self.console.print(f"[{event.level}] {event.message}")
+            self._print(f"{event.level}: {event.message}", style="yellow" if event.level == "warning" else "red")
 
-    def summary(self, seconds: float) -> None:
-        """The per-step table and the run's wall time."""
-        table = Table(title=f"run {self.config.run.id!r}: {len(self.steps)} steps in {seconds:.1f} s")
-        for column in ("step", "R_M", "M correct", "R_S", "D", "d_k", "dup/ph/drop", "loss M / S", "version M / S", "seconds"):
-            table.add_column(column, justify="right")
-        for step in sorted(self.steps):
-            row = self.steps[step]
-            main, sub = row.get("main", {}), row.get("sub", {})
-            main_learner, sub_learner = row.get("main_learner", {}), row.get("sub_learner", {})
-            table.add_row(
-                str(step), _f(main.get("reward_mean")), _f(main.get("r_correct_mean")), _f(sub.get("reward_mean")), _i(sub.get("d")),
-                _f(sub.get("dk_mean"), 2), f"{_i(sub.get('duplicates'))}/{_i(sub.get('placeholders'))}/{_i(sub.get('dropped'))}",
-                f"{_f(main_learner.get('loss'), 4)} / {_f(sub_learner.get('loss'), 4)}",
-                f"{_i(main_learner.get('version'))} / {_i(sub_learner.get('version'))}", _f(row.get("seconds"), 1),
-            )  # fmt: skip
-        self.console.print(table)
+    def summary(self, seconds: float | None = None) -> None:
+        """The per-step tables (rewards and alignment; learners and time per phase: each fits 80
+        columns) and the run's time (default: first step started → run finished)."""
+        with self._lock:
+            rows = self.log.rows()
+            seconds = self.log.run_seconds if seconds is None else seconds
+        took = f" in {seconds:.1f} s" if seconds is not None else ""
+        rewards = _table(escape(f"run {self.config.run.id!r}: {len(rows)} steps{took}"), ("step", "R_M", "M correct", "M format ok", "R_S", "D", "d_k", "dup/ph/drop"))
+        learning = _table("learners; M's generated tokens/s; seconds per phase", ("step", "loss M", "loss S", "clip M", "clip S", "M tok/s", "rollout", "align", "learn", "total"))
+        for row in rows:
+            rewards.add_row(str(row["step"]), _f(row["main_reward_mean"]), _f(row["main_correct"]), _f(row["main_format_ok"]), _f(row["sub_reward_mean"]),
+                            _i(row["d"]), _f(row["dk_mean"], 2), f"{_i(row['duplicates'])}/{_i(row['placeholders'])}/{_i(row['dropped'])}")  # fmt: skip
+            learning.add_row(str(row["step"]), _f(row["main_loss"], 4), _f(row["sub_loss"], 4), _f(row["main_clip_fraction"]), _f(row["sub_clip_fraction"]),
+                             _f(row["main_gen_tokens_per_s"], 0), _f(row["rollout_s"], 1), _f(row["align_s"], 1), _f(row["learn_s"], 1), _f(row["seconds"], 1))  # fmt: skip
+        self.console.print(rewards)
+        self.console.print(learning)
+
+    def write_report(self, run_dir: Path | None = None, seconds: float | None = None) -> list[Path]:
+        """summary.json and rewards.png in the run directory (default `<run.dir>/<run.id>`); prints their paths."""
+        run_dir = Path(self.config.run.dir) / self.config.run.id if run_dir is None else run_dir
+        with self._lock:
+            rows = self.log.rows()
+            seconds = self.log.run_seconds if seconds is None else seconds
+        paths = write_report(rows, run_dir, self.config.run.id, seconds)
+        self._print("run report: " + ", ".join(str(path) for path in paths))
+        return paths
 
 
-def _f(value: Any, digits: int = 3) -> str:
-    return "" if value is None else f"{float(value):.{digits}f}"
+def step_line(record: StepRecord) -> str:
+    """A finished step in three lines of about 80 characters (figures not published show as -)."""
+    r = record.row()
+    return (f"  step {r['step']}: R_M {_f(r['main_reward_mean'], d='-')}, R_S {_f(r['sub_reward_mean'], d='-')}, M correct {_f(r['main_correct'], d='-')}; "
+            f"d_k {_f(r['dk_mean'], 2, '-')}, D {_i(r['d'], '-')}\n"
+            f"    clip M {_f(r['main_clip_fraction'], d='-')}, S {_f(r['sub_clip_fraction'], d='-')}; tokens/s: M generated "
+            f"{_f(r['main_gen_tokens_per_s'], 1, '-')}, learners M {_f(r['main_learner_tokens_per_s'], 0, '-')}, S {_f(r['sub_learner_tokens_per_s'], 0, '-')}\n"
+            f"    seconds: rollout {_f(r['rollout_s'], 1, '-')}, alignment {_f(r['align_s'], 1, '-')}, learners {_f(r['learn_s'], 1, '-')}, "
+            f"step {_f(r['seconds'], 1, '-')}")  # fmt: skip
 
 
-def _i(value: Any) -> str:
-    return "" if value is None else str(int(value))
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in columns:
+        table.add_column(column, justify="right")
+    return table
+
+
+def _f(value: Any, digits: int = 3, d: str = "") -> str:
+    return d if value is None else f"{float(value):.{digits}f}"
+
+
+def _i(value: Any, d: str = "") -> str:
+    return d if value is None else str(int(value))
 
 
 def _batch_line(side: str, data: dict[str, Any]) -> str:

@@ -25,6 +25,8 @@ def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("NATS_URL", None)
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)  # a learner run in the test process must not hand its process group to others
     return env
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +105,13 @@ def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
         total = info.state.messages
         psub = await bus._js.pull_subscribe(subject, stream=stream)
         found: list[bytes] = []
+        deadline = time.monotonic() + 30  # a loaded machine may take more than one fetch timeout
         try:
-            while len(found) < total:
+            while len(found) < total and time.monotonic() < deadline:
                 try:
                     msgs = await psub.fetch(min(256, total - len(found)), timeout=2)
-                except (asyncio.TimeoutError, Exception):
-                    break
+                except asyncio.TimeoutError:
+                    continue
                 for msg in msgs:
                     found.append(msg.data)
                     await msg.ack()

@@ -88,14 +88,16 @@ class TaskQuestions:
         self.splits = splits
         self.by_id = {q.id: q for split in splits.values() for q in split}
 
-    def training(self, pipeline: PipelineConfig) -> list[Question]:
-        """The questions the controller draws from: the configured split, filtered by level."""
+    def training(self, pipeline: PipelineConfig, stage: int = 2) -> list[Question]:
+        """The questions the controller draws from: the configured split, filtered by the stage's levels
+        (`pipeline.stage1_levels` for stage 1 of a curriculum, `pipeline.levels` otherwise)."""
+        key, levels = ("pipeline.stage1_levels", pipeline.stage1_levels) if stage == 1 else ("pipeline.levels", pipeline.levels)
         questions = self.splits.get(pipeline.split, [])
-        if pipeline.levels is not None:
-            questions = [q for q in questions if q.level in pipeline.levels]
+        if levels is not None:
+            questions = [q for q in questions if q.level in levels]
         if not questions:
-            levels = "" if pipeline.levels is None else f" with pipeline.levels {pipeline.levels}"
-            raise ValueError(f"pipeline.split {pipeline.split!r}{levels} selects no questions of pipeline.dataset {pipeline.dataset!r}")
+            named = "" if levels is None else f" with {key} {levels}"
+            raise ValueError(f"pipeline.split {pipeline.split!r}{named} selects no questions of pipeline.dataset {pipeline.dataset!r}")
         return questions
 
 

@@ -133,11 +133,15 @@ class ObjectiveConfig:
     kl_estimator: KLEstimator = "k3"
     # Log-ratios are clamped to [-c, c] before exp() so one wild token cannot overflow ([ours]: 20).
     log_ratio_clamp: float = 20.0
+    # 1 trains towards the reward; -1 flips every advantage, a control run that must not learn (catches
+    # sign, masking and weight-sync errors; [ours]: 1).
+    advantage_sign: int = 1
 
     def __post_init__(self) -> None:
         _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
         _require(self.eps_high > 0.0, f"objective.eps_high must be > 0, got {self.eps_high!r}")
         _require_choice("objective.ratio", self.ratio, ("token", "sequence", "sequence-mean"))
+        _require(self.advantage_sign in (1, -1), f"objective.advantage_sign must be 1 or -1, got {self.advantage_sign!r}")
         _require_choice(
             "objective.aggregation",
             self.aggregation,

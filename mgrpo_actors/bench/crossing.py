@@ -48,7 +48,7 @@ def _job(url: str, audit_dir: Path, quick: bool, steps: int) -> list[str]:
     node = Path(sys.executable).parent / "mgrpo-node"
     models = ["--set", "agents.main.model=tiny:main", "--set", "agents.sub.model=tiny:sub", "--set", "tools.web_entities=150"] if quick else []
     return [str(node), "--role", "all", "--nats", url, "--run-id", RUN_ID, "--name", "bench", "--set", f"log.deliveries_dir={audit_dir}",
-            "--set", "log.level=warning", "--set", f"pipeline.steps={steps}", *models]  # fmt: skip
+            "--set", "log.level=warning", "--set", f"pipeline.steps={steps}", "--set", f"run.dir={audit_dir / 'runs'}", *models]  # fmt: skip
 
 
 def run(quick: bool = False, steps: int = 1) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["BENCHMARKS", "add_parser"]
+__all__ = ["BENCHMARKS", "add_parser", "register"]
 
-# name -> module exposing run(quick: bool) -> dict
+# name -> module exposing run(quick: bool) -> dict; `register` adds those of the layer above (actors/cli.py)
 BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
@@ -15,6 +15,12 @@ BENCHMARKS = {
     "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
 }
+
+
+def register(name: str, module: str) -> None:
+    """Add a benchmark that lives above this package (one that starts roles: actors/ composes them);
+    `all` runs it after these. Call before the parser is built."""
+    BENCHMARKS.setdefault(name, module)
 
 
 def _run(args: Any) -> int:

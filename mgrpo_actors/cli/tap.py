@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from nats.js import api as js_api
 
 from mgrpo_actors.runtime.connect import connect_client
 from mgrpo_actors.runtime.errors import BusConnectError
+from mgrpo_actors.runtime.replay import subscribe_ordered
 from protocols import ProtocolError, decode_envelope
 
 __all__ = ["add_parser", "message_to_json", "run_tap"]
@@ -90,14 +90,12 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
     try:
         if stream:
             js = nc.jetstream()
-            policy = js_api.DeliverPolicy.ALL if from_start else js_api.DeliverPolicy.NEW
             try:
                 await js.stream_info(stream)
             except Exception as exc:
                 print(f"mgrpo tap: error: stream {stream!r} not found: {exc}", file=sys.stderr)
                 return 2
-            filter_subject = subject if subject != "mgrpo.>" else None
-            await js.subscribe(filter_subject or ">", stream=stream, cb=on_msg, ordered_consumer=True, config=js_api.ConsumerConfig(deliver_policy=policy))
+            await subscribe_ordered(js, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
         else:
             await nc.subscribe(subject, cb=on_msg)
         await nc.flush()

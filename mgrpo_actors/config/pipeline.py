@@ -3,7 +3,7 @@ timeouts, retries and batching of the actor pipeline (design.md §One training s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -19,7 +19,11 @@ class PipelineConfig:
     rollouts_per_query: int = 2  # K: rollouts per query, at least 2: M's advantages compare them (paper: 8)
     dataset: str = "synthetic"  # "synthetic": the built-in web's questions (tools.web_seed/web_entities); else a JSONL path
     split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
-    levels: list[int] | None = None  # only questions of these levels (1 = lookups, stage 1); None = all
+    levels: list[int] | None = None  # only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)
+    stage1_steps: int = 0  # curriculum (m-grpo.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no stage 1
+    stage1_levels: list[int] = field(default_factory=lambda: [1])  # stage 1's levels (1 = one-fact lookups: learn the format)
+    mode: Literal["sync", "async"] = "sync"  # sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the learners
+    max_staleness: int = 1  # async: steps the controller may run ahead; learners drop (and count) samples more than this many policy versions behind
     shuffle: bool = True  # visit the questions in a seeded random order (run.seed), a new order each epoch
     advance_on: Literal["learners", "batches"] = "learners"  # next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are out
     rollout_timeout_s: float = 3600.0  # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
@@ -28,6 +32,7 @@ class PipelineConfig:
     call_retries: int = 2  # extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)
     main_queries_in_flight: int = 4  # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
     sub_batch: int = 16  # subtasks one sub-agent actor runs batched on its engine at once
+    batch_gather_s: float = 0.05  # an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's subtasks), so they generate batched
     ack_wait_s: float = 60.0  # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
     tick_s: float = 1.0  # how often the aligners check their steps' timeouts and retry failed publishes
 
@@ -35,6 +40,8 @@ class PipelineConfig:
         for name in ("steps", "queries_per_step", "main_queries_in_flight", "sub_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"pipeline.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.batch_gather_s <= 10:
+            raise ValueError(f"pipeline.batch_gather_s must be within [0, 10], got {self.batch_gather_s}")
         if self.call_retries < 0:
             raise ValueError(f"pipeline.call_retries must be >= 0, got {self.call_retries}")
         for name in ("rollout_timeout_s", "subtask_timeout_s", "tool_timeout_s", "ack_wait_s", "tick_s"):
@@ -46,6 +53,15 @@ class PipelineConfig:
             raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
         if self.levels is not None and not self.levels:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
+        if self.stage1_steps < 0 or self.max_staleness < 0:
+            raise ValueError(f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, got {self.stage1_steps} and {self.max_staleness}")
+        if self.stage1_steps and not self.stage1_levels:
+            raise ValueError("pipeline.stage1_levels must name at least one level when pipeline.stage1_steps > 0")
+
+    @property
+    def steps_ahead(self) -> int:
+        """Steps the controller may publish beyond the oldest unfinished one (0 in sync mode)."""
+        return self.max_staleness if self.mode == "async" else 0
 
 
 def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) -> list[str]:

@@ -22,6 +22,7 @@ from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.logprobs import sampling_warpers
 from mgrpo_actors.engines.weights import check_fits, read_weights
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.phases import GENERATE, timed
 
 __all__ = ["HFEngine", "left_pad"]
 
@@ -118,6 +119,7 @@ class HFEngine:
             kwargs.update(temperature=1.0, top_k=0, top_p=1.0)
         return kwargs
 
+    @timed(GENERATE)
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One sampled continuation per prompt, batched."""
         if not prompts:

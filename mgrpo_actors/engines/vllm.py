@@ -35,6 +35,7 @@ from mgrpo_actors.engines.base import (
 from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.weights import safetensors_files
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.phases import GENERATE, timed
 
 __all__ = ["VLLMEngine", "import_vllm"]
 
@@ -141,6 +142,7 @@ class VLLMEngine:
             policy_version=self.policy_version,
         )
 
+    @timed(GENERATE)
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One sampled continuation per prompt; vLLM batches them itself."""
         if not prompts:

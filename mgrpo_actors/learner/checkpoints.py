@@ -11,6 +11,7 @@ from typing import Any
 
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.phases import CHECKPOINT, timed
 
 __all__ = ["Checkpoints"]
 
@@ -34,10 +35,11 @@ class Checkpoints:
         """The plain HF model directory of checkpoint `tag`."""
         return self.directory / tag / "hf"
 
+    @timed(CHECKPOINT)
     def save(self, trainer: PolicyTrainer, tokenizer: Any, tag: str, record: dict[str, Any]) -> Path:
         """Model, optimizer and `record`; the HF directory; older checkpoints removed. Returns the HF dir."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        trainer.engine.save_checkpoint(str(self.directory), tag=tag, client_state={"record": record})
+        trainer.save_checkpoint(str(self.directory), tag, {"record": record})  # every rank of the learner saves its part
         hf = self.hf_dir(tag)
         trainer.module.save_pretrained(str(hf), state_dict=trainer.full_state_dict(), safe_serialization=True)
         tokenizer.save_pretrained(str(hf))

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from mgrpo_actors.config.learner import WeightsConfig
 from mgrpo_actors.engines.weights import tied_aliases
+from mgrpo_actors.phases import WEIGHTS, timed
 from mgrpo_actors.runtime import Bus
 from protocols import WeightsVersion
 
@@ -35,6 +36,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+@timed(WEIGHTS)
 def save_weights(state: dict[str, torch.Tensor], module: torch.nn.Module, path: Path) -> Path:
     """`state` (a full state dict of `module`) as one safetensors file, without tied aliases."""
     skip = tied_aliases(module)
@@ -56,6 +58,7 @@ class WeightsStore:
     def _name(self, version: int) -> str:
         return f"v{version}.safetensors"
 
+    @timed(WEIGHTS)
     def publish(self, path: Path, version: int, step: int) -> WeightsVersion:
         """Make the file at `path` available as `version` and return its announcement (not yet sent)."""
         digest = sha256_of(path)

@@ -16,12 +16,14 @@ import numpy as np
 from mgrpo_actors.algo.advantages import group_advantages
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_reward
+from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, StepPlan, Trajectory
 
 __all__ = ["batch_id", "build_main_batch"]
 
 
+@timed(ALIGN)
 def build_main_batch(plan: StepPlan, trajectories: Mapping[RolloutKey, Trajectory], cfg: AlgoConfig) -> tuple[AlignedBatch, dict[str, float]]:
     """The main batch of `plan` from the trajectories received (missing ones count as failed), and its metrics."""
     k = plan.num_rollouts

@@ -9,6 +9,7 @@ from __future__ import annotations
 from mgrpo_actors.engines.base import RolloutEngine
 from mgrpo_actors.learner.weights import WeightsStore
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.phases import WEIGHTS, phase
 from mgrpo_actors.runtime import Bus, BusError
 from protocols import WeightsVersion, decode
 
@@ -34,11 +35,12 @@ class PolicySync:
         """Load an announced version if it is newer than the engine's; True if loaded."""
         if announced.side != self.side or announced.version <= self.engine.policy_version:
             return False
-        path = self.store.fetch(announced)
-        try:
-            self.engine.load_weights(path, announced.version)
-        finally:
-            self.store.release(path)
+        with phase(WEIGHTS):
+            path = self.store.fetch(announced)
+            try:
+                self.engine.load_weights(path, announced.version)
+            finally:
+                self.store.release(path)
         self.loads += 1
         log.info("policy loaded", side=self.side, version=announced.version, step=announced.step)
         return True

@@ -9,7 +9,11 @@ from typing import Any
 from mgrpo_actors.runtime import Bus
 from protocols import Event, Metric
 
-__all__ = ["publish_event", "publish_metrics"]
+__all__ = ["MONITOR_REPORTED", "RUN_FINISHED", "publish_event", "publish_metrics"]
+
+# Event kinds others act on (nodes with --until-finished stop on them).
+RUN_FINISHED = "run.finished"  # the controller: the run's last step is finished
+MONITOR_REPORTED = "monitor.reported"  # a monitor: it has shown the finished run and written its report
 
 
 def publish_metrics(bus: Bus, prefix: str, figures: Mapping[str, float], step: int, role: str, tags: Mapping[str, str] | None = None) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from mgrpo_actors.envs.qa import Question
 
-__all__ = ["StepSchedule", "node_seed"]
+__all__ = ["CurriculumSchedule", "StepSchedule", "node_seed"]
 
 
 class StepSchedule:
@@ -66,3 +66,24 @@ class StepSchedule:
 def node_seed(node: str) -> int:
     """A number per node name, so processes of one run draw different samples from the same run seed."""
     return zlib.crc32(node.encode())
+
+
+class CurriculumSchedule:
+    """Stage 1 then stage 2 (m-grpo.md §Training schedule): steps 0 … stage1_steps − 1 walk the stage-1
+    questions, later steps walk the stage-2 ones from their own start. Still a function of the step alone."""
+
+    def __init__(self, stage1: StepSchedule | None, stage1_steps: int, stage2: StepSchedule) -> None:
+        if stage1_steps and stage1 is None:
+            raise ValueError("a curriculum with stage-1 steps needs stage-1 questions")
+        self.stage1, self.stage1_steps, self.stage2 = stage1, stage1_steps, stage2
+
+    def stage(self, n: int) -> int:
+        """1 or 2: the stage step n belongs to."""
+        return 1 if n < self.stage1_steps else 2
+
+    def step(self, n: int) -> list[Question]:
+        """The B questions of step n."""
+        if self.stage(n) == 1:
+            assert self.stage1 is not None
+            return self.stage1.step(n)
+        return self.stage2.step(n - self.stage1_steps)

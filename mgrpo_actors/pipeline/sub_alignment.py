@@ -24,6 +24,7 @@ from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_correct_for_sub, sub_reward
 from mgrpo_actors.algo.scorers import subtask_text
 from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
@@ -63,6 +64,7 @@ def _query_rewards(question: Question, calls: list[Trajectory], stats: list[Rewa
     return sub_reward(ok, correct, scores, weights)
 
 
+@timed(ALIGN)
 def build_sub_batch(
     plan: StepPlan,
     stats: Mapping[RolloutKey, RewardStats],

@@ -17,6 +17,7 @@ from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime.replay import replay_stream, subscribe_ordered
 from mgrpo_actors.runtime.ticker import Ticker
 from mgrpo_actors.runtime.shutdown import ShutdownSignal
 
@@ -45,4 +46,6 @@ __all__ = [
     "connect_client",
     "is_transient",
     "nats_server_binary",
+    "replay_stream",
+    "subscribe_ordered",
 ]

@@ -18,10 +18,6 @@ from tests.helpers import closed_port_url, run_script, start_script, stop_proces
 
 pytestmark = pytest.mark.integration
 
-BUILT = [name for name, spec in ROLES.items() if spec.start is not None]
-UNBUILT = [name for name, spec in ROLES.items() if spec.start is None]
-
-
 def test_unknown_role_exits_2_listing_the_valid_roles():
     result = run_script("mgrpo-node", "--role", "bogus", "--nats", closed_port_url())
     assert result.returncode == 2, result.stderr
@@ -35,18 +31,6 @@ def test_no_role_exits_2_listing_the_valid_roles():
     result = run_script("mgrpo-node", "--nats", closed_port_url())
     assert result.returncode == 2
     assert "--role" in result.stderr and "tool" in result.stderr and "controller" in result.stderr
-
-
-@pytest.mark.skipif(not UNBUILT, reason="every role is built")
-def test_a_role_not_built_yet_is_refused_saying_so():
-    role = UNBUILT[0]
-    result = run_script("mgrpo-node", "--role", role, "--nats", closed_port_url())
-    assert result.returncode == 2, result.stderr
-    assert "not built yet" in result.stderr and role in result.stderr
-    assert ROLES[role].comes_with in result.stderr
-    for built in BUILT:
-        assert built in result.stderr  # says which roles do run today
-    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.timeout(180)

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from mgrpo_actors.envs.qa import Question
-from mgrpo_actors.pipeline.schedule import StepSchedule
+from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
 
 QUESTIONS = [Question(id=f"q{i}", question=f"Question {i}?", answer=str(i)) for i in range(5)]
 
@@ -70,3 +70,19 @@ def test_questions_are_returned_as_given():
 def test_more_per_step_than_questions_is_an_error():
     with pytest.raises(ValueError, match="queries_per_step is 6 .* only 5 questions"):
         StepSchedule(QUESTIONS, 6, seed=0, shuffle=True)
+
+
+def test_curriculum_walks_stage1_then_stage2_from_its_own_start():
+    easy = [Question(id=f"e{i}", question=f"Easy {i}?", answer=str(i), level=1) for i in range(3)]
+    stage1 = StepSchedule(easy, 2, seed=0, shuffle=False)
+    stage2 = StepSchedule(QUESTIONS, 2, seed=0, shuffle=False)
+    curriculum = CurriculumSchedule(stage1, 2, stage2)
+    assert [curriculum.stage(n) for n in range(4)] == [1, 1, 2, 2]
+    assert ids(curriculum, 4) == [["e0", "e1"], ["e2", "e0"], ["q0", "q1"], ["q2", "q3"]]
+
+
+def test_curriculum_without_stage1_is_stage2():
+    curriculum = CurriculumSchedule(None, 0, StepSchedule(QUESTIONS, 2, seed=3, shuffle=True))
+    assert ids(curriculum, 3) == ids(StepSchedule(QUESTIONS, 2, seed=3, shuffle=True), 3)
+    with pytest.raises(ValueError, match="stage-1 questions"):
+        CurriculumSchedule(None, 2, StepSchedule(QUESTIONS, 2, seed=3, shuffle=True))

@@ -1,0 +1,1 @@
+"""Small tasks that show the whole system learning in minutes on a CPU."""

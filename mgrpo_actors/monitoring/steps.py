@@ -1,0 +1,145 @@
+"""Per-step rows of a run, built only from what it publishes for people: its events (`step.started`,
+`<side>.batch`, `<side>.learned`, `step.finished`, `run.finished`) and query progress (`QueryDone`),
+each with its send time (the envelope's, i.e. the sender's clock). Fed live or from a replay of the
+run's metrics stream alike; an event seen again (a resumed step) replaces the earlier one.
+
+Phases of a step, from send times: rollout = step.started → its last QueryDone; alignment → the later
+of the two batches; learning → the later of the two learners' events (weights and checkpoint
+included); total = the controller's step time. Across machines they carry the clocks' skew.
+
+Tokens per second: `main_gen_tokens_per_s` is M's generated tokens of the step (the main batch's
+loss tokens) over the rollout phase; S's generated tokens are not published. `<side>_learner_tokens_per_s`
+is a learner's loss tokens over its own compute seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocols import Event, QueryDone
+
+__all__ = ["StepLog", "StepRecord"]
+
+SIDES = ("main", "sub")
+
+
+@dataclass
+class StepRecord:
+    """What arrived for one step (figures as published) and when (send times)."""
+
+    step: int
+    started_at: float | None = None
+    last_query_at: float | None = None
+    queries: set[str] = field(default_factory=set)
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> the batch event's data
+    batch_at: dict[str, float] = field(default_factory=dict)
+    learned: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> the learner event's data
+    learned_at: dict[str, float] = field(default_factory=dict)
+    seconds: float | None = None  # the controller's step time
+    finished: bool = False
+
+    def row(self) -> dict[str, Any]:
+        """The step as one flat row (None where nothing was published)."""
+        main, sub = self.batches.get("main", {}), self.batches.get("sub", {})
+        rollout_end = self.last_query_at
+        aligned = max(self.batch_at.values()) if self.batch_at else None
+        learned = max(self.learned_at.values()) if self.learned_at else None
+        rollout_s = _span(self.started_at, rollout_end)
+        row: dict[str, Any] = {
+            "step": self.step,
+            "main_reward_mean": _num(main.get("reward_mean")),
+            "main_correct": _num(main.get("r_correct_mean")),
+            "main_format_ok": _num(main.get("format_ok_rate")),
+            "main_failed": _num(main.get("failed")),
+            "sub_reward_mean": _num(sub.get("reward_mean")),
+            "sub_calls": _num(sub.get("calls")),
+            "d": _num(sub.get("d")),
+            "dk_mean": _num(sub.get("dk_mean")),
+            "duplicates": _num(sub.get("duplicates")),
+            "placeholders": _num(sub.get("placeholders")),
+            "dropped": _num(sub.get("dropped")),
+            "queries": len(self.queries),
+            "main_tokens": _num(main.get("tokens")),
+            "main_gen_tokens_per_s": _rate(main.get("tokens"), rollout_s),
+        }
+        for side in SIDES:
+            figures = self.learned.get(side, {})
+            row[f"{side}_loss"] = _num(figures.get("loss"))
+            row[f"{side}_clip_fraction"] = _num(figures.get("clip_fraction"))
+            row[f"{side}_version"] = _num(figures.get("version"))
+            row[f"{side}_learner_s"] = _num(figures.get("seconds"))
+            row[f"{side}_learner_tokens_per_s"] = _rate(figures.get("tokens"), figures.get("seconds"))
+        row.update(rollout_s=rollout_s, align_s=_span(rollout_end, aligned), learn_s=_span(aligned, learned), seconds=_num(self.seconds))
+        return row
+
+
+class StepLog:
+    """The run's steps so far; `add_event` / `add_query_done` return the step they touched (or None)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, StepRecord] = {}
+        self.first_at: float | None = None  # the first step.started
+        self.finished_at: float | None = None  # run.finished
+        self.finished_steps: int | None = None
+
+    def _record(self, step: Any) -> StepRecord | None:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            return None
+        return self.steps.setdefault(step, StepRecord(step))
+
+    def add_event(self, event: Event, sent_at: float) -> StepRecord | None:
+        data = event.data
+        if event.kind == "run.finished":
+            self.finished_at = sent_at
+            self.finished_steps = data.get("steps") if isinstance(data.get("steps"), int) else None
+            return None
+        record = self._record(data.get("step"))
+        if record is None:
+            return None
+        side, _, what = event.kind.partition(".")
+        if event.kind == "step.started":
+            if record.started_at is not None:  # the step again (resumed): its rollouts start over
+                record.last_query_at, record.queries = None, set()
+            record.started_at = sent_at
+            self.first_at = sent_at if self.first_at is None else min(self.first_at, sent_at)
+        elif event.kind == "step.finished":
+            record.seconds, record.finished = _num(data.get("seconds")), True
+        elif side in SIDES and what == "batch":
+            record.batches[side], record.batch_at[side] = dict(data), sent_at
+        elif side in SIDES and what == "learned":
+            record.learned[side], record.learned_at[side] = dict(data), sent_at
+        else:
+            return None
+        return record
+
+    def add_query_done(self, done: QueryDone, sent_at: float) -> StepRecord | None:
+        record = self._record(done.step)
+        if record is not None:
+            record.queries.add(done.query_id)
+            record.last_query_at = sent_at if record.last_query_at is None else max(record.last_query_at, sent_at)
+        return record
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [self.steps[step].row() for step in sorted(self.steps)]
+
+    @property
+    def run_seconds(self) -> float | None:
+        """First step.started → run.finished (send times), once the run is finished."""
+        return _span(self.first_at, self.finished_at)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, end - start)
+
+
+def _rate(amount: Any, seconds: Any) -> float | None:
+    amount, seconds = _num(amount), _num(seconds)
+    return None if amount is None or not seconds else amount / seconds
