@@ -28,7 +28,7 @@ test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not integration" tests
 
 run: install
-	$(VENV)/bin/mgrpo run
+	$(VENV)/bin/mgrpo run --config deploy/configs/make-run.yaml
 
 # The same job with the tiny models (seconds): every role, both learners, over NATS.
 run-tiny: install

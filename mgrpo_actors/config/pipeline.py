@@ -32,7 +32,7 @@ class PipelineConfig:
     call_retries: int = 2  # extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)
     main_queries_in_flight: int = 4  # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
     sub_batch: int = 16  # subtasks one sub-agent actor runs batched on its engine at once
-    batch_gather_s: float = 0.05  # an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's subtasks), so they generate batched
+    batch_gather_s: float = 0.01  # an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's subtasks), so they generate batched
     ack_wait_s: float = 60.0  # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
     tick_s: float = 1.0  # how often the aligners check their steps' timeouts and retry failed publishes
 
