@@ -6,7 +6,9 @@
 
 Each line: {"subject", "time" (send time, ISO 8601), "type", "payload"}; arrays are shown as
 {"dtype", "shape"}, bytes as {"bytes": length}. A message that does not decode is shown with its
-"error" instead of a payload, never dropped.
+"error" instead of a payload, never dropped. Long fields are cut so one big message cannot flood the
+terminal: a string beyond `--max-chars` (default 200) ends in "… [+N chars]", a list or mapping beyond
+`--max-items` (default 20) ends in a "… [+N items]" entry; `--full` prints everything.
 """
 
 from __future__ import annotations
@@ -27,18 +29,43 @@ from mgrpo_actors.runtime.errors import BusConnectError
 from mgrpo_actors.runtime.replay import subscribe_ordered
 from protocols import ProtocolError, decode_envelope
 
-__all__ = ["add_parser", "message_to_json", "run_tap"]
+__all__ = ["Cut", "add_parser", "message_to_json", "run_tap"]
 
 
-def _jsonable(value: Any) -> Any:
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """How much of each field a tap line shows (None: all of it)."""
+
+    max_chars: int | None = 200  # characters of a string field
+    max_items: int | None = 20  # entries of a list or mapping field
+
+
+FULL = Cut(None, None)
+
+
+def _cut_text(text: str, cut: Cut) -> str:
+    if cut.max_chars is None or len(text) <= cut.max_chars:
+        return text
+    return f"{text[: cut.max_chars]}… [+{len(text) - cut.max_chars} chars]"
+
+
+def _jsonable(value: Any, cut: Cut = FULL) -> Any:
     if isinstance(value, np.ndarray):
         return {"dtype": value.dtype.name, "shape": list(value.shape)}
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"bytes": len(value)}
+    if isinstance(value, str):
+        return _cut_text(value, cut)
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        items = list(value.items())
+        shown = items if cut.max_items is None else items[: cut.max_items]
+        out = {_cut_text(str(k), cut): _jsonable(v, cut) for k, v in shown}
+        if len(shown) < len(items):
+            out["…"] = f"[+{len(items) - len(shown)} items]"
+        return out
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        shown = value if cut.max_items is None else value[: cut.max_items]
+        return [_jsonable(v, cut) for v in shown] + ([f"… [+{len(value) - len(shown)} items]"] if len(shown) < len(value) else [])
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")  # JSON has no such numbers
     return value
@@ -55,17 +82,17 @@ def _valid_subject(subject: str) -> bool:
     return all(t != ">" or i == len(tokens) - 1 for i, t in enumerate(tokens))
 
 
-def message_to_json(subject: str, data: bytes) -> str:
-    """One tap line for a raw NATS message."""
+def message_to_json(subject: str, data: bytes, cut: Cut = FULL) -> str:
+    """One tap line for a raw NATS message, its fields cut as `cut` says."""
     try:
         env = decode_envelope(data)
     except ProtocolError as exc:
         return json.dumps({"subject": subject, "time": _iso(datetime.now(timezone.utc).timestamp()), "error": str(exc), "size": len(data)})
-    payload = {f.name: _jsonable(getattr(env.message, f.name)) for f in dataclasses.fields(env.message)}  # type: ignore[arg-type]
+    payload = {f.name: _jsonable(getattr(env.message, f.name), cut) for f in dataclasses.fields(env.message)}  # type: ignore[arg-type]
     return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload}, allow_nan=False)
 
 
-async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout) -> int:
+async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout, cut: Cut = Cut()) -> int:
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
     if not _valid_subject(subject):
         print(f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)", file=sys.stderr)
@@ -82,7 +109,7 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
         nonlocal seen
         if done.is_set():
             return
-        print(message_to_json(msg.subject, msg.data), file=out, flush=True)
+        print(message_to_json(msg.subject, msg.data, cut), file=out, flush=True)
         seen += 1
         if count is not None and seen >= count:
             done.set()
@@ -123,4 +150,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--from-start", action="store_true", help="with --stream: replay from the first stored message")
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages (N >= 1)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.set_defaults(func=lambda a: asyncio.run(run_tap(a.nats, a.subject, a.stream, a.from_start, a.count, a.duration)))
+    p.add_argument("--max-chars", type=_positive_int, default=Cut.max_chars, metavar="N", help=f"cut string fields after N characters (default {Cut.max_chars})")
+    p.add_argument("--max-items", type=_positive_int, default=Cut.max_items, metavar="N", help=f"cut list and mapping fields after N entries (default {Cut.max_items})")
+    p.add_argument("--full", action="store_true", help="print every field whole (no cut)")
+    p.set_defaults(func=lambda a: asyncio.run(run_tap(a.nats, a.subject, a.stream, a.from_start, a.count, a.duration, cut=FULL if a.full else Cut(a.max_chars, a.max_items))))

@@ -138,10 +138,14 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config path {str(p)!r} is a directory, not a YAML file")
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):

@@ -27,6 +27,13 @@ BUILTIN_TOOLS = {
 }
 
 
+def check_range(key: str, value: float, low: float, high: float) -> None:
+    """ValueError naming `key` unless low <= value <= high (NaN is never in range). Checked when the
+    config loads, so a value that would crash or exhaust the host later is refused before connecting."""
+    if not (low <= value <= high):  # written so that NaN fails too
+        raise ValueError(f"{key} must be within [{low:g}, {high:g}], got {value!r}")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Which run this node belongs to."""
@@ -38,8 +45,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)
-        if self.stop_timeout_s <= 0:
-            raise ValueError("run.stop_timeout_s must be positive")
+        check_range("run.stop_timeout_s", self.stop_timeout_s, 0.1, 3600)
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,12 @@ class NatsConfig:
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
 
     def __post_init__(self) -> None:
-        if self.connect_timeout_s <= 0 or self.request_timeout_s <= 0:
-            raise ValueError("timeouts must be positive")
-        if self.duplicate_window_s <= 0:
-            raise ValueError("nats.duplicate_window_s must be positive")
+        check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
+        check_range("nats.max_reconnect_attempts", self.max_reconnect_attempts, -1, 1_000_000)  # -1: for ever (nats-py)
+        check_range("nats.reconnect_wait_s", self.reconnect_wait_s, 0.01, 600)
+        check_range("nats.request_timeout_s", self.request_timeout_s, 0.01, 86_400)
+        check_range("nats.max_message_bytes", self.max_message_bytes, 1024, 1 << 30)
+        check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,7 @@ class ToolsConfig:
 
     def __post_init__(self) -> None:
         # Checked when the config loads (exit 2 naming the key), not after the node has connected.
-        if self.actors_per_tool < 1:
-            raise ValueError("tools.actors_per_tool must be at least 1")
+        check_range("tools.actors_per_tool", self.actors_per_tool, 1, 256)  # threads in one process: more exhausts the host
         if not self.serve:
             raise ValueError("tools.serve must name at least one tool")
         extra_names = [entry.get("name") for entry in self.extra]
@@ -100,10 +107,8 @@ class ToolsConfig:
                 raise ValueError(f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)")
         if self.pages is not None and not Path(self.pages).is_file():
             raise ValueError(f"tools.pages file {self.pages!r} does not exist")
-        if self.visit_max_chars < 1:
-            raise ValueError(f"tools.visit_max_chars must be at least 1, got {self.visit_max_chars}")
-        if self.web_entities < MIN_ENTITIES:
-            raise ValueError(f"tools.web_entities must be at least {MIN_ENTITIES}, got {self.web_entities}")
+        check_range("tools.visit_max_chars", self.visit_max_chars, 1, 1_000_000)
+        check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)  # generation is in memory, seconds per 1,000
 
 
 @dataclass(frozen=True)

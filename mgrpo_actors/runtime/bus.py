@@ -23,7 +23,7 @@ from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.connect import check_reachable
 from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
-from mgrpo_actors.runtime.delivery import Delivery
+from mgrpo_actors.runtime.delivery import INBOX_PREFIX, Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
 from mgrpo_actors.runtime.jetstream import consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
 from mgrpo_actors.runtime.kv import KvBucket
@@ -285,6 +285,8 @@ class Bus:
         async def on_msg(msg: Any) -> None:
             if self.audit is not None:
                 self.audit.record(msg.subject, msg.data, "subscription")
+            if msg.reply and not msg.reply.startswith(INBOX_PREFIX):  # replies go to inboxes only: refused, never answered
+                return self.dead_letter(Delivery(msg.subject, msg.data, "", msg.headers), f"reply subject {msg.reply[:200]!r} is not an inbox", "BadReplySubject")
             delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers)
             if not tell(target, delivery) and msg.reply:
                 # The actor is gone: tell the requester now rather than let it time out.

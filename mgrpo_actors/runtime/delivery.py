@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Delivery", "KvUpdate", "Settler"]
+__all__ = ["INBOX_PREFIX", "Delivery", "KvUpdate", "Settler"]
+
+# Where requesters wait for replies (nats-py's `new_inbox()`, as runtime/requests.py uses it). A node
+# replies only to these: a peer that names a stream's or a service's subject as its reply subject would
+# otherwise make the node write there (a NodeInfo into a trajectory stream, ping storms between nodes).
+INBOX_PREFIX = "_INBOX."
 
 
 class Settler(Protocol):

@@ -173,3 +173,22 @@ def test_oversized_message_is_dead_lettered_even_on_a_small_size_limit(make_bus,
     letter = dlq.letters[0][1]
     assert "limit" in letter.reason and letter.subject == subject
     assert 0 < len(letter.payload) <= 16 * 1024
+
+
+def test_a_request_whose_reply_subject_is_not_an_inbox_is_refused_and_dead_lettered_once(bus, make_bus, actors):
+    """Issue 8, reply-subject injection: a request naming a stream's subject (or a service's) as its
+    reply must never make the node write there; it is dead-lettered once, unanswered."""
+    subject, seen, dlq = _setup(bus, actors)
+    client = make_bus("client")
+    stream_subject = f"{bus.subjects.root}.traj.main"
+    written: list = []
+    client.subscribe(stream_subject, written.append)
+    client.publish(subject, ToolRequest(call_id="c-inject", tool="visit", arguments={}), reply=stream_subject)
+    client.publish(subject, ToolRequest(call_id="c-loop", tool="visit", arguments={}), reply=subject)  # a reply to itself: no loop
+    assert client.request(subject, ToolRequest(call_id="c-ok", tool="visit", arguments={}), timeout_s=5).content == "fine"
+    wait_until(lambda: len(dlq.letters) == 2, what=lambda: f"letters {dlq.letters}")
+    client.request(subject, ToolRequest(call_id="c-ok2", tool="visit", arguments={}), timeout_s=5)  # later traffic: nothing more
+    assert seen == ["c-ok", "c-ok2"] and written == []
+    assert [letter.error_type for _, letter in dlq.letters] == ["BadReplySubject", "BadReplySubject"]
+    assert stream_subject in dlq.letters[0][1].reason and "not an inbox" in dlq.letters[0][1].reason
+    assert bus.dead_letters[subject] == 2

@@ -174,7 +174,8 @@ def _serves_search(bus: Bus) -> bool:
         return False
 
 
-@pytest.mark.parametrize("setting", ["tools.serve=[searchh]", "tools.pages=/nope.jsonl", "tools.web_entities=50", "tools.serve=[search, 'my tool']"])
+@pytest.mark.parametrize("setting", ["tools.serve=[searchh]", "tools.pages=/nope.jsonl", "tools.web_entities=50", "tools.serve=[search, 'my tool']",
+                                     "tools.actors_per_tool=100000", "tools.web_entities=100000000"])  # fmt: skip
 def test_bad_tool_settings_exit_2_before_connecting(setting):
     done = run_script("mgrpo-node", "--role", "tool", "--set", setting, "--nats", "nats://127.0.0.1:1", timeout_s=30)
     assert done.returncode == 2 and "tools." in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgrpo_actors.cli.tap import message_to_json
-from protocols import SCHEMA_VERSION, AlignedBatch, Metric, encode
+from mgrpo_actors.cli.tap import Cut, message_to_json
+from protocols import SCHEMA_VERSION, AlignedBatch, Metric, ToolRequest, encode
 from tests.strategies import any_message
 
 
@@ -79,3 +79,17 @@ def test_a_send_time_out_of_range_still_gives_a_line():
             continue
         assert obj["subject"] == "mgrpo.r.metrics.m"
     assert not raised, "\n".join(raised)
+
+
+def test_long_fields_are_cut_by_default_and_whole_when_asked():
+    """Issue 8: a 900 KB field printed whole floods the terminal (8.5 MB for ~190 messages)."""
+    huge = ToolRequest(call_id="c", tool="x" * 900_000, arguments={f"k{i}": "v" * 500 for i in range(1_000)})
+    data = encode(huge)
+    cut_line = message_to_json("s", data, Cut())
+    payload = strict_json(cut_line)["payload"]
+    assert len(cut_line) < 20_000
+    assert payload["tool"] == "x" * 200 + "… [+899800 chars]"
+    assert len(payload["arguments"]) == 21 and payload["arguments"]["…"] == "[+980 items]"
+    assert payload["arguments"]["k0"].endswith("… [+300 chars]")
+    full = strict_json(message_to_json("s", data))["payload"]
+    assert full["tool"] == huge.tool and len(full["arguments"]) == 1_000

@@ -180,3 +180,31 @@ def test_the_shipped_default_yaml_spells_out_exactly_the_defaults():
     defaults = to_dict(NodeConfig())
     defaults["agents"]["llm_judge"] = None  # a None section has no keys to spell out
     assert keys(written) == keys(defaults)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"nats": {"max_message_bytes": 0}}, "nats.max_message_bytes"),
+        ({"nats": {"max_message_bytes": -5}}, "nats.max_message_bytes"),
+        ({"nats": {"reconnect_wait_s": -1}}, "nats.reconnect_wait_s"),
+        ({"run": {"stop_timeout_s": float("nan")}}, "run.stop_timeout_s"),
+        ({"nats": {"connect_timeout_s": float("inf")}}, "nats.connect_timeout_s"),
+        ({"tools": {"actors_per_tool": 100_000}}, "tools.actors_per_tool"),
+        ({"tools": {"web_entities": 100_000_000}}, "tools.web_entities"),
+    ],
+)
+def test_numbers_that_would_crash_or_exhaust_the_host_are_refused_naming_key_and_range(data, key):
+    """Issue 8: these passed validation and then crashed, hung or exhausted the host's PIDs."""
+    with pytest.raises(ConfigError) as err:
+        from_dict(NodeConfig, data)
+    assert key in str(err.value) and "must be within [" in str(err.value)
+
+
+def test_a_config_path_that_is_a_directory_or_not_utf8_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(NodeConfig, tmp_path)
+    latin1 = tmp_path / "node.yaml"
+    latin1.write_bytes("run: {id: caf\xe9}\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(NodeConfig, latin1)
