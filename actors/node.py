@@ -186,6 +186,7 @@ def run_node(
         connect_timeout_s=config.nats.connect_timeout_s,
         max_reconnect_attempts=config.nats.max_reconnect_attempts,
         reconnect_wait_s=config.nats.reconnect_wait_s,
+        ping_interval_s=config.nats.ping_interval_s,
         request_timeout_s=config.nats.request_timeout_s,
         max_bytes=config.nats.max_message_bytes,
         on_connection_lost=connection_lost,

@@ -56,6 +56,7 @@ class NatsConfig:
     connect_timeout_s: float = 3.0  # give up connecting after this long (clear error, non-zero exit)
     max_reconnect_attempts: int = 60  # after a lost connection, retry this often (reconnect_wait_s apart)
     reconnect_wait_s: float = 1.0  # pause between reconnect attempts
+    ping_interval_s: float = 5.0  # ping the server this often; 2 unanswered pings mark the connection stale and it reconnects (nats-py's default, 120 s, left a deaf node deaf for ~6 min)
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
@@ -64,6 +65,7 @@ class NatsConfig:
         check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
         check_range("nats.max_reconnect_attempts", self.max_reconnect_attempts, -1, 1_000_000)  # -1: for ever (nats-py)
         check_range("nats.reconnect_wait_s", self.reconnect_wait_s, 0.01, 600)
+        check_range("nats.ping_interval_s", self.ping_interval_s, 0.1, 600)
         check_range("nats.request_timeout_s", self.request_timeout_s, 0.01, 86_400)
         check_range("nats.max_message_bytes", self.max_message_bytes, 1024, 1 << 30)
         check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)

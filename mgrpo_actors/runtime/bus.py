@@ -75,6 +75,7 @@ class Bus:
         connect_timeout_s: float = 3.0,
         max_reconnect_attempts: int = 60,
         reconnect_wait_s: float = 1.0,
+        ping_interval_s: float = 5.0,
         request_timeout_s: float = 30.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         on_connection_lost: Callable[[], None] | None = None,
@@ -93,6 +94,7 @@ class Bus:
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
+        self._ping_interval_s = ping_interval_s  # a deaf connection (dead read loop, frozen server) is stale after 2 unanswered pings
         self.loop = BusLoop(name=f"nats-bus-{node or 'proc'}", describe=url)
         self._nc: Any = None
         self._js: Any = None
@@ -160,11 +162,10 @@ class Bus:
         try:
             self._nc = await nats.connect(
                 self.url,
-                name=f"mgrpo:{self.run_id}:{self.node}",
-                connect_timeout=self._connect_timeout_s,
+                name=f"mgrpo:{self.run_id}:{self.node}", connect_timeout=self._connect_timeout_s,
                 allow_reconnect=True,
                 max_reconnect_attempts=self._max_reconnect_attempts,
-                reconnect_time_wait=self._reconnect_wait_s,
+                reconnect_time_wait=self._reconnect_wait_s, ping_interval=self._ping_interval_s, max_outstanding_pings=2,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
                 error_cb=on_error,
