@@ -100,7 +100,6 @@ class Bus:
         self._js: Any = None
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
-        self._limits = StreamLimits()
         self._counter_lock = threading.Lock()
         self.dead_letters: collections.Counter[str] = collections.Counter()
         self.reconnects = 0
@@ -193,7 +192,8 @@ class Bus:
 
     def stop_intake(self) -> None:
         """No new deliveries at all; what is in mailboxes can still finish."""
-        [sub.stop() for sub in self._subscriptions]
+        for sub in self._subscriptions:
+            sub.stop()
         self.stop_fetching()
 
     def drain(self, timeout_s: float = 10.0) -> None:
@@ -205,7 +205,8 @@ class Bus:
         self._finish(lambda: self._nc.close(), 5.0)
 
     def _finish(self, last: Callable[[], Coroutine[Any, Any, Any]], timeout_s: float) -> None:
-        [consumer.stop() for consumer in list(self._consumers)]
+        for consumer in list(self._consumers):
+            consumer.stop()
         self._consumers.clear()
         if self._nc is not None and not self._nc.is_closed and self.loop.running:
             self._closing = True  # before the final call: our own close is not "connection lost"
@@ -239,7 +240,8 @@ class Bus:
 
     async def _send_op(self, op: SendOp) -> None:
         if isinstance(op, RequestOp):
-            return await self._replies.send(op)
+            await self._replies.send(op)
+            return
         try:
             await self._nc.publish(op.subject, op.data, reply=op.reply, headers=op.headers)
         except Exception as exc:
@@ -303,9 +305,11 @@ class Bus:
     # ---- JetStream --------------------------------------------------------------------------
     def ensure_streams(self, which: list[str] | None = None, limits: StreamLimits = StreamLimits()) -> list[str]:
         """Create the run's streams `which` names ("rollouts", "traj-main", …; default all of
-        protocols.Subjects.streams) that are missing; returns their names. BusError if no JetStream."""
+        protocols.Subjects.streams) that are missing; returns their names.
+
+        Raises BusError saying so when the server has no JetStream.
+        """
         which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
-        self._limits = limits  # a consumer whose stream the server lost recreates it with these (consume)
         try:
             return self.call(ensure_streams(self._js, self.subjects, which, self.max_bytes, limits))
         except Exception as exc:
@@ -352,13 +356,9 @@ class Bus:
         consumer = Consumer(self.loop, stream, durable, subject or "", target, batch, audit=self.audit, progress_every_s=ack_wait_s / 3)
         config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
 
-        async def _open(lost: bool = False) -> Any:  # lost: the server lost the stream or consumer (restarted empty)
-            if lost and stream.startswith(f"mgrpo-{self.run_id}-"):
-                await ensure_streams(self._js, self.subjects, [stream.removeprefix(f"mgrpo-{self.run_id}-")], self.max_bytes, self._limits)
-            return await self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config)
-
         async def _start() -> Any:
-            return self.loop.loop.create_task(consumer.run(await _open(), reopen=lambda: _open(lost=True)))
+            psub = await self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config)
+            return self.loop.loop.create_task(consumer.run(psub))
 
         consumer._task = self.call(_start())
         self._consumers.append(consumer)

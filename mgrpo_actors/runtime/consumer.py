@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
-import nats.js.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
@@ -85,21 +82,8 @@ class Consumer:
         if self._capacity is not None:
             self.loop.call_soon(self._capacity.set)
 
-    async def _reopen(self, psub: Any, reopen: Callable[[], Awaitable[Any]]) -> Any:
-        """A new pull subscription (stream and consumer recreated), or the old one if that failed too."""
-        try:
-            fresh = await reopen()
-        except Exception as exc:
-            log.warning("stream or consumer not recreated yet; retrying", stream=self.stream, durable=self.durable, error=str(exc))
-            return psub
-        log.warning("stream or consumer was gone: recreated", stream=self.stream, durable=self.durable)
-        with contextlib.suppress(Exception):
-            await psub.unsubscribe()
-        return fresh
-
-    async def run(self, psub: Any, reopen: Callable[[], Awaitable[Any]] | None = None) -> None:
-        """The fetch loop (on the bus thread). `reopen` makes a new pull subscription, recreating the
-        stream and the durable consumer, when the server has lost them (restarted with an empty store)."""
+    async def run(self, psub: Any) -> None:
+        """The fetch loop (on the bus thread)."""
         self._capacity = asyncio.Event()
         last_progress = time.monotonic()
         backlog = 0  # messages the server said were waiting behind the last one fetched
@@ -125,8 +109,6 @@ class Consumer:
                     log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
                     backlog = 0
                     await asyncio.sleep(1.0)
-                    if reopen is not None and isinstance(exc, _LOST) and not self._stopping:
-                        psub = await self._reopen(psub, reopen)
                     continue
                 backlog = _pending_after(msgs[-1]) if msgs else 0
                 for msg in msgs:
@@ -195,10 +177,6 @@ class Consumer:
                     self.loop.call(msg.nak(), timeout=5)
                 except Exception as exc:  # disconnected: JetStream redelivers after ack_wait anyway
                     log.warning("nak on stop failed", stream=self.stream, error=str(exc))
-
-
-# What a pull for a consumer (or stream) the server no longer has raises: nobody answers the pull.
-_LOST = (nats.js.errors.ServiceUnavailableError, nats.js.errors.NotFoundError, nats.errors.NoRespondersError)
 
 
 async def _fetch(psub: Any, room: int, backlog: int) -> list[Any]:

@@ -40,34 +40,3 @@ def test_observability_streams_drop_the_oldest_and_work_streams_refuse_new_messa
             refused += 1
     full = bus.stream_info(bus.subjects.stream("batch-main")).state
     assert refused > 0 and full.bytes <= MIB and full.messages == 30 - refused  # none of the stored ones dropped
-
-
-def test_a_consumer_whose_stream_the_server_lost_recreates_it_and_goes_on(bus):
-    """Issue 8, finding 4: a server restarted with an empty store had lost the run's streams and durable
-    consumers; a consumer retried its fetch for ever. Now it recreates both (with the node's limits)."""
-    from tests.helpers import wait_until
-
-    limits = StreamLimits(max_age_s=3600, work_max_bytes=MIB, observability_max_bytes=2 * MIB)
-    bus.ensure_streams(["metrics"], limits)
-    got: list = []
-    bus.consume(bus.subjects.stream("metrics"), "lost", lambda d: (got.append(d), d.ack()))
-    bus.js_publish(bus.subjects.metrics("before"), Metric(name="before", value=1.0))
-    wait_until(lambda: len(got) == 1)
-
-    async def wipe() -> None:
-        await bus._js.delete_stream(bus.subjects.stream("metrics"))  # what an emptied server looks like
-
-    bus.call(wipe())
-    wait_until(lambda: _exists(bus, bus.subjects.stream("metrics")), timeout_s=20, what="the stream was not recreated")
-    bus.js_publish(bus.subjects.metrics("after"), Metric(name="after", value=2.0))
-    wait_until(lambda: len(got) == 2, timeout_s=20, what="the recreated consumer delivered nothing")
-    info = bus.stream_info(bus.subjects.stream("metrics"))
-    assert (info.config.max_bytes, info.config.discard) == (2 * MIB, js_api.DiscardPolicy.OLD)  # recreated with the node's limits
-
-
-def _exists(bus, name: str) -> bool:  # noqa: ANN001
-    try:
-        bus.stream_info(name)
-        return True
-    except Exception:
-        return False
