@@ -36,7 +36,6 @@ from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
-from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
 
@@ -241,9 +240,7 @@ def run_node(
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
     """Create the run's streams and start the node's actors into `actors` (so whatever started is
     stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
-    nats = config.nats
-    limits = StreamLimits(nats.stream_max_age_s, nats.work_stream_max_bytes, nats.observability_stream_max_bytes, nats.duplicate_window_s)
-    bus.ensure_streams(role_streams(roles), limits)
+    bus.ensure_streams(role_streams(roles), duplicate_window_s=config.nats.duplicate_window_s)
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
         ROLES[role].start_actors(bus, config, actors)

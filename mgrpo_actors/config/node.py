@@ -60,9 +60,6 @@ class NatsConfig:
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
-    stream_max_age_s: float = 604800.0  # the run's streams drop messages older than this (7 days)
-    work_stream_max_bytes: int = 4 << 30  # cap of each other stream; full: requests and batch streams refuse new messages (publishers retry; never drop unprocessed work), the others drop their oldest
-    observability_stream_max_bytes: int = 256 << 20  # cap of the metrics and dead-letter streams; full: the oldest go (a flood cannot fill the disk)
 
     def __post_init__(self) -> None:
         check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
@@ -72,9 +69,6 @@ class NatsConfig:
         check_range("nats.request_timeout_s", self.request_timeout_s, 0.01, 86_400)
         check_range("nats.max_message_bytes", self.max_message_bytes, 1024, 1 << 30)
         check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)
-        check_range("nats.stream_max_age_s", self.stream_max_age_s, 60, 365 * 86_400)
-        check_range("nats.work_stream_max_bytes", self.work_stream_max_bytes, 1 << 20, 1 << 40)
-        check_range("nats.observability_stream_max_bytes", self.observability_stream_max_bytes, 1 << 20, 1 << 40)
 
 
 @dataclass(frozen=True)

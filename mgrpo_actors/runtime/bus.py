@@ -25,7 +25,7 @@ from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import INBOX_PREFIX, Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
+from mgrpo_actors.runtime.jetstream import consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
 from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.objects import ObjectBucket
@@ -303,7 +303,7 @@ class Bus:
         return sub
 
     # ---- JetStream --------------------------------------------------------------------------
-    def ensure_streams(self, which: list[str] | None = None, limits: StreamLimits = StreamLimits()) -> list[str]:
+    def ensure_streams(self, which: list[str] | None = None, max_age_s: float = 7 * 24 * 3600, duplicate_window_s: float = 3600.0) -> list[str]:
         """Create the run's streams `which` names ("rollouts", "traj-main", …; default all of
         protocols.Subjects.streams) that are missing; returns their names.
 
@@ -311,7 +311,7 @@ class Bus:
         """
         which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
         try:
-            return self.call(ensure_streams(self._js, self.subjects, which, self.max_bytes, limits))
+            return self.call(ensure_streams(self._js, self.subjects, which, max_age_s, self.max_bytes, duplicate_window_s))
         except Exception as exc:
             if jetstream_missing(exc):
                 raise no_jetstream_error(self.url) from None
