@@ -23,12 +23,9 @@ STEPS = 3
 TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
 
 
-def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_server, tmp_path, make_bus, run_id):
-    bus = make_bus("test")
-    events = EventLog(bus)
-    learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
-    config = pipeline_config(tmp_path, run_id, pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
-    nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")
+def _run_to_the_end(url: str, config, tmp_path, events: EventLog) -> None:  # noqa: ANN001
+    """Every role of TOPOLOGY its own process until the run is finished; each exits 0."""
+    nodes = NodeProcesses(url, config, tmp_path / "logs")
     try:
         for role in TOPOLOGY:
             nodes.start(role, role)
@@ -36,6 +33,14 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
     finally:
         codes = nodes.stop_all()
     assert all(code == 0 for code in codes.values()), codes
+
+
+def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_server, tmp_path, make_bus, run_id):
+    bus = make_bus("test")
+    events = EventLog(bus)
+    learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
+    config = pipeline_config(tmp_path, run_id, pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    _run_to_the_end(nats_server.url, config, tmp_path, events)
 
     done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
     for side in ("main", "sub"):
@@ -99,14 +104,7 @@ def test_async_mode_runs_a_step_ahead_and_learners_apply_every_batch_in_order(na
     steps = 4
     learner = {"lr": 1e-2, "checkpoint_every": 0}
     config = pipeline_config(tmp_path, run_id, pipeline={"steps": steps, "mode": "async", "max_staleness": 1, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
-    nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")
-    try:
-        for role in TOPOLOGY:
-            nodes.start(role, role)
-        events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY))
-    finally:
-        codes = nodes.stop_all()
-    assert all(code == 0 for code in codes.values()), codes
+    _run_to_the_end(nats_server.url, config, tmp_path, events)
 
     # The controller published step n + 1 before step n was finished (one step ahead), never two.
     order = [(e.kind, e.data["step"]) for e in events.events if e.kind in ("step.started", "step.finished")]
