@@ -1,6 +1,6 @@
 """The controller: B rollout requests per step on the JetStream work queue, the next step once both
 sides are done with one, the run finished after `pipeline.steps` steps (design.md §One training step,
-steps 1 and 6). Its cursor lives in KV, so a restarted controller resumes its steps.
+steps 1 and 6); a single-agent run has only the main side to wait for. Its cursor lives in KV, so a restarted controller resumes its steps.
 
 Sync mode: one step at a time; step n+1's requests name the policy versions step n produced. Async mode
 (design.md, asynchronous mode): up to `pipeline.max_staleness` steps beyond the oldest unfinished one are
@@ -108,8 +108,8 @@ class ControllerActor(BusActor):
             self.log.info("query done", step=done.step, query=done.query_id, done=len(seen), of=self.pipeline.queries_per_step, sub_calls=done.sub_calls, failed=done.failed_rollouts)
 
     def gate(self, side: str) -> type:
-        """What ends a step for a side: its learner's StepDone, or its BatchReady (frozen agent, or no learners)."""
-        trains = self.pipeline.advance_on == "learners" and not getattr(self.config.learners, side).frozen
+        """What ends a step for a side: its learner's StepDone, or its BatchReady (an agent that does not train, or no learners)."""
+        trains = self.pipeline.advance_on == "learners" and self.config.trains(side)
         return StepDone if trains else BatchReady
 
     def on_side_ready(self, message: BatchReady | StepDone, delivery: Delivery) -> None:
@@ -121,7 +121,7 @@ class ControllerActor(BusActor):
         if self.cursor["finished"] or ready is None or message.side in ready:
             return  # an earlier step's, or a repeat: nothing to do (acked)
         self.cursor["open"][str(message.step)] = sorted({*ready, message.side})
-        if set(self.cursor["open"][str(message.step)]) == set(SIDES):
+        if set(self.cursor["open"][str(message.step)]) == set(self.config.sides):
             self._finish_step(message.step)
         else:
             self._save()

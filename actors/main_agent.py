@@ -1,7 +1,9 @@
 """Main-agent actors: take rollout requests off the JetStream work queue (every main-agent process
 shares the durable consumer `main-agents`), roll each query out K times on M's own engine, delegate
 to sub-agents and call tools by request/reply, and publish M's trajectories (main side), the scalar
-RewardStats (to the sub side) and progress (design.md §One training step, steps 2 and 4).
+RewardStats (to the sub side) and progress (design.md §One training step, steps 2 and 4). Under
+`run.method: single-agent` the same actor is the single agent: every tool (search and visit on the
+tool actors), no delegation.
 
 Requests that arrive while a batch runs wait in the mailbox and go together into the next batch (up
 to `pipeline.main_queries_in_flight`), so their rollouts generate batched. A request is acked only
@@ -15,15 +17,18 @@ import traceback
 from typing import Any
 
 from actors.agent import AgentActor
-from mgrpo_actors.agents.driver import registry_executor
+from mgrpo_actors.agents.driver import ToolExecutor, registry_executor
 from mgrpo_actors.agents.main_agent import main_tools
+from mgrpo_actors.agents.single_agent import SINGLE_TOOLS, single_tools
 from mgrpo_actors.agents.setup import reason_tool, rollout_config
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
+from mgrpo_actors.pipeline.tool_client import bus_tool_executor
 from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
+from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import RolloutRequest, WeightsVersion
 
 __all__ = ["MainAgentActor", "start_main_agents"]
@@ -47,10 +52,27 @@ class MainAgentActor(AgentActor):
         self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
         registry = ToolRegistry()
         registry.register(reason_tool(self.model, self.config.agents.main.max_new_tokens_per_turn))
-        self.tools = main_tools(registry)
         self.sub_version = 0  # the sub policy version this batch's requests name (S loads it before answering)
-        self.subtasks = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: self.sub_version)
+        if "sub" in self.config.sides:
+            self.tools = main_tools(registry)
+            self.execute_tools = registry_executor(self.tools)
+            self.subtasks: BusSubtasks | None = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: self.sub_version)
+        else:  # the single-agent baseline
+            self.tools, self.execute_tools = self._single_agent_tools(registry)
+            self.subtasks = None
         self.consume(self.bus.subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
+
+    def _single_agent_tools(self, registry: ToolRegistry) -> tuple[ToolRegistry, ToolExecutor]:
+        """The single agent's tools: search and visit go to the tool actors (built here only for their
+        schemas in the prompt), `reason` (already in `registry`) runs on this actor's model."""
+        remote = [name for name in SINGLE_TOOLS if name != "reason"]
+        served = build_tool_registry(self.config.tools, names=remote)
+        for name in remote:
+            registry.register(served.get(name), name)
+        pipeline = self.pipeline
+        execute = bus_tool_executor(self.bus, remote, local=registry_executor(registry), timeout_s=pipeline.tool_timeout_s,
+                                    caller=self.name, retries=pipeline.call_retries, stats=self.calls)  # fmt: skip
+        return single_tools(registry), execute
 
     def run_batch(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
         try:  # sync mode: the requests name the version they are to be rolled out with
@@ -62,7 +84,7 @@ class MainAgentActor(AgentActor):
         self.sub_version = max(r.sub_version for r, _ in batch)
         seed = self.batch_seed(batch[0][0].step)
         try:
-            outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, registry_executor(self.tools), seed, self.bus.node)
+            outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, self.execute_tools, seed, self.bus.node)
         except Exception as exc:
             self._failed(batch, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3))
             return

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import yaml
 
 from actors.node_info import NodeInfoActor
-from actors.roles import ROLES, expand_roles, role_streams
+from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
@@ -124,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
     """What can be checked before connecting (ValueError naming the key): a controller's dataset must fill
-    a step; a frozen agent has no learner."""
+    a step; an agent that does not train has no learner; a single-agent run has no sub side."""
+    for role in roles:
+        if role in SUB_SIDE_ROLES and "sub" not in config.sides:
+            raise ValueError(f"run.method is single-agent: there is no sub-agent, so no {role} runs")
     for side in ("main", "sub"):
-        if f"{side}-learner" in roles and getattr(config.learners, side).frozen:
-            raise ValueError(f"learners.{side}.frozen is true: the {side} agent does not train, so no {side}-learner runs")
+        if f"{side}-learner" in roles and not config.trains(side):
+            why = f"learners.{side}.frozen is true" if getattr(config.learners, side).frozen else f"run.method is {config.run.method}"
+            raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
     if "controller" in roles:
         from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
 

@@ -10,7 +10,7 @@ import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "START_ORDER", "RoleSpec", "expand_roles", "role_streams", "roles_of_all"]
+__all__ = ["ROLES", "START_ORDER", "SUB_SIDE_ROLES", "RoleSpec", "expand_roles", "role_streams", "roles_of_all", "unused_roles"]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -64,10 +64,21 @@ def role_streams(roles: list[str]) -> list[str]:
     return list(dict.fromkeys([*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]))
 
 
+# The roles of the sub side: a single-agent run has none of them.
+SUB_SIDE_ROLES = ("sub-agent", "sub-aligner", "sub-learner")
+
+
+def unused_roles(config: NodeConfig) -> set[str]:
+    """Roles the run's method leaves without work: the learner of an agent that does not train (frozen,
+    or S under main-only), every sub-side role under single-agent."""
+    unused = {f"{side}-learner" for side in ("main", "sub") if not config.trains(side)}
+    return unused | (set(SUB_SIDE_ROLES) if "sub" not in config.sides else set())
+
+
 def roles_of_all(config: NodeConfig | None = None) -> list[str]:
-    """What `--role all` starts: every role but the monitor, no learner for a frozen agent."""
-    frozen = {f"{side}-learner" for side in ("main", "sub") if config is not None and getattr(config.learners, side).frozen}
-    return [role for role, spec in ROLES.items() if role not in frozen and spec.in_all]
+    """What `--role all` starts: every role but the monitor and those the run's method does not use."""
+    unused = unused_roles(config) if config is not None else set()
+    return [role for role, spec in ROLES.items() if role not in unused and spec.in_all]
 
 
 def expand_roles(requested: list[str], config: NodeConfig | None = None) -> list[str]:

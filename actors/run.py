@@ -11,9 +11,11 @@ trajectories into exactly B·K and B·K·D samples with advantages, on the learn
     mgrpo run                                    # SmolLM2 as M and as S (separate instances)
     mgrpo run --main tiny:main --sub tiny:sub    # tiny models: seconds
     mgrpo run --set pipeline.steps=4 --set pipeline.rollouts_per_query=4
+    mgrpo run --method main-only                 # the baselines: S frozen, or one agent with every tool
+    mgrpo run --set algo.alignment.mode=none     # the alignment ablation: sub batches first-in-first-out
 
-Both agents' DeepSpeed learners run too (`learners.<side>.frozen: true` keeps one agent fixed, the
-main-only baseline): after each step every learner applies its side's batch and sends the new weights
+Both agents' DeepSpeed learners run too (`--method main-only` keeps S fixed, the main-only baseline;
+`--method single-agent` trains one agent with every tool and no sub side): after each step every learner applies its side's batch and sends the new weights
 to its side's rollout engine, which rolls the next step out with them.
 """
 
@@ -31,6 +33,7 @@ from actors.node import run_node
 from actors.roles import ROLES, expand_roles
 from actors.run_view import RunView
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.config.node import METHODS
 from mgrpo_actors.log import configure_logging
 
 __all__ = ["add_parser", "run_job"]
@@ -40,10 +43,15 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
     """The whole run in this process; returns the exit code."""
     roles = expand_roles(["all"], config)
     view = RunView(console, config)
-    console.print(f"run {config.run.id!r}: M {config.agents.main.model}, S {config.agents.sub.model}")
+    if config.run.method == "single-agent":
+        console.print(f"run {config.run.id!r} (single-agent): one agent with every tool, {config.agents.main.model}")
+    else:
+        console.print(f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}")
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
-    console.print(f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts; "
-                  f"D = {config.algo.alignment.d} ({config.algo.alignment.mode}); loading models…")  # fmt: skip
+    shape = f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts"
+    if "sub" in config.sides:
+        shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
+    console.print(f"{shape}; loading models…")
     started = time.perf_counter()
     code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume)
     seconds = time.perf_counter() - started
@@ -55,7 +63,7 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
             console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
     learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:
-        frozen = [side for side in ("main", "sub") if f"{side}-learner" not in learners]
+        frozen = [side for side in config.sides if f"{side}-learner" not in learners]
         trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
         console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""))
     return code
@@ -74,6 +82,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     for agent, spec in (("main", args.main), ("sub", args.sub)):
         if spec is not None:
             overrides.append(f"agents.{agent}.model={spec}")
+    if args.method is not None:
+        overrides.append(f"run.method={args.method}")
     return overrides
 
 
@@ -95,5 +105,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model; default smollm2)")
     p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model; default smollm2, a separate instance)")
+    p.add_argument("--method", choices=METHODS, help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)")
     p.add_argument("--resume", action="store_true", help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh")
     p.set_defaults(func=_run)

@@ -2,11 +2,14 @@
 from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
 advantages over D·K → exactly B·K·D samples on the sub learner's stream (design.md §One training step,
 step 5; the math is mgrpo_actors/pipeline/sub_alignment.py). It reads only sub-side streams, the
-stats and the controller's plan; `D: auto` is re-estimated between steps, never within one."""
+stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
+`algo.alignment.mode: none` (the ablation) fills the B·K·D samples first-in-first-out instead
+(mgrpo_actors/pipeline/sub_unaligned.py)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from actors.aligner import AlignerActor, HeldStep
@@ -15,6 +18,7 @@ from mgrpo_actors.algo.alignment import DEstimator
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.sub_alignment import alignment_rng, build_sub_batch
+from mgrpo_actors.pipeline.sub_unaligned import build_unaligned_sub_batch
 from mgrpo_actors.runtime import Bus, Delivery
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
@@ -78,22 +82,22 @@ class SubAlignerActor(AlignerActor):
         unknown = [q for q in held.plan.query_ids if q not in self.questions]
         if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)
             self.log.error("questions unknown to the sub aligner", queries=unknown[:5], count=len(unknown))
-        batch, figures, alignment = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
+        if self.config.algo.alignment.mode == "none":  # the ablation: first-in-first-out, no alignment
+            batch, figures = build_unaligned_sub_batch(held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions)
+        else:
+            batch, figures, _ = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
         used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
         figures["unused"] = float(sum(1 for c in trajectories if c not in used))
         figures["unknown_questions"] = float(len(unknown))
-        held.result = alignment
         return batch, figures
 
     def after_publish(self, held: HeldStep) -> None:
         # D: auto learns from the d_k M really produced: failed rollouts and lost calls say nothing about it.
-        stats = held.collection("stats")
-        self.d_estimator.observe([s.num_sub_calls for s in stats.values() if not s.failed])
+        dks = [s.num_sub_calls for s in held.collection("stats").values() if not s.failed]
+        self.d_estimator.observe(dks)
         d_next = self.d_estimator.end_step()
         self.state.put(D_ESTIMATOR_KEY, json.dumps(self.d_estimator.state()).encode())
-        histogram: dict[int, int] = {}
-        for dk in held.result.observed.ravel().tolist():
-            histogram[dk] = histogram.get(dk, 0) + 1
+        histogram = Counter(dks)
         for dk, count in sorted(histogram.items()):
             publish_metrics(self.bus, "sub", {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
         publish_metrics(self.bus, "sub", {"d_next": d_next}, held.step, self.role)

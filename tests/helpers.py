@@ -43,12 +43,12 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s
         time.sleep(interval_s)
 
 
-def run_script(name: str, *args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
-    """Run `.venv/bin/NAME ARGS...` to completion (text output captured) from the repo root."""
+def run_script(name: str, *args: str, timeout_s: float = 30.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `.venv/bin/NAME ARGS...` to completion (text output captured) from the repo root; `env` adds variables."""
     return subprocess.run(
         [str(venv_script(name)), *args],
         cwd=REPO,
-        env=subprocess_env(),
+        env={**subprocess_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,

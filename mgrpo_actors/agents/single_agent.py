@@ -22,10 +22,15 @@ def single_tools(tools: ToolRegistry) -> ToolRegistry:
 
 
 def single_episode(
-    question: str, tokenizer: PreTrainedTokenizerBase, tools: ToolRegistry, cfg: AgentConfig, rollout_index: int
+    question: str,
+    tokenizer: PreTrainedTokenizerBase,
+    tools: ToolRegistry,
+    cfg: AgentConfig,
+    rollout_index: int,
+    episode_id: str | None = None,
 ) -> AgentEpisode:
-    """The single agent's episode for rollout `rollout_index` of `question`; its id is "r<rollout_index>"."""
+    """The single agent's episode for rollout `rollout_index` of `question`; its id is `episode_id` (default "r<rollout_index>")."""
     own_tools = single_tools(tools)
     return question_episode(
-        question, tokenizer, cfg, rollout_index, single_system_prompt(own_tools), SINGLE_DEMONSTRATION, own_tools.names
+        question, tokenizer, cfg, rollout_index, single_system_prompt(own_tools), SINGLE_DEMONSTRATION, own_tools.names, episode_id
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 StdKind = Literal["population", "unbiased"]
-AlignmentMode = Literal["duplicate", "mask"]
+AlignmentMode = Literal["duplicate", "mask", "none"]
 RatioKind = Literal["token", "sequence", "sequence-mean"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
@@ -81,7 +81,8 @@ class AlignmentConfig:
 
     # D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8).
     d: int | Literal["auto"] = 8
-    # "duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders.
+    # "duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders;
+    # "none": no alignment, the ablation: B·K·D sub samples first-in-first-out, as the reference code batches.
     mode: AlignmentMode = "duplicate"
     # D: auto picks D with P(d_k <= D) >= quantile over the window (paper: P ≈ 0.99).
     quantile: float = 0.99
@@ -99,7 +100,7 @@ class AlignmentConfig:
             self.d == "auto" or (isinstance(self.d, int) and not isinstance(self.d, bool) and self.d >= 1),
             f"alignment.d must be an integer >= 1 or 'auto', got {self.d!r}",
         )
-        _require_choice("alignment.mode", self.mode, ("duplicate", "mask"))
+        _require_choice("alignment.mode", self.mode, ("duplicate", "mask", "none"))
         _require(0.0 < self.quantile <= 1.0, f"alignment.quantile must be in (0, 1], got {self.quantile!r}")
         _require(self.window >= 1, f"alignment.window must be >= 1, got {self.window!r}")
         _require(self.d_min >= 1, f"alignment.d_min must be >= 1, got {self.d_min!r}")

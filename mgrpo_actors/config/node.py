@@ -18,7 +18,12 @@ from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
-__all__ = ["BUILTIN_TOOLS", "LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+__all__ = ["BUILTIN_TOOLS", "METHODS", "LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+
+# What a run trains (m-grpo.md §Training schedule): M-GRPO (both agents), the main-only baseline (S
+# frozen), the single-agent baseline (one agent with every tool, plain GRPO; no sub side at all).
+METHODS = ("m-grpo", "main-only", "single-agent")
+Method = Literal["m-grpo", "main-only", "single-agent"]
 
 # Tools a node serves by name (`tools.serve`); `tools.extra` adds more by import path.
 BUILTIN_TOOLS = {
@@ -42,9 +47,12 @@ class RunConfig:
     seed: int = 0  # base seed of everything random in the run
     stop_timeout_s: float = 45.0  # graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)
     dir: str = "runs"  # run directories go under here: <dir>/<id>/ holds checkpoints (and the embedded server's store)
+    method: Method = "m-grpo"  # m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent with every tool, GRPO (baseline)
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)
+        if self.method not in METHODS:
+            raise ValueError(f"run.method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check_range("run.stop_timeout_s", self.stop_timeout_s, 0.1, 3600)
 
 
@@ -125,3 +133,15 @@ class NodeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
     learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The agents this run has: both, or only "main" (the single agent) in single-agent mode."""
+        return ("main",) if self.run.method == "single-agent" else ("main", "sub")
+
+    def trains(self, side: str) -> bool:
+        """Whether `side`'s agent trains: it exists, its learner is not frozen, and the method trains it
+        (main-only keeps S frozen)."""
+        if side not in self.sides or getattr(self.learners, side).frozen:
+            return False
+        return not (side == "sub" and self.run.method == "main-only")

@@ -22,6 +22,7 @@ from mgrpo_actors.agents.episode import EpisodeRecord, ToolCall
 from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.rollout import RolloutConfig
 from mgrpo_actors.agents.scoring import score_main
+from mgrpo_actors.agents.single_agent import single_episode
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
 from mgrpo_actors.pipeline.wire import failed_trajectory, trajectory_to_wire
@@ -52,14 +53,16 @@ def question_of(request: RolloutRequest) -> Question:
     return Question(id=request.query_id, question=request.question, answer=request.answers[0], aliases=tuple(request.answers[1:]))
 
 
-def _sub_call_ids(record: EpisodeRecord, subtasks: BusSubtasks) -> list[str]:
+def _sub_call_ids(record: EpisodeRecord, subtasks: BusSubtasks | None) -> list[str]:
     """The wire call ids of this rollout's delegations whose sub trajectory is on the sub side, in call order."""
+    if subtasks is None:  # the single agent delegates nothing
+        return []
     delegated = [turn.action.call_id for turn in record.turns if isinstance(turn.action, ToolCall) and turn.action.name == DELEGATE_TOOL_NAME]
     answered = [subtasks.answered[call_id] for call_id in delegated if call_id in subtasks.answered]
     return [a.wire_call_id for a in answered if a.has_trajectory]
 
 
-def _query_outcome(request: RolloutRequest, attempt: str, records: list[EpisodeRecord], cfg: RolloutConfig, subtasks: BusSubtasks, seconds: float, node: str) -> QueryOutcome:
+def _query_outcome(request: RolloutRequest, attempt: str, records: list[EpisodeRecord], cfg: RolloutConfig, subtasks: BusSubtasks | None, seconds: float, node: str) -> QueryOutcome:
     scores = score_main(records, question_of(request), cfg.main.max_turns, cfg.rewards, cfg.correct)
     ids = {"run_id": request.run_id, "step": request.step, "query_id": request.query_id}
     trajectories, stats = [], []
@@ -92,17 +95,23 @@ def run_main_rollouts(
     model: AgentModel,
     tools: ToolRegistry,
     cfg: RolloutConfig,
-    subtasks: BusSubtasks,
+    subtasks: BusSubtasks | None,
     execute_tools: ToolExecutor,
     seed: int | None,
     node: str = "",
 ) -> list[QueryOutcome]:
-    """Roll every request out K times in one batch; M's call ids are "<attempt>.r<k>.t<n>"."""
+    """Roll every request out K times in one batch; M's call ids are "<attempt>.r<k>.t<n>".
+
+    `subtasks` None: the single-agent baseline (m-grpo.md §Training schedule): the agent's episodes are
+    single_episode's (every tool in `tools`, no delegation), scored and published exactly like M's.
+    """
     started = time.perf_counter()
     attempts = {new_attempt(): request for request in requests}
-    subtasks.requests, subtasks.answered = attempts, {}
+    episode = main_episode if subtasks is not None else single_episode
+    if subtasks is not None:
+        subtasks.requests, subtasks.answered = attempts, {}
     episodes = {
-        attempt: [main_episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}") for k in range(request.num_rollouts)]
+        attempt: [episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}") for k in range(request.num_rollouts)]
         for attempt, request in attempts.items()
     }
     run_episodes([e for batch in episodes.values() for e in batch], model.engine, execute_tools, delegate=subtasks, seed=seed)

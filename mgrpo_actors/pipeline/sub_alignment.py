@@ -28,7 +28,7 @@ from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
-__all__ = ["alignment_rng", "build_sub_batch", "sub_call_lists"]
+__all__ = ["alignment_rng", "build_sub_batch", "query_sub_rewards", "sub_call_lists"]
 
 _KIND = {SlotKind.ORIGINAL: "original", SlotKind.DUPLICATE: "duplicate", SlotKind.PLACEHOLDER: "placeholder"}
 
@@ -50,8 +50,8 @@ def sub_call_lists(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], traj
     return lists
 
 
-def _query_rewards(question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig) -> np.ndarray:
-    """R_S of each call of one query (stats[i]: the rollout of calls[i])."""
+def query_sub_rewards(question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig) -> np.ndarray:
+    """R_S of each call of one query (stats[i]: the rollout of calls[i]), m-grpo.md §Rewards."""
     expert, weights = expert_for(question, cfg)
     ok = np.array([t.format_ok for t in calls], dtype=bool)
     main_ok = np.array([s.r_format > 0 for s in stats], dtype=bool)
@@ -83,7 +83,7 @@ def build_sub_batch(
         keys = [(b, k, call) for k, calls in enumerate(sub_ids[b]) for call in calls]
         if keys:
             question = questions.get(query) or Question(id=query, question="", answer="")
-            values = _query_rewards(question, [trajectories[c] for _, _, c in keys], [stats[(query, k)] for _, k, _ in keys], rollout_cfg)
+            values = query_sub_rewards(question, [trajectories[c] for _, _, c in keys], [stats[(query, k)] for _, k, _ in keys], rollout_cfg)
             rewards.update(zip(keys, values.tolist()))
     slot_rewards = alignment.gather(rewards)
     advantages = sub_advantages(slot_rewards, alignment.weight, algo.advantages)  # m-grpo.md §Group-relative advantages

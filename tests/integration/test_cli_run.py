@@ -14,7 +14,7 @@ def test_mgrpo_run_runs_the_pipeline_and_both_learners_over_nats():
     done = run_script("mgrpo", "run", "--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=150", timeout_s=230)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert "run 'default': M tiny:main, S tiny:sub" in out and "roles on an embedded nats-server" in out
+    assert "run 'default' (m-grpo): M tiny:main, S tiny:sub" in out and "roles on an embedded nats-server" in out
     for step in (0, 1):
         assert f"step {step}: 2 queries × 2 rollouts" in out and f"step {step} finished in" in out
     assert out.count("main batch: 4 samples") == 2  # B·K with B = K = 2
