@@ -13,11 +13,12 @@ from mgrpo_actors.log import configure_logging
 from types import ModuleType
 
 from mgrpo_actors.cli import bench, ping, rollout, tap, world
+from mgrpo_actors.cli import eval as eval_command  # `eval` alone would shadow the builtin here
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (world, tap, ping, bench, rollout)
+COMMANDS = (world, tap, ping, bench, rollout, eval_command)
 
 
 def build_parser(first: tuple[ModuleType, ...] = ()) -> argparse.ArgumentParser:

@@ -1,0 +1,57 @@
+"""`mgrpo eval`'s JSON report: what was evaluated, each run's metrics, their spread over the runs, and
+every question's outcome per run (so two reports can be compared question by question)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.evaluation.metrics import QuestionOutcome, run_metrics, spread_over_runs
+from mgrpo_actors.evaluation.runner import EvalConfig
+
+__all__ = ["EvalSetup", "eval_report"]
+
+
+@dataclass(frozen=True)
+class EvalSetup:
+    """What was evaluated, for the report's header."""
+
+    mode: str  # "main+sub" (M delegating to S) or "single-agent"
+    models: dict[str, str]  # agent ("main", "sub") -> model spec or HF directory
+    dataset: dict[str, Any]  # {"split", "web_seed", "web_entities"} of the built-in web, or {"file", "fields"}
+    available: int  # questions the split or file holds
+    correct_judge: str  # the judge of r_correct (agents.correct_judge)
+    budgets: dict[str, Any] = field(default_factory=dict)  # per agent: max_turns, max_new_tokens_per_turn, temperature
+    checkpoints: dict[str, str | None] = field(default_factory=dict)  # agent -> checkpoint tag (None: frozen, configured model); empty without --checkpoints
+
+
+def _question_row(question: Question, index: int, runs: Sequence[Sequence[QuestionOutcome]]) -> dict[str, Any]:
+    """Question `index`'s outcome in every run, one list entry per run."""
+    outcomes = [run[index] for run in runs]
+    return {
+        "id": question.id,
+        "answer": question.answer,
+        "correct": [o.correct for o in outcomes],
+        "format_valid": [o.format_valid for o in outcomes],
+        "sub_calls": [o.sub_calls for o in outcomes],
+        "turns": [o.turns for o in outcomes],
+        "answers": [o.answer for o in outcomes],
+    }
+
+
+def eval_report(
+    setup: EvalSetup, eval_cfg: EvalConfig, questions: Sequence[Question], runs: Sequence[Sequence[QuestionOutcome]], seconds: float
+) -> dict[str, Any]:
+    """The report as a JSON-ready dict; `runs[r][i]` is question i's outcome in run r."""
+    if len(runs) != eval_cfg.runs or any(len(run) != len(questions) for run in runs):
+        raise ValueError(f"need {eval_cfg.runs} runs of {len(questions)} outcomes each, got {[len(run) for run in runs]}")
+    metrics = [run_metrics(run) for run in runs]
+    return {
+        "setup": {**asdict(setup), "questions": len(questions), "runs": eval_cfg.runs, "seeds": eval_cfg.run_seeds},
+        "runs": [{"run": r, "seed": seed, **asdict(m)} for r, (seed, m) in enumerate(zip(eval_cfg.run_seeds, metrics, strict=True))],
+        "aggregate": {name: asdict(spread) for name, spread in spread_over_runs(metrics).items()},
+        "questions": [_question_row(question, index, runs) for index, question in enumerate(questions)],
+        "seconds": round(seconds, 3),
+    }
