@@ -41,7 +41,7 @@ __all__ = ["RUN_TINY", "TARGET_SHARE", "measure", "run"]
 RUN_TINY = ("agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=150")  # make run-tiny's overrides
 TARGET_SHARE = 0.10  # the issue's target: at most 10 % of a step is not model compute
 RUN_ID = "bench-steps"
-LABELS = {"generate": "gen", "learn": "learn", "weights": "weights", "checkpoint": "ckpt", "align": "align", OTHER: "other"}
+LABELS = {"generate": "gen", "learn": "learn", "weights": "weights", "checkpoint": "ckpt", "align": "align", "score": "score", OTHER: "other"}
 
 
 class _StepWindows:
@@ -51,6 +51,7 @@ class _StepWindows:
         self.started: dict[int, float] = {}
         self.finished: dict[int, float] = {}
         self.trained: dict[int, dict[str, int]] = {}  # step -> side -> samples its learner trained on
+        self.batches: dict[int, dict[str, dict[str, Any]]] = {}  # step -> side -> its batch event's figures (samples, tokens, rewards)
         self._lock = threading.Lock()
 
     def attach(self, bus: Bus) -> None:
@@ -70,24 +71,28 @@ class _StepWindows:
                     self.finished[event.data["step"]] = envelope.sent_at
                 elif event.kind in ("main.learned", "sub.learned") and isinstance(event.data.get("samples"), (int, float)):
                     self.trained.setdefault(event.data["step"], {})[event.kind.split(".")[0]] = int(event.data["samples"])
+                elif event.kind in ("main.batch", "sub.batch"):
+                    self.batches.setdefault(event.data["step"], {})[event.kind.split(".")[0]] = dict(event.data)
 
     def windows(self) -> list[tuple[int, float, float]]:
         with self._lock:
             return [(step, self.started[step], self.finished[step]) for step in sorted(self.started) if step in self.finished]
 
 
-def measure(steps: int = 4, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Run make run-tiny's job for `steps` steps with the phase recorder on. Returns the per-step splits
-    ("splits": StepSplit list), their steady-state mean ("mean": steps after step 0; None with one step),
-    the job's exit code, what they were computed from ("windows": (step, start, end); "intervals"), the
-    samples each learner trained on per step ("trained") and the job's config."""
+def measure(steps: int = 4, overrides: Sequence[str] = (), job: Sequence[str] = RUN_TINY, run_id: str = RUN_ID) -> dict[str, Any]:
+    """Run the job of `job` (default make run-tiny's; config overrides) for `steps` steps with the phase
+    recorder on. Returns the per-step splits ("splits": StepSplit list), their steady-state mean ("mean":
+    steps after step 0; None with one step), the job's exit code, what they were computed from
+    ("windows": (step, start, end); "intervals"), the samples each learner trained on per step
+    ("trained"), each step's batch figures ("batches": step -> side -> samples, tokens, rewards) and the
+    job's config."""
     windows = _StepWindows()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # run_node installs its own
-    with tempfile.TemporaryDirectory(prefix="mgrpo-bench-steps-") as run_dir:
-        config = load_config(NodeConfig, None, [*RUN_TINY, f"pipeline.steps={steps}", f"run.id={RUN_ID}", f"run.dir={run_dir}", *overrides])
+    with tempfile.TemporaryDirectory(prefix=f"mgrpo-{run_id}-") as run_dir:
+        config = load_config(NodeConfig, None, [*job, f"pipeline.steps={steps}", f"run.id={run_id}", f"run.dir={run_dir}", *overrides])
         recorder = phases.enable()
         try:
-            code = run_node(config, expand_roles(["all"], config), "bench-steps", embedded=True, duration_s=None, until_finished=True, watch=windows.attach)
+            code = run_node(config, expand_roles(["all"], config), run_id, embedded=True, duration_s=None, until_finished=True, watch=windows.attach)
         finally:
             phases.disable()
             for sig, handler in handlers.items():
@@ -95,7 +100,7 @@ def measure(steps: int = 4, overrides: Sequence[str] = ()) -> dict[str, Any]:
     intervals, spans = recorder.intervals(), windows.windows()
     splits = [split_step(step, start, end, intervals) for step, start, end in spans]
     return {"exit_code": code, "steps": steps, "splits": splits, "mean": mean_split(splits[1:]), "windows": spans, "intervals": intervals,
-            "intervals_dropped": recorder.dropped, "trained": dict(windows.trained), "config": config}  # fmt: skip
+            "intervals_dropped": recorder.dropped, "trained": dict(windows.trained), "batches": dict(windows.batches), "config": config}  # fmt: skip
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -125,7 +130,7 @@ def print_results(results: dict[str, Any], console: Console) -> None:
     if not splits:
         console.print("[red]no step finished: nothing measured[/]")
         return
-    table = Table(title="seconds per step, each instant counted once (* warm-up)", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title="seconds per step, each instant counted once (* warm-up)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for column in ("step", "wall", *(LABELS[c] for c in CATEGORIES), "not compute"):
         table.add_column(column, justify="right")
     for split in splits:
@@ -136,7 +141,7 @@ def print_results(results: dict[str, Any], console: Console) -> None:
         table.add_row("share", "100%", *(f"{mean.seconds[c] / mean.wall:.1%}" if mean.wall else "" for c in CATEGORIES), "")
     console.print(table)
     console.print("model compute: gen (rollout generation), learn (learner forward, backward, step); then weights (save, publish, "
-                  "fetch, load), ckpt (checkpoints), align (batch building); other: messaging, serialisation, JetStream/KV "
+                  "fetch, load), ckpt (checkpoints), align (batch building), score (judging rollouts); other: messaging, serialisation, JetStream/KV "
                   "round trips, the agents' and tools' Python work, waiting", markup=False)  # fmt: skip
     if mean is not None:  # each kind's own busy time: kinds that overlap (weights and checkpoint do) show here in full
         console.print("each alone (may overlap), mean: " + ", ".join(f"{LABELS[k]} {mean.busy[k]:.3f} s" for k in KINDS), markup=False)

@@ -30,7 +30,7 @@ import torch
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.engines.weights import read_weights
 from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
-from mgrpo_actors.learner.checkpoints import Checkpoints
+from mgrpo_actors.learner.checkpoints import Checkpoints, export_hf
 from mgrpo_actors.learner.ranks import lead, stop_followers
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.learner.weights import WeightsStore, save_weights
@@ -79,6 +79,7 @@ class LearnerActor(BusActor):
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
         model, self.tokenizer = load_model(getattr(self.config.agents, self.side).model)
         self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)
+        self.exports = Path(self.config.run.dir) / self.bus.run_id / "exports" / self.side  # learners.<side>.export_every
         if self.checkpoints.latest() is None:
             self._resume(model)
         elif self.state.get(f"learner.{self.side}") is None:
@@ -182,7 +183,10 @@ class LearnerActor(BusActor):
         stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
         self.stepped = True
         version = self.applied["version"] + 1
-        path = save_weights(self.trainer.full_state_dict(), self.trainer.module, self.scratch / f"v{version}.safetensors")
+        state = self.trainer.full_state_dict()
+        path = save_weights(state, self.trainer.module, self.scratch / f"v{version}.safetensors")
+        if self.cfg.export_every and ((batch.step + 1) % self.cfg.export_every == 0 or batch.step + 1 == self.config.pipeline.steps):
+            export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{batch.step + 1}")
         announced = self.store.publish(path, version, batch.step)
         self.versions.put(latest_key(self.side), encode(announced))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)

@@ -3,7 +3,7 @@ shares the durable consumer `main-agents`), roll each query out K times on M's o
 to sub-agents and call tools by request/reply, and publish M's trajectories (main side), the scalar
 RewardStats (to the sub side) and progress (design.md §One training step, steps 2 and 4). Under
 `run.method: single-agent` the same actor is the single agent: every tool (search and visit on the
-tool actors), no delegation.
+tool actors) or those of `agents.main.tools` (none: plain GRPO), no delegation.
 
 Requests that arrive while a batch runs wait in the mailbox and go together into the next batch (up
 to `pipeline.main_queries_in_flight`), so their rollouts generate batched. A request is acked only
@@ -19,7 +19,7 @@ from typing import Any
 from actors.agent import AgentActor
 from mgrpo_actors.agents.driver import ToolExecutor, registry_executor
 from mgrpo_actors.agents.main_agent import main_tools
-from mgrpo_actors.agents.single_agent import SINGLE_TOOLS, single_tools
+from mgrpo_actors.agents.single_agent import single_tool_names, single_tools
 from mgrpo_actors.agents.setup import reason_tool, rollout_config
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
@@ -63,16 +63,18 @@ class MainAgentActor(AgentActor):
         self.consume(self.bus.subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
 
     def _single_agent_tools(self, registry: ToolRegistry) -> tuple[ToolRegistry, ToolExecutor]:
-        """The single agent's tools: search and visit go to the tool actors (built here only for their
-        schemas in the prompt), `reason` (already in `registry`) runs on this actor's model."""
-        remote = [name for name in SINGLE_TOOLS if name != "reason"]
+        """The single agent's tools (agents.main.tools; none: plain GRPO): search and visit go to the tool
+        actors (built here only for their schemas in the prompt), `reason` (already in `registry`) runs on
+        this actor's model."""
+        names = single_tool_names(self.config.agents.main)
+        remote = [name for name in names if name != "reason"]
         served = build_tool_registry(self.config.tools, names=remote)
         for name in remote:
             registry.register(served.get(name), name)
         pipeline = self.pipeline
         execute = bus_tool_executor(self.bus, remote, local=registry_executor(registry), timeout_s=pipeline.tool_timeout_s,
                                     caller=self.name, retries=pipeline.call_retries, stats=self.calls)  # fmt: skip
-        return single_tools(registry), execute
+        return single_tools(registry, names), execute
 
     def run_batch(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
         try:  # sync mode: the requests name the version they are to be rolled out with

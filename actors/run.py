@@ -44,7 +44,7 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
     roles = expand_roles(["all"], config)
     view = RunView(console, config)
     if config.run.method == "single-agent":
-        console.print(f"run {config.run.id!r} (single-agent): one agent with every tool, {config.agents.main.model}")
+        console.print(f"run {config.run.id!r} (single-agent): {_single_agent(config)}, {config.agents.main.model}")
     else:
         console.print(f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}")
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
@@ -67,6 +67,14 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
         trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
         console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""))
     return code
+
+
+def _single_agent(config: NodeConfig) -> str:
+    """What the single agent is given (agents.main.tools)."""
+    tools, turns = config.agents.main.tools, config.agents.main.max_turns
+    if tools is None:
+        return "one agent with every tool"
+    return f"one agent with {', '.join(tools)}" if tools else f"plain GRPO, one agent without tools, {turns} turn{'s' if turns > 1 else ''}"
 
 
 def quiet_libraries() -> None:

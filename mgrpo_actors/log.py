@@ -24,6 +24,21 @@ def _add_context(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[s
     return event_dict
 
 
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is when a line is written, not when logging was configured: a
+    command run in-process under a test's captured stderr must not leave logging bound to a stream that
+    is closed once the test ends."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure_logging(
     *,
     run_id: str = "",
@@ -36,7 +51,7 @@ def configure_logging(
     """Configure structlog for this process (call again to change the context, e.g. in tests)."""
     if level not in _LEVELS:
         raise ValueError(f"log level {level!r} is invalid: expected one of {', '.join(_LEVELS)}")
-    stream = stream or sys.stderr
+    stream = stream or _CurrentStderr()
     _CONTEXT.update(run_id=run_id, node=node, role=role)
     if json_output is None:
         json_output = not (hasattr(stream, "isatty") and stream.isatty())

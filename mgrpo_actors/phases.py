@@ -13,7 +13,8 @@ whoever reads them takes unions (mgrpo_actors/bench/step_split.py).
 Kinds: model compute is `generate` (a rollout engine's batched generation, M's `reason` included)
 and `learn` (a learner applying a batch: forward, backward, optimizer step); then `weights` (a
 learner writing and publishing new weights, an engine fetching and loading them), `checkpoint` (a
-learner's checkpoint) and `align` (an aligner building a step's batch).
+learner's checkpoint), `align` (an aligner building a step's batch) and `score` (judging finished
+rollouts: r_format, r_correct, R_M and R_S; an LLM judge's requests included).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["ALIGN", "CHECKPOINT", "COMPUTE", "GENERATE", "KINDS", "LEARN", "WEIGHTS", "Interval", "PhaseRecorder", "disable", "enable", "phase", "recorder", "timed"]
+__all__ = ["ALIGN", "CHECKPOINT", "COMPUTE", "GENERATE", "KINDS", "LEARN", "SCORE", "WEIGHTS", "Interval", "PhaseRecorder", "disable", "enable", "phase", "recorder", "timed"]
 
-GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN = "generate", "learn", "weights", "checkpoint", "align"
-KINDS = (GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN)
+GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN, SCORE = "generate", "learn", "weights", "checkpoint", "align", "score"
+KINDS = (GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN, SCORE)
 COMPUTE = (GENERATE, LEARN)  # model compute; everything else is bookkeeping, messaging or waiting
 
 F = TypeVar("F", bound=Callable[..., Any])

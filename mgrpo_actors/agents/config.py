@@ -10,7 +10,10 @@ from typing import Literal
 
 from mgrpo_actors.engines.base import SamplingParams
 
-__all__ = ["AgentConfig"]
+__all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig"]
+
+# The tools a single agent may be given (m-grpo.md §Training schedule: the single-agent baseline has all of them).
+SINGLE_AGENT_TOOLS = ("search", "visit", "reason")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class AgentConfig:
     # ids and logprobs kept are unchanged: a prefix does not depend on its tail).
     stop_after_action: bool = True
     demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
+    # The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS; None = all of
+    # them; [] = none: plain GRPO, the question alone answered in an answer block (no demonstration). M and S keep their own.
+    tools: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm") and ":" not in self.engine:
@@ -49,6 +55,9 @@ class AgentConfig:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"agent temperature must be a finite number >= 0, got {self.temperature!r}")
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
+        unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
+        if unknown:
+            raise ValueError(f"agent tools names unknown tool(s) {unknown}: the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)")
 
     def sampling_params(
         self, max_new_tokens: int, seed: int | None, stop_token_ids: tuple[int, ...] = ()

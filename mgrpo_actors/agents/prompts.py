@@ -20,6 +20,7 @@ from mgrpo_actors.tools.registry import ToolRegistry, schemas_for_prompt
 __all__ = [
     "MAIN_DEMONSTRATION",
     "MAIN_ROLE",
+    "PLAIN_PROMPT",
     "SINGLE_DEMONSTRATION",
     "SINGLE_ROLE",
     "SUB_DEMONSTRATION",
@@ -48,6 +49,12 @@ SINGLE_ROLE = (
     "You are a research agent and you answer the user's question. Use `search` to find pages, `visit` to "
     "read them and `reason` to work with facts you already have. When you know the answer, give only the "
     "answer (a name, a year, a number) inside <answer>...</answer>."
+)
+
+# Plain GRPO (the single agent with no tools): how to answer, nothing about tools, no demonstration.
+PLAIN_PROMPT = (
+    "Answer the user's question. You may reason first inside <think>...</think>. Then give only the final "
+    "answer inside <answer>...</answer>. Write nothing outside these blocks."
 )
 
 # One fictional fact, shown as the tools would return it (search.py and visit.py formats).

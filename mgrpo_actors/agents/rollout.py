@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mgrpo_actors.agents.config import AgentConfig
@@ -28,7 +29,7 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.tools.registry import ToolRegistry
 
-__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "expert_for", "run_rollouts", "run_single_agent_rollouts"]
+__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "expert_for", "run_rollout_groups", "run_rollouts", "run_single_agent_groups", "run_single_agent_rollouts"]
 
 log = get_logger("mgrpo.agents.rollout")
 
@@ -112,17 +113,47 @@ def run_rollouts(
     `execute_tools` runs the agents' tool calls (default: `tools` in this process; the pipeline passes
     one that sends them to tool actors over NATS).
     """
+    return run_rollout_groups([question], k, main, sub, tools, cfg, seed, execute_tools)[0]
+
+
+def run_rollout_groups(
+    questions: Sequence[Question],
+    k: int,
+    main: AgentModel,
+    sub: AgentModel,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
+    seed: int | None = None,
+    execute_tools: ToolExecutor | None = None,
+) -> list[RolloutGroup]:
+    """K rollouts of each question, all generated as one batch on M's engine (and S's delegations as
+    batches on S's); one RolloutGroup per question, in order. With several questions, episode ids are
+    "q<i>.r<k>" (call ids "q<i>.r<k>.t<n>"); with one, "r<k>". Sampling draws from one stream for the
+    whole batch, so a question's rollouts depend on which others share its batch."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
-    expert, weights = expert_for(question, cfg)
     execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
-    episodes = [main_episode(question.question, main.tokenizer, tools, cfg.main, index) for index in range(k)]
-    main_stats = run_episodes(episodes, main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
-    records = [episode.record() for episode in episodes]
+    prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
+    episodes = [[main_episode(q.question, main.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
+                for i, q in enumerate(questions)]  # fmt: skip
+    main_stats = run_episodes([e for batch in episodes for e in batch], main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
+    seconds = time.perf_counter() - started
+    groups = []
+    for i, question in enumerate(questions):
+        calls = [call for call in sub_agents.calls if call.request.call_id.startswith(f"{prefix[i]}r")]
+        groups.append(_scored_group(question, [e.record() for e in episodes[i]], calls, cfg, main_stats, sub_agents.stats, seconds))
+    return groups
+
+
+def _scored_group(
+    question: Question, records: list[EpisodeRecord], calls: list[SubCall], cfg: RolloutConfig, main_stats: DriverStats, sub_stats: DriverStats, seconds: float
+) -> RolloutGroup:
+    """One question's rollouts scored (m-grpo.md §Rewards); `calls` are its sub calls in call order."""
+    expert, weights = expert_for(question, cfg)
     main_scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
-    calls = sorted(sub_agents.calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
+    calls = sorted(calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
     main_correct = main_correct_for_sub([m.format.ok for m in main_scores], [m.r_correct for m in main_scores])[
         [call.request.rollout_index for call in calls]
     ]  # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
@@ -137,9 +168,8 @@ def run_rollouts(
         )
         for index, record in enumerate(records)
     )
-    seconds = time.perf_counter() - started
-    log.info("rollouts_done", question=question.id, k=k, sub_calls=len(calls), seconds=round(seconds, 2))
-    return RolloutGroup(question, rollouts, weights, main_stats, sub_agents.stats, seconds)
+    log.info("rollouts_done", question=question.id, k=len(records), sub_calls=len(calls), seconds=round(seconds, 2))
+    return RolloutGroup(question, rollouts, weights, main_stats, sub_stats, seconds)
 
 
 def run_single_agent_rollouts(
@@ -152,12 +182,30 @@ def run_single_agent_rollouts(
     execute_tools: ToolExecutor | None = None,
 ) -> RolloutGroup:
     """K rollouts of `question` by the single agent (budgets cfg.main), scored like M."""
+    return run_single_agent_groups([question], k, model, tools, cfg, seed, execute_tools)[0]
+
+
+def run_single_agent_groups(
+    questions: Sequence[Question],
+    k: int,
+    model: AgentModel,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
+    seed: int | None = None,
+    execute_tools: ToolExecutor | None = None,
+) -> list[RolloutGroup]:
+    """K rollouts of each question by the single agent, generated as one batch (as run_rollout_groups)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
-    episodes = [single_episode(question.question, model.tokenizer, tools, cfg.main, index) for index in range(k)]
-    stats = run_episodes(episodes, model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
-    records = [episode.record() for episode in episodes]
-    scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
-    rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))
-    return RolloutGroup(question, rollouts, None, stats, DriverStats(), time.perf_counter() - started)
+    prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
+    episodes = [[single_episode(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
+                for i, q in enumerate(questions)]  # fmt: skip
+    stats = run_episodes([e for batch in episodes for e in batch], model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
+    groups = []
+    for question, batch in zip(questions, episodes, strict=True):
+        records = [episode.record() for episode in batch]
+        scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
+        rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))
+        groups.append(RolloutGroup(question, rollouts, None, stats, DriverStats(), time.perf_counter() - started))
+    return groups

@@ -20,6 +20,7 @@ from mgrpo_actors.algo.judge import Judge
 from mgrpo_actors.algo.rewards import SubRewardWeights, main_reward, sub_reward
 from mgrpo_actors.algo.scorers import normalize_answer, subtask_text
 from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.phases import SCORE, timed
 
 __all__ = ["MainScore", "SubScore", "best_score", "expert_references", "format_check", "score_main", "score_sub"]
 
@@ -73,6 +74,7 @@ def format_check(record: EpisodeRecord, max_turns: int) -> FormatCheck:
     return trajectory_format_ok(record.turn_errors, record.answer is not None, require_answer=True, max_turns=max_turns)
 
 
+@timed(SCORE)
 def score_main(
     records: Sequence[EpisodeRecord], question: Question, max_turns: int, cfg: RewardConfig, judge: Judge
 ) -> list[MainScore]:
@@ -89,6 +91,7 @@ def score_main(
     ]
 
 
+@timed(SCORE)
 def score_sub(
     calls: Sequence[SubCall],
     main_correct: Sequence[float],

@@ -13,7 +13,7 @@ from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.rollout import RolloutConfig
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.judge import Judge, OpenAICompatibleJudge
-from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, TokenF1Judge
+from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, NumericMatchJudge, TokenF1Judge
 from mgrpo_actors.config.agents import AgentsConfig
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
@@ -50,7 +50,8 @@ def load_agent(cfg: AgentConfig) -> AgentModel:
 def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
     """(M's r_correct judge, S's r_expert judge or None when β3 is folded), m-grpo.md §Rewards."""
     llm = OpenAICompatibleJudge(agents.llm_judge) if agents.llm_judge is not None else None
-    correct: Judge = {"exact-match": ExactMatchJudge(), "token-f1": TokenF1Judge()}.get(agents.correct_judge) or llm  # type: ignore[assignment]
+    rules: dict[str, Judge] = {"exact-match": ExactMatchJudge(), "numeric-match": NumericMatchJudge(), "token-f1": TokenF1Judge()}
+    correct: Judge = rules.get(agents.correct_judge) or llm  # type: ignore[assignment]
     expert = {"contains-reference": ContainsReferenceJudge(), "llm": llm, "none": None}[agents.expert_judge]
     return correct, expert
 

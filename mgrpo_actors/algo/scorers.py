@@ -1,14 +1,15 @@
 """Rule scorers for r_correct and r_expert, m-grpo.md §Rewards.
 
 Normalised exact match and token F1 (as in SQuAD/HotpotQA evaluation) for M's answer against the gold
-answer, and "does the text contain a reference S was not already given" for S's result against the
-evidence entities. Each takes one reference or a sequence of accepted aliases and returns the best
-score over them. The
-`*Judge` classes wrap them in the Judge protocol (judge.py) so rule and LLM judges are interchangeable.
+answer, numeric match for math answers (plain GRPO), and "does the text contain a reference S was not
+already given" for S's result against the evidence entities. Each takes one reference or a sequence of
+accepted aliases and returns the best score over them. The `*Judge` classes wrap them in the Judge
+protocol (judge.py) so rule and LLM judges are interchangeable.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -42,6 +43,34 @@ def exact_match(prediction: str, references: References) -> float:
     """1.0 when the normalised prediction equals a normalised reference, else 0.0."""
     predicted = normalize_answer(prediction)
     return float(any(predicted == normalize_answer(ref) for ref in _as_list(references)))
+
+
+# A plain decimal number: optional sign, digits with an optional fraction, optional exponent.
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def parse_number(text: str) -> float | None:
+    """The number `text` writes (thousands commas, spaces and a Unicode minus allowed), or None."""
+    cleaned = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace(",", "").replace(" ", "").strip()
+    return float(cleaned) if _NUMBER.fullmatch(cleaned) else None
+
+
+def numeric_match(prediction: str, references: References, rel_tol: float = 1e-6) -> float:
+    """1.0 when the prediction and a reference write the same number (within `rel_tol`: "4", "4.0" and
+    "+4" agree, "-4" does not), else exact_match for a reference that is not a number.
+
+    normalize_answer drops punctuation, so exact match would equate "-4" with "4" and "1.5" with "15":
+    math answers need this instead.
+    """
+    predicted = parse_number(prediction)
+    for ref in _as_list(references):
+        expected = parse_number(ref)
+        if expected is None:
+            if exact_match(prediction, ref):
+                return 1.0
+        elif predicted is not None and math.isclose(predicted, expected, rel_tol=rel_tol, abs_tol=rel_tol):
+            return 1.0
+    return 0.0
 
 
 def _f1(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
@@ -98,6 +127,15 @@ class ExactMatchJudge:
 
     def score(self, question: str, response: str, reference: str) -> Verdict:
         return Verdict(score=exact_match(response, reference), judge=self.name)
+
+
+class NumericMatchJudge:
+    """The Judge protocol over numeric_match (math answers: plain GRPO on arithmetic, GSM8K-style JSONL)."""
+
+    name = "numeric-match"
+
+    def score(self, question: str, response: str, reference: str) -> Verdict:
+        return Verdict(score=numeric_match(response, reference), judge=self.name)
 
 
 class TokenF1Judge:

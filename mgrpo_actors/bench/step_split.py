@@ -4,7 +4,7 @@ over the phases mgrpo_actors/phases.py recorded.
 Actors run concurrently, so phases overlap (both learners at once, a main agent's generation while a
 sub-agent generates). Each instant of a step's window [start, end) is therefore counted once, under
 the first of these categories that covers it: generate, learn (model compute), weights, checkpoint,
-align; an instant that none covers is `other`: messaging, serialisation, JetStream and KV round trips,
+align, score; an instant that none covers is `other`: messaging, serialisation, JetStream and KV round trips,
 the agents' and tools' own Python work, and waiting. So the categories add up to the step's wall
 time, and generate + learn is exactly the union of the model-compute intervals. A phase that straddles
 the window's edge counts only for its part inside.

@@ -59,6 +59,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--single-agent", action="store_true", help="the baseline: one agent with every tool, no sub-agent")
     _add_dataset_flags(p)
     p.add_argument("--runs", type=int, default=3, metavar="N", help="sampled runs over every question (default 3)")
+    p.add_argument("--batch", type=int, default=16, metavar="N", help="questions rolled out together as one generate batch (default 16)")
     p.add_argument("--seed", type=int, default=0, help="base sampling seed: run r uses seed + r (default 0)")
     p.add_argument("--out", metavar="FILE", help="write the JSON report here")
     p.add_argument("--web-seed", type=int, metavar="N", help="seed of the synthetic web (tools.web_seed)")

@@ -47,6 +47,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise EvalError(f"need --runs >= 1, got {args.runs}")
     if args.limit is not None and args.limit < 1:
         raise EvalError(f"need --limit >= 1, got {args.limit}")
+    if args.batch < 1:
+        raise EvalError(f"need --batch >= 1, got {args.batch}")
     given = [f"--{name.replace('_', '-')}" for name in _FIELD_FLAGS if getattr(args, name) is not None]
     if given and args.file is None:
         raise EvalError(f"{', '.join(given)} name fields of a --file; the built-in web's questions have their own")
@@ -102,7 +104,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
     config, tags = _config(args, out)
     torch.set_num_threads(config.agents.torch_threads)
-    eval_cfg = EvalConfig(runs=args.runs, seed=args.seed, single_agent=args.single_agent or config.run.method == "single-agent")
+    eval_cfg = EvalConfig(runs=args.runs, seed=args.seed, single_agent=args.single_agent or config.run.method == "single-agent", batch_questions=args.batch)
     questions, dataset, pages = _questions(args, config)
     available = len(questions)
     questions = questions[: args.limit] if args.limit is not None else questions

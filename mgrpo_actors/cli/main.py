@@ -12,13 +12,13 @@ import sys
 from mgrpo_actors.log import configure_logging
 from types import ModuleType
 
-from mgrpo_actors.cli import bench, ping, rollout, tap, world
+from mgrpo_actors.cli import bench, compare, ping, rollout, tap, warmup, world
 from mgrpo_actors.cli import eval as eval_command  # `eval` alone would shadow the builtin here
 
 __all__ = ["build_parser", "main"]
 
 # Each command module exposes add_parser(subparsers) and sets `func` (args -> exit code).
-COMMANDS = (world, tap, ping, bench, rollout, eval_command)
+COMMANDS = (world, tap, ping, bench, rollout, eval_command, warmup, compare)
 
 
 def build_parser(first: tuple[ModuleType, ...] = ()) -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ class LearnerConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping by global norm; 0 = off
     micro_batch_samples: int = 4  # samples per forward/backward; gradients accumulate over the whole batch
+    export_every: int = 0  # also save the model as a plain HF directory every N steps and after the last, under <run dir>/exports/<side>/step<N>, all kept (for evaluation along the run: mgrpo compare); 0 = never
     checkpoint_every: int = 1  # save model, optimizer and applied batches every N steps (<run dir>/checkpoints/<side>); batches are acked only once checkpointed; 0 = never (ack at once; a restart resumes from the last published weights)
 
     def __post_init__(self) -> None:
@@ -30,8 +31,8 @@ class LearnerConfig:
             raise ValueError(f"learner lr must be > 0, got {self.lr}")
         if self.micro_batch_samples < 1:
             raise ValueError(f"learner micro_batch_samples must be >= 1, got {self.micro_batch_samples}")
-        if self.max_grad_norm < 0 or self.weight_decay < 0 or self.checkpoint_every < 0:
-            raise ValueError("learner max_grad_norm, weight_decay and checkpoint_every must be >= 0")
+        if self.max_grad_norm < 0 or self.weight_decay < 0 or self.checkpoint_every < 0 or self.export_every < 0:
+            raise ValueError("learner max_grad_norm, weight_decay, checkpoint_every and export_every must be >= 0")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
 

@@ -47,7 +47,7 @@ class RunConfig:
     seed: int = 0  # base seed of everything random in the run
     stop_timeout_s: float = 45.0  # graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)
     dir: str = "runs"  # run directories go under here: <dir>/<id>/ holds checkpoints (and the embedded server's store)
-    method: Method = "m-grpo"  # m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent with every tool, GRPO (baseline)
+    method: Method = "m-grpo"  # m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent (agents.main.tools: every tool by default), GRPO (baseline)
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)
@@ -133,6 +133,11 @@ class NodeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
     learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)
+
+    def __post_init__(self) -> None:
+        if self.agents.main.tools is not None and self.run.method != "single-agent":
+            raise ValueError(f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} (M's tools are reason and delegate): "
+                             "leave it null or set run.method: single-agent")  # fmt: skip
 
     @property
     def sides(self) -> tuple[str, ...]:

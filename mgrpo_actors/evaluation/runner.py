@@ -1,8 +1,9 @@
 """`mgrpo eval`'s runs: in each of `runs` sampled runs every question gets one rollout (K = 1) by M and
 its sub-agents, or by the single agent, scored exactly as in training (agents/rollout.py).
 
-Run r samples with seed `seed + r`; question i of it with a seed derived from that and i, so a
-question's rollout does not depend on which other questions are evaluated (`--limit` keeps results).
+Run r samples with seed `seed + r`; its questions are rolled out `batch_questions` at a time as one
+generate batch (M's episodes together, S's delegations together), each batch with a seed derived from
+the run's and the batch's index. A question's rollout therefore depends on the batch it shares.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from mgrpo_actors.agents.driver import AgentModel, step_seed
-from mgrpo_actors.agents.rollout import Rollout, RolloutConfig, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.agents.rollout import Rollout, RolloutConfig, run_rollout_groups, run_single_agent_groups
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.evaluation.metrics import QuestionOutcome, run_metrics
 from mgrpo_actors.log import get_logger
@@ -29,10 +30,13 @@ class EvalConfig:
     runs: int = 3  # sampled runs over every question; the report gives each metric's spread over them
     seed: int = 0  # base seed: run r samples with seed + r
     single_agent: bool = False  # the single-agent baseline (one agent with every tool) instead of M + S
+    batch_questions: int = 16  # questions rolled out together as one generate batch (and their delegations as S's batches)
 
     def __post_init__(self) -> None:
         if self.runs < 1:
             raise ValueError(f"need runs >= 1, got {self.runs}")
+        if self.batch_questions < 1:
+            raise ValueError(f"need batch_questions >= 1, got {self.batch_questions}")
 
     @property
     def run_seeds(self) -> list[int]:
@@ -53,10 +57,13 @@ def outcome_of(question_id: str, rollout: Rollout) -> QuestionOutcome:
     )
 
 
-def _rollout(question: Question, main: AgentModel, sub: AgentModel | None, tools: ToolRegistry, cfg: RolloutConfig, seed: int | None) -> Rollout:
+def _rollouts(questions: Sequence[Question], main: AgentModel, sub: AgentModel | None, tools: ToolRegistry, cfg: RolloutConfig, seed: int | None) -> list[Rollout]:
+    """One rollout of each question, all generated as one batch."""
     if sub is None:
-        return run_single_agent_rollouts(question, 1, main, tools, cfg, seed=seed).rollouts[0]
-    return run_rollouts(question, 1, main, sub, tools, cfg, seed=seed).rollouts[0]
+        groups = run_single_agent_groups(questions, 1, main, tools, cfg, seed=seed)
+    else:
+        groups = run_rollout_groups(questions, 1, main, sub, tools, cfg, seed=seed)
+    return [group.rollouts[0] for group in groups]
 
 
 def evaluate(
@@ -75,13 +82,15 @@ def evaluate(
     if not questions:
         raise ValueError("no questions to evaluate")
     runs = []
+    size = eval_cfg.batch_questions
     for run, run_seed in enumerate(eval_cfg.run_seeds):
         outcomes = []
-        for index, question in enumerate(questions):
-            rollout = _rollout(question, main, sub, tools, cfg, step_seed(run_seed, index))
-            outcomes.append(outcome_of(question.id, rollout))
-            if on_question is not None:
-                on_question()
+        for first in range(0, len(questions), size):
+            batch = questions[first : first + size]
+            for question, rollout in zip(batch, _rollouts(batch, main, sub, tools, cfg, step_seed(run_seed, first // size)), strict=True):
+                outcomes.append(outcome_of(question.id, rollout))
+                if on_question is not None:
+                    on_question()
         log.info("eval_run_done", run=run, seed=run_seed, questions=len(questions), **asdict(run_metrics(outcomes)))
         runs.append(outcomes)
     return runs

@@ -13,11 +13,18 @@ from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import CHECKPOINT, timed
 
-__all__ = ["Checkpoints"]
+__all__ = ["Checkpoints", "export_hf"]
 
 log = get_logger(__name__)
 
 _LATEST = "latest"  # DeepSpeed's file naming the newest tag
+
+
+def export_hf(module: Any, state: dict[str, Any], tokenizer: Any, directory: Path) -> Path:
+    """The model with weights `state` as a plain HF directory (a model spec: transformers, vLLM, mgrpo eval)."""
+    module.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
+    tokenizer.save_pretrained(str(directory))
+    return directory
 
 
 class Checkpoints:
@@ -40,9 +47,7 @@ class Checkpoints:
         """Model, optimizer and `record`; the HF directory; older checkpoints removed. Returns the HF dir."""
         self.directory.mkdir(parents=True, exist_ok=True)
         trainer.save_checkpoint(str(self.directory), tag, {"record": record})  # every rank of the learner saves its part
-        hf = self.hf_dir(tag)
-        trainer.module.save_pretrained(str(hf), state_dict=trainer.full_state_dict(), safe_serialization=True)
-        tokenizer.save_pretrained(str(hf))
+        hf = export_hf(trainer.module, trainer.full_state_dict(), tokenizer, self.hf_dir(tag))
         self._prune(keep=tag)
         return hf
 

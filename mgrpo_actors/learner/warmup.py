@@ -7,14 +7,15 @@ tool in alternation. It is tokenised with the rollouts' own `TrajectoryBuilder`,
 learns the very ids it will later sample (a closing tag that is a stop id ends the turn, as in a
 rollout); the loss is the mean cross-entropy over the assistant's own tokens only (loss mask 1).
 
-Used by the learning test (tests/integration/test_it_learns.py) to give tiny models the turn format;
-the RL run then has to learn *what* to answer.
+Used by the learning test (tests/integration/test_it_learns.py) to give tiny models the turn format
+(the RL run then has to learn *what* to answer), and by `mgrpo warmup` on the oracle's worked episodes
+of the synthetic web (oracle.py) for small real models such as SmolLM2.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, e
 from mgrpo_actors.engines.base import Generation
 from mgrpo_actors.log import get_logger
 
-__all__ = ["Demonstration", "WarmupConfig", "demonstration_tokens", "save_warmed", "warm_up"]
+__all__ = ["Demonstration", "WarmupConfig", "demonstration_tokens", "save_warmed", "warm_up", "warm_up_trajectories"]
 
 log = get_logger(__name__)
 
@@ -78,41 +79,51 @@ def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, demo: Demonstration
     return builder.finish()
 
 
-def _batch(trajectories: Sequence[TokenTrajectory], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded input ids, attention mask and next-token targets (-100 where no loss)."""
-    width = max(len(t.token_ids) for t in trajectories)
-    ids = torch.full((len(trajectories), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(trajectories), width), dtype=torch.long)
-    targets = torch.full((len(trajectories), width), -100, dtype=torch.long)
-    for row, t in enumerate(trajectories):
-        n = len(t.token_ids)
-        ids[row, :n] = torch.from_numpy(t.token_ids.astype(np.int64))
-        attention[row, :n] = 1
-        mask = torch.from_numpy(t.loss_mask.astype(bool))
-        targets[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
-    return ids, attention, targets
+def _sample(trajectory: TokenTrajectory) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids (1, n) and next-token targets (n - 1,), -100 where the loss mask is 0."""
+    ids = torch.from_numpy(trajectory.token_ids.astype(np.int64))[None, :]
+    mask = torch.from_numpy(trajectory.loss_mask.astype(bool))
+    targets = torch.where(mask, ids[0], torch.tensor(-100))[1:]
+    return ids, targets
 
 
 def warm_up(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, demos: Sequence[Demonstration], cfg: WarmupConfig) -> list[float]:
     """Fine-tune `model` in place on `demos`; returns the loss of every step."""
     if not demos:
         raise ValueError("warm-up needs at least one demonstration")
-    trajectories = [demonstration_tokens(tokenizer, demo) for demo in demos]
+    return warm_up_trajectories(model, [demonstration_tokens(tokenizer, demo) for demo in demos], cfg)
+
+
+def warm_up_trajectories(
+    model: PreTrainedModel, trajectories: Sequence[TokenTrajectory], cfg: WarmupConfig, progress: Callable[[int, float], None] | None = None
+) -> list[float]:
+    """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only);
+    each step is the token-mean cross-entropy over `cfg.batch_size` episodes drawn with replacement,
+    one forward pass per episode (no padding: episodes of a few thousand tokens and a 49k vocabulary
+    would not fit as one padded batch). `progress(step, loss)` is called after every step."""
+    if not trajectories:
+        raise ValueError("warm-up needs at least one worked episode")
     draw = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     model.train()
     losses = []
     for step in range(cfg.steps):
-        ids, attention, targets = _batch(draw.choices(trajectories, k=cfg.batch_size), tokenizer.pad_token_id)
-        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1), ignore_index=-100)
+        samples = [_sample(t) for t in draw.choices(trajectories, k=cfg.batch_size)]
+        tokens = sum(int((targets != -100).sum()) for _, targets in samples)
         optimizer.zero_grad()
-        loss.backward()
+        total = 0.0
+        for ids, targets in samples:
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum") / max(tokens, 1)
+            loss.backward()
+            total += loss.item()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(total)
+        if progress is not None:
+            progress(step, total)
         if step % 50 == 0 or step == cfg.steps - 1:
-            log.info("warm-up", step=step, loss=round(losses[-1], 4))
+            log.info("warm-up", step=step, loss=round(total, 4))
     model.eval()
     return losses
 

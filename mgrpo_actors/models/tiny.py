@@ -1,8 +1,10 @@
-"""Tiny seeded Llama models with a locally trained BPE tokenizer, for tests and CPU smoke runs.
+"""Tiny seeded Llama- or Qwen2-style models with a locally trained BPE tokenizer, for tests, CPU smoke runs
+and `mgrpo bench grpo` (preset "grpo": the bench's stated Qwen2-style shape).
 
 Nothing is downloaded: the tokenizer is trained with `tokenizers` on a built-in corpus of the chat and
 tool-call formats plus generic English, given a ChatML chat template (roles system/user/assistant/tool),
-and saved next to a randomly initialised `LlamaForCausalLM`. It is reloaded with
+and saved next to a randomly initialised `LlamaForCausalLM` or `Qwen2ForCausalLM` (Llama's blocks plus
+biases on the query, key and value projections). It is reloaded with
 `PreTrainedTokenizerFast` (never `AutoTokenizer`, which may pick another class and change ids).
 Builds are cached (see cache.py) under a key that changes with the config, the recipe (corpus, template)
 and the library versions.
@@ -15,12 +17,13 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import tokenizers
 import torch
 import transformers
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.cache import build_once, cache_root
@@ -74,7 +77,8 @@ class TinyModelConfig:
     # Far above HF's 0.02 so next-token distributions are peaked rather than uniform: top-k/top-p then
     # cut something, and stop tokens get sampled at realistic rates.
     initializer_range: float = 0.3
-    vocab_size: int = 1024  # BPE target size (the corpus may yield slightly fewer)
+    vocab_size: int = 1024  # BPE target size (the corpus may yield slightly fewer), special tokens included; the format tags come on top
+    architecture: Literal["llama", "qwen2"] = "llama"  # the HF model class: LlamaForCausalLM or Qwen2ForCausalLM
 
 
 # Distinct models for the main agent and the sub-agent, as in a real vertical system.
@@ -82,6 +86,9 @@ TINY_PRESETS: dict[str, TinyModelConfig] = {
     "main": TinyModelConfig(name="main", seed=0),
     "sub": TinyModelConfig(name="sub", seed=1, hidden_size=48, intermediate_size=96, num_attention_heads=4,
                            num_key_value_heads=4),
+    # `mgrpo bench grpo`'s stated configuration: Qwen2-style, hidden 128, 4 layers, 4 heads, intermediate 384, BPE 512.
+    "grpo": TinyModelConfig(name="grpo", seed=2, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=4, vocab_size=512, architecture="qwen2"),
 }
 
 _WORDS = (
@@ -156,8 +163,9 @@ def _fast_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     )
 
 
-def _llama(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
-    config = LlamaConfig(
+def _model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if cfg.architecture == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -173,7 +181,7 @@ def _llama(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaFor
     )
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
         torch.manual_seed(cfg.seed)
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
@@ -183,7 +191,7 @@ def _llama(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaFor
 def build_tiny(cfg: TinyModelConfig, out_dir: Path) -> None:
     """Train the tokenizer, initialise the model and save both (safetensors) into `out_dir`."""
     tokenizer = _fast_tokenizer(train_tokenizer(cfg.vocab_size))
-    model = _llama(cfg, tokenizer)
+    model = _model(cfg, tokenizer)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
 
@@ -191,12 +199,15 @@ def build_tiny(cfg: TinyModelConfig, out_dir: Path) -> None:
 def _cache_key(cfg: TinyModelConfig) -> str:
     # Library versions too: another tokenizers/transformers may train or initialise differently.
     versions = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
-    spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **asdict(cfg)}, sort_keys=True)
+    shape = asdict(cfg)
+    if shape["architecture"] == "llama":
+        del shape["architecture"]  # the Llama presets keep the keys they had before Qwen2 came (cached builds stay valid)
+    spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **shape}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
 def tiny_model_dir(preset: str) -> Path:
-    """The local HF directory of a tiny preset ("main" or "sub"), built on first use."""
+    """The local HF directory of a tiny preset (a key of TINY_PRESETS), built on first use."""
     if preset not in TINY_PRESETS:
         raise ValueError(f"unknown tiny model preset {preset!r}: expected one of {', '.join(TINY_PRESETS)}")
     cfg = TINY_PRESETS[preset]

@@ -118,6 +118,7 @@ def test_a_bad_line_exits_2_naming_it(tmp_path, capsys, lines, message):
         (["--answer-field", "Final answer"], "--answer-field name fields of a --file"),
         (["--runs", "0"], "need --runs >= 1, got 0"),
         (["--limit", "0"], "need --limit >= 1, got 0"),
+        (["--batch", "0"], "need --batch >= 1, got 0"),
         (["--set", "tools.nope=1"], "tools.nope"),
         (["--out", "/no/such/dir/report.json"], "no directory '/no/such/dir' to write the report into"),
     ],

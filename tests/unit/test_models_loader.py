@@ -31,7 +31,7 @@ def test_a_directory_that_is_not_a_model_is_named(tmp_path: Path):
 
 
 def test_unknown_tiny_preset_lists_the_known_specs():
-    with pytest.raises(ModelSpecError, match="tiny:huge.*tiny:main, tiny:sub, smollm2"):
+    with pytest.raises(ModelSpecError, match="tiny:huge.*tiny:main, tiny:sub, tiny:grpo, smollm2"):
         load_model("tiny:huge")
 
 

@@ -1,0 +1,139 @@
+"""`mgrpo compare`: the methods side by side (m-grpo.md §Training schedule: M-GRPO against main-only and
+single-agent, and aligned against unaligned), with the same seeds and budget, evaluated along the way.
+
+    1. a stage-1 warm start per agent layout (`--stage1-steps`, one-fact lookups: M + S trained with
+       M-GRPO, and the single agent trained alone), shared by every method of that layout;
+    2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), its
+       models exported every `--eval-every` steps;
+    3. `mgrpo eval` of the start and of each export on `--eval-questions` validation questions,
+       `--eval-runs` sampled runs each;
+    4. in `--out`: compare.json (every curve and figure), compare.md (the table) and compare.png
+       (reward curves of both agents and validation accuracy per method, like the paper's figures).
+
+    mgrpo compare --main tiny:main --sub tiny:sub --steps 2 --eval-every 1 --out runs/compare-tiny
+    mgrpo compare --config deploy/configs/compare-smollm2.yaml --out docs/results/smollm2
+    mgrpo compare --methods m-grpo,main-only --set pipeline.queries_per_step=4
+
+Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
+`<out>/logs/`; a failed one stops the comparison with its log's tail. Methods: m-grpo, main-only,
+single-agent, m-grpo-unaligned (algo.alignment.mode: none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+class StepFailed(RuntimeError):
+    """A run or evaluation of the comparison exited non-zero."""
+
+
+def _mgrpo(out: Path, name: str, *args: str) -> float:
+    """Run `mgrpo ARGS` with its output in <out>/logs/<name>.log; its seconds. Raises StepFailed."""
+    log = out / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    print(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})", flush=True)
+    with open(log, "w") as f:
+        code = subprocess.run([str(Path(sys.executable).parent / "mgrpo"), *args], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    seconds = time.perf_counter() - started
+    if code != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise StepFailed(f"{name} exited {code} after {seconds:.0f} s; last lines of {log}:\n{tail}")
+    print(f"  {name}: done in {seconds:.0f} s", flush=True)
+    return seconds
+
+
+def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
+    return [arg for value in overrides for arg in ("--set", value)]
+
+
+def _evaluate(out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool) -> Path:
+    report = out / "evals" / f"{name}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    args = ["eval", *config, *_sets([*cfg.extra, *(f"agents.{side}.model={path}" for side, path in models.items())]),
+            "--split", "validation", "--limit", str(cfg.eval_questions), "--runs", str(cfg.eval_runs), "--seed", str(cfg.seed), "--out", str(report)]  # fmt: skip
+    _mgrpo(out, f"eval-{name}", *args, *(["--single-agent"] if single else []))
+    return report
+
+
+def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str]) -> dict[str, str]:
+    """The models after `step` steps of a run: its exports, or the start model for a side that did not train."""
+    models = {}
+    for side, model in start.items():
+        export = run_dir / run_id / "exports" / side / f"step{step}"
+        models[side] = str(export) if step > 0 and export.is_dir() else model
+    return models
+
+
+def compare(args: argparse.Namespace) -> int:
+    from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides
+    from mgrpo_actors.compare.plot import write_compare_png
+    from mgrpo_actors.compare.results import markdown_table, method_result
+    from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+
+    extra = (*args.overrides, *(f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec))
+    try:
+        cfg = CompareConfig(methods=tuple(args.methods.split(",")), steps=args.steps, eval_every=args.eval_every, stage1_steps=args.stage1_steps,
+                            eval_questions=args.eval_questions, eval_runs=args.eval_runs, seed=args.seed, extra=extra)  # fmt: skip
+        base = load_config(NodeConfig, args.config, list(extra))
+    except (ConfigError, ValueError) as exc:
+        print(f"mgrpo compare: error: {exc}", file=sys.stderr)
+        return 2
+    out, config = Path(args.out), (["--config", args.config] if args.config else [])
+    run_dir = out / "runs"
+    layouts = sorted({layout_of(m) for m in cfg.methods})
+    starts = {layout: {"main": base.agents.main.model} if layout == "single" else {"main": base.agents.main.model, "sub": base.agents.sub.model} for layout in layouts}
+    print(f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
+          f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs", flush=True)  # fmt: skip
+    try:
+        for layout in layouts:
+            if cfg.stage1_steps:
+                _mgrpo(out, f"stage1-{layout}", "run", *config, *_sets(stage1_overrides(cfg, layout, str(run_dir))))
+                starts[layout] = _exported(run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout])
+        start_evals = {layout: _evaluate(out, f"start-{layout}", config, cfg, starts[layout], layout == "single") for layout in layouts}
+        results = {}
+        for run in method_runs(cfg, starts, str(run_dir)):
+            seconds = _mgrpo(out, f"run-{run.method}", "run", *config, *_sets(run.overrides))
+            start = starts[layout_of(run.method)]
+            evals = {0: start_evals[layout_of(run.method)]}
+            for step in cfg.eval_steps[1:]:
+                evals[step] = _evaluate(out, f"{run.method}-step{step}", config, cfg, _exported(run_dir, run.run_id, step, start), run.method == "single-agent")
+            results[run.method] = method_result(run_dir / run.run_id / "summary.json", evals, seconds)
+    except StepFailed as exc:
+        print(f"mgrpo compare: {exc}", file=sys.stderr)
+        return 1
+    document = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "eval_steps": cfg.eval_steps,
+                "starts": starts, "command": " ".join(["mgrpo", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv), "methods": results}  # fmt: skip
+    (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "compare.md").write_text(markdown_table(results))
+    write_compare_png(results, out / "compare.png", title=f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps")
+    print(markdown_table(results))
+    print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("compare", help="run the methods side by side with the same budget and evaluate them", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="base node config YAML for every run and evaluation")
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key in every run and evaluation")
+    p.add_argument("--main", metavar="SPEC", help="main agent's model (the single agent's too)")
+    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model")
+    p.add_argument("--methods", default="m-grpo,main-only,single-agent,m-grpo-unaligned", help="comma-separated methods (default: all four)")
+    p.add_argument("--steps", type=int, default=6, metavar="N", help="stage-2 steps per method (default 6)")
+    p.add_argument("--eval-every", type=int, default=2, metavar="N", help="evaluate every N steps, and at the start and the end (default 2)")
+    p.add_argument("--stage1-steps", type=int, default=2, metavar="N", help="steps of the shared stage-1 warm start; 0 = none (default 2)")
+    p.add_argument("--eval-questions", type=int, default=16, metavar="N", help="validation questions per evaluation (default 16)")
+    p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="run.seed of every run, base seed of the evaluations (default 0)")
+    p.add_argument("--out", default="runs/compare", metavar="DIR", help="where runs, logs, evaluations and the results go (default runs/compare)")
+    p.set_defaults(func=compare)

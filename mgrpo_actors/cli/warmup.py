@@ -1,0 +1,68 @@
+"""`mgrpo warmup`: the optional supervised format warm-up for small models (stage 0, before RL).
+
+Fine-tunes each agent for a few dozen steps on worked episodes of stage-1 questions of the built-in
+web, written by an oracle that knows the evidence and run through the real agent loop and tools
+(mgrpo_actors/learner/oracle.py, web_warmup.py), and saves each as a local HF directory. Untrained
+SmolLM2-135M rarely writes a valid episode, so RL has little signal; after this it has the format
+and the tool protocol, and M-GRPO has to learn the rest. It is optional and documented as such: it
+shows the model gold answers of train-split questions (never validation or test).
+
+    mgrpo warmup                                   # SmolLM2 as M and as S -> runs/warmup/main, runs/warmup/sub
+    mgrpo warmup --main tiny:main --sub tiny:sub --steps 5 --out /tmp/w
+    mgrpo warmup --set run.method=single-agent     # the single agent only
+    mgrpo run --set agents.main.model=runs/warmup/main --set agents.sub.model=runs/warmup/sub
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Imported on use: torch and transformers take seconds to import.
+    from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+    from mgrpo_actors.learner.web_warmup import WebWarmupConfig, warm_up_agents
+
+    overrides = [*args.overrides, *(f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec)]
+    try:
+        config = load_config(NodeConfig, args.config, overrides)
+        cfg = WebWarmupConfig(questions=args.questions, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    except (ConfigError, ValueError) as exc:
+        print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
+        return 2
+
+    def progress(side: str, step: int, loss: float) -> None:
+        if step % 5 == 0 or step == cfg.steps - 1:
+            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}", flush=True)
+
+    print(f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, {cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}", flush=True)
+    try:
+        dirs = warm_up_agents(config, cfg, Path(args.out), progress)
+    except ValueError as exc:
+        print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
+        return 2
+    sets = " ".join(f"--set agents.{side}.model={path}" for side, path in dirs.items())
+    print(f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} (settings and losses in {Path(args.out) / 'warmup.json'})")
+    print(f"use them: mgrpo run {sets}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("warmup", help="optional supervised format warm-up of small models before RL", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="node config YAML (agents, tools and run.method are read from it)")
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model; the single agent's under single-agent)")
+    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model)")
+    p.add_argument("--out", default="runs/warmup", metavar="DIR", help="where <side>/ model directories and warmup.json go (default runs/warmup)")
+    p.add_argument("--questions", type=int, default=48, metavar="N", help="stage-1 train questions worked by the oracle (default 48)")
+    p.add_argument("--steps", type=int, default=8, metavar="N", help="optimizer steps per agent (default 8)")
+    p.add_argument("--batch-size", type=int, default=4, metavar="N", help="episodes per step (default 4)")
+    p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episode draws (default 0)")
+    p.set_defaults(func=_run)

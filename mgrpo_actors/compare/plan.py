@@ -1,0 +1,94 @@
+"""What `mgrpo compare` runs: one stage-1 warm start per agent layout (M + S, or the single agent), then
+every method for the same number of stage-2 steps from that start, each with the same seeds and
+budget, exporting its models every `eval_every` steps for evaluation (issue: "runs the modes with the
+same seeds and budget, evaluates every N steps").
+
+Each run is `mgrpo run` with config overrides; this module only computes the overrides, so the plan can
+be checked without running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["METHODS", "CompareConfig", "MethodRun", "layout_of", "method_runs", "stage1_overrides"]
+
+# Method name -> the config overrides that make it (README "Methods and the alignment ablation").
+METHODS: dict[str, tuple[str, ...]] = {
+    "m-grpo": ("run.method=m-grpo",),
+    "main-only": ("run.method=main-only",),
+    "single-agent": ("run.method=single-agent",),
+    "m-grpo-unaligned": ("run.method=m-grpo", "algo.alignment.mode=none"),
+}
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The comparison's budget; every method gets the same."""
+
+    methods: tuple[str, ...] = tuple(METHODS)  # which methods to run, in this order
+    steps: int = 6  # stage-2 training steps per method
+    eval_every: int = 2  # evaluate each method's models every N steps (and at step 0, the shared start)
+    stage1_steps: int = 2  # steps of the shared stage-1 warm start (one-fact lookups, m-grpo.md §Training schedule); 0 = none
+    eval_questions: int = 16  # validation questions per evaluation
+    eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
+    seed: int = 0  # run.seed of every run and the evaluations' base seed
+    extra: tuple[str, ...] = field(default_factory=tuple)  # overrides applied to every run and evaluation (--set)
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"unknown or no methods {unknown}; known: {', '.join(METHODS)}")
+        for name in ("steps", "eval_every", "eval_questions", "eval_runs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.stage1_steps < 0:
+            raise ValueError(f"stage1-steps must be >= 0, got {self.stage1_steps}")
+
+    @property
+    def eval_steps(self) -> list[int]:
+        """The steps after which each method is evaluated: 0 (the start), every eval_every, and the last."""
+        return sorted({0, *range(self.eval_every, self.steps + 1, self.eval_every), self.steps})
+
+
+def layout_of(method: str) -> str:
+    """"single" for the single-agent method, "multi" (M delegating to S) for the others."""
+    return "single" if method == "single-agent" else "multi"
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One method's stage-2 run."""
+
+    method: str
+    run_id: str  # run.id (and the name of its directory under the comparison's run dir)
+    overrides: tuple[str, ...]  # for `mgrpo run --set`
+
+
+def _models(start: dict[str, str]) -> tuple[str, ...]:
+    return tuple(f"agents.{side}.model={path}" for side, path in start.items())
+
+
+def stage1_overrides(cfg: CompareConfig, layout: str, run_dir: str) -> tuple[str, ...]:
+    """The stage-1 warm start of a layout: stage-1 questions only, both agents train (or the single agent),
+    the result exported at its last step."""
+    method = "single-agent" if layout == "single" else "m-grpo"
+    return (*cfg.extra, f"run.method={method}", f"run.id=stage1-{layout}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
+            f"pipeline.steps={cfg.stage1_steps}", f"pipeline.stage1_steps={cfg.stage1_steps}",
+            *_exports(cfg.stage1_steps))  # fmt: skip
+
+
+def _exports(every: int) -> tuple[str, ...]:
+    # Plain HF exports for the evaluations; no DeepSpeed checkpoints (GBs each, and nothing resumes here).
+    return tuple(f"learners.{side}.{key}" for side in ("main", "sub") for key in (f"export_every={every}", "checkpoint_every=0"))
+
+
+def method_runs(cfg: CompareConfig, starts: dict[str, dict[str, str]], run_dir: str) -> list[MethodRun]:
+    """Every method's stage-2 run from its layout's start models ({layout: {side: model}})."""
+    runs = []
+    for method in cfg.methods:
+        overrides = (*cfg.extra, *METHODS[method], f"run.id={method}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
+                     f"pipeline.steps={cfg.steps}", "pipeline.stage1_steps=0", *_models(starts[layout_of(method)]),
+                     *_exports(cfg.eval_every))  # fmt: skip
+        runs.append(MethodRun(method, method, overrides))
+    return runs
