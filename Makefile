@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast run run-tiny run-learn bench clean
+.PHONY: install test test-fast run run-tiny run-learn compare compare-tiny bench clean
 
 install: $(STAMP)
 
@@ -37,6 +37,14 @@ run-tiny: install
 # Learning you can watch on a CPU (~1 min): two tiny models learn a rule through the whole pipeline.
 run-learn: install
 	$(VENV)/bin/mgrpo demo learn
+
+# The methods side by side (README "Comparing the methods"): the committed SmolLM2 comparison in
+# docs/results/smollm2/ (about 90 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
+compare: install
+	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 2 --steps 4 --eval-every 4 --eval-questions 12 --eval-runs 2 --out runs/compare-smollm2
+
+compare-tiny: install
+	$(VENV)/bin/mgrpo compare --main tiny:main --sub tiny:sub --set tools.web_entities=150 --steps 2 --eval-every 1 --eval-questions 4 --out runs/compare-tiny
 
 bench: install
 	$(VENV)/bin/mgrpo bench all

@@ -185,7 +185,7 @@ class LearnerActor(BusActor):
         version = self.applied["version"] + 1
         state = self.trainer.full_state_dict()
         path = save_weights(state, self.trainer.module, self.scratch / f"v{version}.safetensors")
-        if self.cfg.export_every and ((batch.step + 1) % self.cfg.export_every == 0 or batch.step + 1 == self.config.pipeline.steps):
+        if batch.step + 1 in self.cfg.export_steps(self.config.pipeline.steps):
             export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{batch.step + 1}")
         announced = self.store.publish(path, version, batch.step)
         self.versions.put(latest_key(self.side), encode(announced))

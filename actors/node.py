@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
-    for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns):
+    for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns) if "sub" in config.sides else []:
         get_logger("mgrpo.node").warning(warning)
     if follows is not None:  # rank > 0 of a learner: no NATS, rank 0 leads
         from mgrpo_actors.learner.ranks import run_follower  # torch and DeepSpeed: only for learners

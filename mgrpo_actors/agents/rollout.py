@@ -129,7 +129,8 @@ def run_rollout_groups(
     """K rollouts of each question, all generated as one batch on M's engine (and S's delegations as
     batches on S's); one RolloutGroup per question, in order. With several questions, episode ids are
     "q<i>.r<k>" (call ids "q<i>.r<k>.t<n>"); with one, "r<k>". Sampling draws from one stream for the
-    whole batch, so a question's rollouts depend on which others share its batch."""
+    whole batch, so a question's rollouts depend on which others share its batch. Every group carries
+    the whole batch's DriverStats and seconds (do not sum them over the groups of one batch)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
@@ -202,10 +203,11 @@ def run_single_agent_groups(
     episodes = [[single_episode(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
                 for i, q in enumerate(questions)]  # fmt: skip
     stats = run_episodes([e for batch in episodes for e in batch], model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
+    seconds = time.perf_counter() - started
     groups = []
     for question, batch in zip(questions, episodes, strict=True):
         records = [episode.record() for episode in batch]
         scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
         rollouts = tuple(Rollout(index, record, scores[index], (), ()) for index, record in enumerate(records))
-        groups.append(RolloutGroup(question, rollouts, None, stats, DriverStats(), time.perf_counter() - started))
+        groups.append(RolloutGroup(question, rollouts, None, stats, DriverStats(), seconds))
     return groups

@@ -9,12 +9,13 @@ protocol (judge.py) so rule and LLM judges are interchangeable.
 
 from __future__ import annotations
 
-import math
 import re
 import string
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
+from decimal import Decimal
+from fractions import Fraction
 
 from mgrpo_actors.algo.judge import Verdict
 
@@ -47,17 +48,22 @@ def exact_match(prediction: str, references: References) -> float:
 
 # A plain decimal number: optional sign, digits with an optional fraction, optional exponent.
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+_GROUPED = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?")  # 1,000 or 12,345.5: commas only between groups of three
 
 
-def parse_number(text: str) -> float | None:
-    """The number `text` writes (thousands commas, spaces and a Unicode minus allowed), or None."""
-    cleaned = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace(",", "").replace(" ", "").strip()
-    return float(cleaned) if _NUMBER.fullmatch(cleaned) else None
+def parse_number(text: str) -> Fraction | None:
+    """The number `text` writes, exactly (a Unicode minus and thousands commas between groups of three
+    allowed; nothing inside it but the number), or None. Exact, so 1000001 is not 1000000 and 1e400 is
+    not 1e500, as floats within a tolerance would have it."""
+    cleaned = unicodedata.normalize("NFKC", text).replace("\u2212", "-").strip()
+    if _GROUPED.fullmatch(cleaned):
+        cleaned = cleaned.replace(",", "")
+    return Fraction(Decimal(cleaned)) if _NUMBER.fullmatch(cleaned) else None
 
 
-def numeric_match(prediction: str, references: References, rel_tol: float = 1e-6) -> float:
-    """1.0 when the prediction and a reference write the same number (within `rel_tol`: "4", "4.0" and
-    "+4" agree, "-4" does not), else exact_match for a reference that is not a number.
+def numeric_match(prediction: str, references: References) -> float:
+    """1.0 when the prediction and a reference write the same number exactly ("4", "4.0", "+4" and
+    "4e0" agree; "-4", "4.000001" and "4 0" do not), else exact_match for a reference that is not a number.
 
     normalize_answer drops punctuation, so exact match would equate "-4" with "4" and "1.5" with "15":
     math answers need this instead.
@@ -68,7 +74,7 @@ def numeric_match(prediction: str, references: References, rel_tol: float = 1e-6
         if expected is None:
             if exact_match(prediction, ref):
                 return 1.0
-        elif predicted is not None and math.isclose(predicted, expected, rel_tol=rel_tol, abs_tol=rel_tol):
+        elif predicted is not None and predicted == expected:
             return 1.0
     return 0.0
 

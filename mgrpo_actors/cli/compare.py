@@ -1,6 +1,7 @@
 """`mgrpo compare`: the methods side by side (m-grpo.md §Training schedule: M-GRPO against main-only and
 single-agent, and aligned against unaligned), with the same seeds and budget, evaluated along the way.
 
+    0. with `--warmup`, `mgrpo warmup` per agent layout (the optional supervised format warm-up);
     1. a stage-1 warm start per agent layout (`--stage1-steps`, one-fact lookups: M + S trained with
        M-GRPO, and the single agent trained alone), shared by every method of that layout;
     2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), its
@@ -11,7 +12,7 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
        (reward curves of both agents and validation accuracy per method, like the paper's figures).
 
     mgrpo compare --main tiny:main --sub tiny:sub --steps 2 --eval-every 1 --out runs/compare-tiny
-    mgrpo compare --config deploy/configs/compare-smollm2.yaml --out docs/results/smollm2
+    mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --out runs/compare-smollm2  # see make compare
     mgrpo compare --methods m-grpo,main-only --set pipeline.queries_per_step=4
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
@@ -65,17 +66,23 @@ def _evaluate(out: Path, name: str, config: list[str], cfg: Any, models: dict[st
     return report
 
 
-def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str]) -> dict[str, str]:
-    """The models after `step` steps of a run: its exports, or the start model for a side that did not train."""
+def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trained: tuple[str, ...]) -> dict[str, str]:
+    """The models after `step` steps of a run: the exports of the sides it trains, the start model of the
+    others. A trained side without its export is an error, never silently its start model."""
     models = {}
     for side, model in start.items():
         export = run_dir / run_id / "exports" / side / f"step{step}"
-        models[side] = str(export) if step > 0 and export.is_dir() else model
+        if step == 0 or side not in trained:
+            models[side] = model
+        elif not export.is_dir():
+            raise StepFailed(f"{run_id}: no export of the {side} agent after step {step} ({export})")
+        else:
+            models[side] = str(export)
     return models
 
 
 def compare(args: argparse.Namespace) -> int:
-    from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides
+    from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
     from mgrpo_actors.compare.plot import write_compare_png
     from mgrpo_actors.compare.results import markdown_table, method_result
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
@@ -96,9 +103,13 @@ def compare(args: argparse.Namespace) -> int:
           f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs", flush=True)  # fmt: skip
     try:
         for layout in layouts:
+            if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
+                method = ["run.method=single-agent"] if layout == "single" else []
+                _mgrpo(out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(out / f"warmup-{layout}"))
+                starts[layout] = {side: str(out / f"warmup-{layout}" / side) for side in starts[layout]}
             if cfg.stage1_steps:
-                _mgrpo(out, f"stage1-{layout}", "run", *config, *_sets(stage1_overrides(cfg, layout, str(run_dir))))
-                starts[layout] = _exported(run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout])
+                _mgrpo(out, f"stage1-{layout}", "run", *config, *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])))
+                starts[layout] = _exported(run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout]))
         start_evals = {layout: _evaluate(out, f"start-{layout}", config, cfg, starts[layout], layout == "single") for layout in layouts}
         results = {}
         for run in method_runs(cfg, starts, str(run_dir)):
@@ -106,12 +117,12 @@ def compare(args: argparse.Namespace) -> int:
             start = starts[layout_of(run.method)]
             evals = {0: start_evals[layout_of(run.method)]}
             for step in cfg.eval_steps[1:]:
-                evals[step] = _evaluate(out, f"{run.method}-step{step}", config, cfg, _exported(run_dir, run.run_id, step, start), run.method == "single-agent")
+                evals[step] = _evaluate(out, f"{run.method}-step{step}", config, cfg, _exported(run_dir, run.run_id, step, start, trained_sides(run.method)), run.method == "single-agent")
             results[run.method] = method_result(run_dir / run.run_id / "summary.json", evals, seconds)
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
-    document = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "eval_steps": cfg.eval_steps,
+    document = {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "warmup": args.warmup}, "eval_steps": cfg.eval_steps,
                 "starts": starts, "command": " ".join(["mgrpo", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv), "methods": results}  # fmt: skip
     (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "compare.md").write_text(markdown_table(results))
@@ -131,6 +142,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--methods", default="m-grpo,main-only,single-agent,m-grpo-unaligned", help="comma-separated methods (default: all four)")
     p.add_argument("--steps", type=int, default=6, metavar="N", help="stage-2 steps per method (default 6)")
     p.add_argument("--eval-every", type=int, default=2, metavar="N", help="evaluate every N steps, and at the start and the end (default 2)")
+    p.add_argument("--warmup", action="store_true", help="first run `mgrpo warmup` (the optional supervised format warm-up for small models) per layout")
     p.add_argument("--stage1-steps", type=int, default=2, metavar="N", help="steps of the shared stage-1 warm start; 0 = none (default 2)")
     p.add_argument("--eval-questions", type=int, default=16, metavar="N", help="validation questions per evaluation (default 16)")
     p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")

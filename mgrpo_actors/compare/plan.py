@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["METHODS", "CompareConfig", "MethodRun", "layout_of", "method_runs", "stage1_overrides"]
+from mgrpo_actors.config.learner import LearnerConfig
+
+__all__ = ["METHODS", "CompareConfig", "MethodRun", "layout_of", "method_runs", "stage1_overrides", "trained_sides"]
 
 # Method name -> the config overrides that make it (README "Methods and the alignment ablation").
 METHODS: dict[str, tuple[str, ...]] = {
@@ -47,8 +49,14 @@ class CompareConfig:
 
     @property
     def eval_steps(self) -> list[int]:
-        """The steps after which each method is evaluated: 0 (the start), every eval_every, and the last."""
-        return sorted({0, *range(self.eval_every, self.steps + 1, self.eval_every), self.steps})
+        """The steps after which each method is evaluated: 0 (the start) and each step its learners export
+        at (every eval_every, and the last: the learner's own schedule, LearnerConfig.export_steps)."""
+        return [0, *LearnerConfig(export_every=self.eval_every).export_steps(self.steps)]
+
+
+def trained_sides(method: str) -> tuple[str, ...]:
+    """The agents a method trains (README "Methods"): both, or M only (main-only, and the single agent)."""
+    return ("main", "sub") if method in ("m-grpo", "m-grpo-unaligned") else ("main",)
 
 
 def layout_of(method: str) -> str:
@@ -69,11 +77,11 @@ def _models(start: dict[str, str]) -> tuple[str, ...]:
     return tuple(f"agents.{side}.model={path}" for side, path in start.items())
 
 
-def stage1_overrides(cfg: CompareConfig, layout: str, run_dir: str) -> tuple[str, ...]:
-    """The stage-1 warm start of a layout: stage-1 questions only, both agents train (or the single agent),
-    the result exported at its last step."""
+def stage1_overrides(cfg: CompareConfig, layout: str, run_dir: str, start: dict[str, str]) -> tuple[str, ...]:
+    """The stage-1 warm start of a layout from its `start` models ({side: model}): stage-1 questions only,
+    both agents train (or the single agent), the result exported at its last step."""
     method = "single-agent" if layout == "single" else "m-grpo"
-    return (*cfg.extra, f"run.method={method}", f"run.id=stage1-{layout}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
+    return (*cfg.extra, *_models(start), f"run.method={method}", f"run.id=stage1-{layout}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
             f"pipeline.steps={cfg.stage1_steps}", f"pipeline.stage1_steps={cfg.stage1_steps}",
             *_exports(cfg.stage1_steps))  # fmt: skip
 

@@ -37,6 +37,13 @@ class LearnerConfig:
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
 
 
+    def export_steps(self, total_steps: int) -> list[int]:
+        """After how many applied steps the learner exports its model (export_every): every N and the last."""
+        if not self.export_every:
+            return []
+        return sorted({*range(self.export_every, total_steps + 1, self.export_every), total_steps})
+
+
 @dataclass(frozen=True)
 class WeightsConfig:
     """How a learner's new weights reach its side's rollout engines."""

@@ -21,9 +21,14 @@ _LATEST = "latest"  # DeepSpeed's file naming the newest tag
 
 
 def export_hf(module: Any, state: dict[str, Any], tokenizer: Any, directory: Path) -> Path:
-    """The model with weights `state` as a plain HF directory (a model spec: transformers, vLLM, mgrpo eval)."""
-    module.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
-    tokenizer.save_pretrained(str(directory))
+    """The model with weights `state` as a plain HF directory (a model spec: transformers, vLLM, mgrpo eval),
+    written beside it and renamed into place, so a process killed meanwhile leaves no half directory."""
+    partial = directory.with_name(f".{directory.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    module.save_pretrained(str(partial), state_dict=state, safe_serialization=True)
+    tokenizer.save_pretrained(str(partial))
+    shutil.rmtree(directory, ignore_errors=True)
+    partial.rename(directory)
     return directory
 
 

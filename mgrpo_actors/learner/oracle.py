@@ -31,7 +31,7 @@ from mgrpo_actors.config.node import ToolsConfig
 
 __all__ = ["OracleDemonstrations", "OracleEngine", "oracle_demonstrations"]
 
-_USER, _ASSISTANT = "<|im_start|>user", "<|im_start|>assistant"  # ChatML, the template of every model we ship
+_USER, _ASSISTANT, _END = "<|im_start|>user", "<|im_start|>assistant", "<|im_end|>"  # ChatML, the template of every model we ship
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class OracleDemonstrations:
 
 class OracleEngine:
     """A RolloutEngine for one role ("main", "sub" or "single") that writes the oracle's turns for
-    `questions`; the question a prompt is about is the one whose text it contains."""
+    `questions`; the question a prompt is about is its last user message (S's: "Task: <question>")."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, role: str, questions: Sequence[Question]) -> None:
         if role not in ("main", "sub", "single"):
@@ -69,7 +69,8 @@ class OracleEngine:
             raise ValueError("oracle demonstrations need a ChatML chat template (<|im_start|>user …)")
         episode = prompt[prompt.rindex(_USER) :]  # the demonstration exchange comes before the last user message
         turn = episode.count(_ASSISTANT) - 1
-        question = next((q for text, q in self.questions.items() if text in episode), None)
+        user = episode[len(_USER) :].split(_END, 1)[0].strip()  # the question, or S's "Task: <question>"
+        question = self.questions.get(user.removeprefix("Task: "))
         if question is None or len(question.evidence) != 1:
             raise ValueError("the oracle knows only stage-1 questions (one evidence chain) it was given")
         chain = question.evidence[0]

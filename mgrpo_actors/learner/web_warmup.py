@@ -54,6 +54,10 @@ def warm_up_agents(
     single-agent) and save each under `out/<side>`; returns {side: HF directory}. Writes
     `out/warmup.json` (settings, episode counts, losses)."""
     single = config.run.method == "single-agent"
+    own = config.agents.main.tools
+    if single and own is not None and not {"search", "visit"} <= set(own):
+        raise ValueError(f"the warm-up's episodes search and visit the built-in web, but agents.main.tools is {own} "
+                         "(plain GRPO has no tool protocol to warm up)")  # fmt: skip
     web = synthetic_web(config.tools)
     questions = [q for q in web.splits["train"] if q.level == 1 and len(q.evidence) == 1][: cfg.questions]
     if not questions:

@@ -28,7 +28,7 @@ from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
-__all__ = ["alignment_rng", "build_sub_batch", "query_sub_rewards", "sub_call_lists"]
+__all__ = ["alignment_rng", "build_sub_batch", "failed_and_lost", "query_sub_rewards", "sub_call_lists"]
 
 _KIND = {SlotKind.ORIGINAL: "original", SlotKind.DUPLICATE: "duplicate", SlotKind.PLACEHOLDER: "placeholder"}
 
@@ -103,11 +103,16 @@ def build_sub_batch(
     return batch, _metrics(plan, stats, trajectories, alignment, rewards, advantages), alignment
 
 
+def failed_and_lost(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> dict[str, float]:
+    """Rollouts of the plan that failed or never reported, and sub calls named by a rollout whose trajectory never came."""
+    failed = sum(1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed)
+    lost = sum(1 for s in stats.values() if not s.failed for c in s.sub_call_ids if c not in trajectories)
+    return {"failed_rollouts": float(failed), "lost": float(lost)}
+
+
 def _metrics(plan, stats, trajectories, alignment: AlignmentPlan, rewards: dict, advantages: np.ndarray) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    named = [c for s in stats.values() if not s.failed for c in s.sub_call_ids]
     values = list(rewards.values())
     counted = alignment.weight > 0
-    failed = sum(1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed)
     summary = alignment.summary()
     return {
         "reward_mean": float(np.mean(values)) if values else 0.0,
@@ -120,7 +125,6 @@ def _metrics(plan, stats, trajectories, alignment: AlignmentPlan, rewards: dict,
         "duplicates": float(summary["duplicate"]),
         "placeholders": float(summary["placeholder"]),
         "dropped": float(summary["dropped"]),
-        "failed_rollouts": float(failed),
-        "lost": float(sum(1 for c in named if c not in trajectories)),
+        **failed_and_lost(plan, stats, trajectories),
         "advantage_abs_mean": float(np.abs(advantages[counted]).mean()) if counted.any() else 0.0,
     }

@@ -18,24 +18,22 @@ from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
-from mgrpo_actors.pipeline.sub_alignment import query_sub_rewards, sub_call_lists
+from mgrpo_actors.pipeline.sub_alignment import failed_and_lost, query_sub_rewards, sub_call_lists
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["build_unaligned_sub_batch", "fifo_calls"]
 
 
-def fifo_calls(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory], slots: int) -> tuple[list[tuple[int, int, str]], int]:
-    """(query index, rollout, call id) of the first `slots` counted sub trajectories in arrival order
-    (`trajectories`' order), and how many counted ones did not fit. Counted: named by a rollout that
-    did not fail."""
+def fifo_calls(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> list[tuple[int, int, str]]:
+    """(query index, rollout, call id) of every counted sub trajectory in arrival order (`trajectories`'
+    order). Counted: named by a rollout that did not fail."""
     owner: dict[str, tuple[int, int]] = {}
     for b, query in enumerate(plan.query_ids):
         for k in range(plan.num_rollouts):
             s = stats.get((query, k))
             if s is not None and not s.failed:
                 owner.update((call, (b, k)) for call in s.sub_call_ids)
-    counted = [(*owner[call], call) for call in trajectories if call in owner]
-    return counted[:slots], max(0, len(counted) - slots)
+    return [(*owner[call], call) for call in trajectories if call in owner]
 
 
 @timed(ALIGN)
@@ -50,19 +48,21 @@ def build_unaligned_sub_batch(
 ) -> tuple[AlignedBatch, dict[str, float]]:
     """The sub batch of `plan`, B·K·D samples filled first-in-first-out, and its metrics."""
     slots = len(plan.query_ids) * plan.num_rollouts * d
-    taken, dropped = fifo_calls(plan, stats, trajectories, slots)
-    rewards = np.zeros(len(taken))
+    counted = fifo_calls(plan, stats, trajectories)
+    taken, dropped = counted[:slots], max(0, len(counted) - slots)
+    # R_S of every counted call (the metric covers them all, as aligned mode's does), the batch's first.
+    rewards = np.zeros(len(counted))
     for b, query in enumerate(plan.query_ids):
-        mine = [i for i, (qb, _, _) in enumerate(taken) if qb == b]
+        mine = [i for i, (qb, _, _) in enumerate(counted) if qb == b]
         if mine:
             question = questions.get(query) or Question(id=query, question="", answer="")
-            calls = [trajectories[taken[i][2]] for i in mine]
-            rewards[mine] = query_sub_rewards(question, calls, [stats[(query, taken[i][1])] for i in mine], rollout_cfg)
+            calls = [trajectories[counted[i][2]] for i in mine]
+            rewards[mine] = query_sub_rewards(question, calls, [stats[(query, counted[i][1])] for i in mine], rollout_cfg)
     # One group per query over its samples in the batch: a (B, slots) array with a counted mask.
-    grouped, counted = np.zeros((len(plan.query_ids), slots)), np.zeros((len(plan.query_ids), slots), dtype=bool)
+    grouped, member = np.zeros((len(plan.query_ids), slots)), np.zeros((len(plan.query_ids), slots), dtype=bool)
     for i, (b, _, _) in enumerate(taken):
-        grouped[b, i], counted[b, i] = rewards[i], True
-    advantages = group_advantages(grouped, counted, algo.advantages).sum(axis=0)  # each column holds one sample
+        grouped[b, i], member[b, i] = rewards[i], True
+    advantages = group_advantages(grouped, member, algo.advantages).sum(axis=0)  # each column holds one sample
     rows: list[BatchRow] = []
     for i, (b, k, call) in enumerate(taken):
         s = stats[(plan.query_ids[b], k)]
@@ -71,8 +71,8 @@ def build_unaligned_sub_batch(
     batch = rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)
     observed = np.array([len(calls) for rollouts in sub_call_lists(plan, stats, trajectories) for calls in rollouts])  # d_k, as aligned mode counts it
     figures = {
-        "reward_mean": float(rewards.mean()) if len(taken) else 0.0,
-        "calls": float(len(taken) + dropped),
+        "reward_mean": float(rewards.mean()) if len(counted) else 0.0,
+        "calls": float(len(counted)),
         "d": float(d),
         "dk_mean": float(observed.mean()),
         "dk_max": float(observed.max()),
@@ -81,8 +81,7 @@ def build_unaligned_sub_batch(
         "duplicates": 0.0,
         "placeholders": float(slots - len(taken)),
         "dropped": float(dropped),
-        "failed_rollouts": float(sum(1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed)),
-        "lost": float(sum(1 for s in stats.values() if not s.failed for c in s.sub_call_ids if c not in trajectories)),
+        **failed_and_lost(plan, stats, trajectories),
         "advantage_abs_mean": float(np.abs(advantages[: len(taken)]).mean()) if taken else 0.0,
     }
     return batch, figures

@@ -1,4 +1,4 @@
-"""`mgrpo compare` for real on the tiny models: a stage-1 warm start per layout, two methods from it,
+"""`mgrpo compare` for real on the tiny models: a format warm-up and a stage-1 warm start per layout, two methods from it,
 each evaluated at the start and after its step, the results written (tiny random models score 0: this
 checks the wiring, docs/results/ holds a real comparison)."""
 
@@ -18,11 +18,16 @@ TINY = ("--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities
 def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     out = tmp_path / "cmp"
     done = run_script("mgrpo", "compare", *TINY, "--methods", "m-grpo,single-agent", "--steps", "1", "--eval-every", "1",
-                      "--stage1-steps", "1", "--eval-questions", "2", "--eval-runs", "1", "--out", str(out), timeout_s=400)  # fmt: skip
+                      "--warmup", "--stage1-steps", "1", "--eval-questions", "2", "--eval-runs", "1", "--out", str(out), timeout_s=400)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "compare.json").read_text())
     assert list(result["methods"]) == ["m-grpo", "single-agent"] and result["eval_steps"] == [0, 1]
     runs = out / "runs"
+    # Stage 0 (--warmup) per layout, then stage 1 from its models.
+    assert json.loads((out / "warmup-multi" / "warmup.json").read_text())["method"] == "m-grpo"
+    assert json.loads((out / "warmup-single" / "warmup.json").read_text())["method"] == "single-agent"
+    stage1 = "".join((out / "logs" / "stage1-single.log").read_text().split())  # rich folds long lines, even inside a path
+    assert f"(single-agent):oneagentwitheverytool,{out / 'warmup-single' / 'main'}" in stage1
     assert result["starts"] == {"multi": {"main": str(runs / "stage1-multi/exports/main/step1"), "sub": str(runs / "stage1-multi/exports/sub/step1")},
                                 "single": {"main": str(runs / "stage1-single/exports/main/step1")}}  # fmt: skip
     for method, models in (("m-grpo", {"main": "m-grpo/exports/main/step1", "sub": "m-grpo/exports/sub/step1"}),

@@ -7,6 +7,12 @@ import pytest
 from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides
 from mgrpo_actors.compare.plot import write_compare_png
 from mgrpo_actors.compare.results import markdown_table, method_result
+from mgrpo_actors.config.learner import LearnerConfig
+
+
+@pytest.mark.parametrize("every, total, steps", [(2, 5, [2, 4, 5]), (2, 6, [2, 4, 6]), (3, 1, [1]), (0, 4, [])])
+def test_learners_export_every_n_steps_and_after_the_last(every, total, steps):
+    assert LearnerConfig(export_every=every).export_steps(total) == steps
 
 
 def test_eval_steps_are_the_start_every_n_and_the_last():
@@ -38,8 +44,10 @@ def test_every_method_starts_from_its_layouts_start_with_the_same_budget():
 
 
 def test_the_stage1_warm_start_trains_on_lookups_and_exports_its_end():
-    overrides = stage1_overrides(CompareConfig(stage1_steps=3), "single", "/r")
+    overrides = stage1_overrides(CompareConfig(stage1_steps=3, extra=("agents.main.model=tiny:main",)), "single", "/r", {"main": "/w/main"})
     assert {"run.method=single-agent", "run.id=stage1-single", "pipeline.steps=3", "pipeline.stage1_steps=3", "learners.main.export_every=3"} <= set(overrides)
+    # The start models (e.g. a warm-up's) come after the --set/--main overrides, so they win.
+    assert overrides.index("agents.main.model=/w/main") > overrides.index("agents.main.model=tiny:main")
 
 
 def _eval(path, means):

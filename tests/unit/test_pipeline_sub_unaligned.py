@@ -18,8 +18,8 @@ ALGO = AlgoConfig.from_dict({"alignment": {"mode": "none"}})
 QUESTIONS = {"q1": QUESTION}
 
 
-def build(trajectories, st, d, k=2):
-    return build_unaligned_sub_batch(plan(k=k), st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS)
+def build(trajectories, st, d, k=2, query_ids=("q1",)):
+    return build_unaligned_sub_batch(plan(k=k, query_ids=query_ids), st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS)
 
 
 def test_every_call_fits_one_group_over_all_four():
@@ -44,6 +44,23 @@ def test_the_first_to_arrive_take_the_slots_whatever_rollout_they_belong_to():
     assert [s.split("/")[3] for s in batch.sample_ids] == ["att.r1.t2#0", "att.r1.t1#0"]
     np.testing.assert_allclose(batch.advantages, [-1.0, 1.0])
     assert figures["dropped"] == 2 and figures["original"] == 2
+    # The metric covers every counted call, kept or dropped, as aligned mode's does: (1 + .1 + .6 + 0) / 4.
+    assert figures["reward_mean"] == pytest.approx(0.425, rel=1e-9) and figures["calls"] == 4
+
+
+def test_each_query_is_its_own_group_whatever_order_the_calls_arrive_in():
+    # B = 2, K = 2, D = 1: 4 slots, calls of q1 and q2 interleaved. q1: r0.t0 R 1.0, r1.t1 R .6 (mean .8,
+    # std .2 → +1, −1). q2 has no evidence, so β3 folds into β2 (0.9): its rollout 0 (M correct) gives
+    # 0.1 + 0.9 = 1.0, its rollout 1 (M wrong) 0.1 (mean .55, std .45 → +1, −1).
+    st, trajectories = hand_inputs()
+    st[("q2", 0)] = stats(0, ["b.r0.t0"], query="q2")
+    st[("q2", 1)] = stats(1, ["b.r1.t0"], m_correct=0.0, query="q2")
+    q2 = {"b.r0.t0": sub("b.r0.t0", 0, "found it", query="q2"), "b.r1.t0": sub("b.r1.t0", 1, "found it", query="q2")}
+    arrived = {"att.r0.t0": trajectories["att.r0.t0"], "b.r0.t0": q2["b.r0.t0"], "att.r1.t1": trajectories["att.r1.t1"], "b.r1.t0": q2["b.r1.t0"]}
+    batch, _ = build(arrived, st, d=1, query_ids=("q1", "q2"))
+    np.testing.assert_allclose(batch.rewards, [1.0, 1.0, 0.6, 0.1])
+    np.testing.assert_allclose(batch.advantages, [1.0, 1.0, -1.0, -1.0], rtol=1e-6)
+    assert [s.split("/")[0] for s in batch.sample_ids] == ["q1", "q2", "q1", "q2"]
 
 
 def test_a_shortfall_is_filled_with_placeholders_and_failed_or_unnamed_calls_do_not_count():
@@ -57,10 +74,9 @@ def test_a_shortfall_is_filled_with_placeholders_and_failed_or_unnamed_calls_do_
     assert figures["failed_rollouts"] == 1 and figures["placeholders"] == 3
 
 
-def test_fifo_calls_keeps_arrival_order_and_counts_the_surplus():
+def test_fifo_calls_keeps_arrival_order():
     st, trajectories = hand_inputs()
-    taken, surplus = fifo_calls(plan(), st, trajectories, slots=3)
-    assert taken == [(0, 0, "att.r0.t0"), (0, 1, "att.r1.t0"), (0, 1, "att.r1.t1")] and surplus == 1
+    assert fifo_calls(plan(), st, trajectories) == [(0, 0, "att.r0.t0"), (0, 1, "att.r1.t0"), (0, 1, "att.r1.t1"), (0, 1, "att.r1.t2")]
 
 
 def test_the_aligned_builder_refuses_mode_none():

@@ -110,6 +110,8 @@ def test_each_plain_rollout_is_one_turn_scored_by_the_judge():
     ("prediction", "reference", "score"),
     [("4", "4", 1.0), ("4.0", "4", 1.0), ("+4", "4", 1.0), (" 1,000 ", "1000", 1.0), ("\u22123", "-3", 1.0), ("1e3", "1000", 1.0),
      ("-4", "4", 0.0), ("1.5", "15", 0.0), ("four", "4", 0.0), ("", "4", 0.0), ("nan", "4", 0.0),
+     ("1000001", "1000000", 0.0), ("0.0000005", "0", 0.0), ("1e400", "1e500", 0.0), ("2 3", "23", 0.0), ("1,5", "15", 0.0),
+     ("12,345.5", "12345.5", 1.0), ("4.000001", "4", 0.0), ("0.1", "1e-1", 1.0),  # exact: no tolerance, commas only as thousands separators
      ("Paris", "paris", 1.0), ("Rome", "Paris", 0.0)],  # a reference that is no number: exact match
 )  # fmt: skip
 def test_numeric_match_compares_numbers_where_exact_match_would_strip_their_signs(prediction, reference, score):
