@@ -244,7 +244,7 @@ def run_node(
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
     """Create the run's streams and start the node's actors into `actors` (so whatever started is
     stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
-    bus.ensure_streams(role_streams(roles), duplicate_window_s=config.nats.duplicate_window_s)
+    bus.ensure_streams(role_streams(roles), config.nats.stream_limits)
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
         ROLES[role].start_actors(bus, config, actors)

@@ -16,7 +16,11 @@ from mgrpo_actors.config.agents import AgentsConfig
 from mgrpo_actors.config.learner import LearnersConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
+from mgrpo_actors.runtime.jetstream import StreamLimits
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
+
+# The run's streams by the names Subjects.stream takes (design.md §Delivery and state).
+STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
 
 __all__ = ["BUILTIN_TOOLS", "METHODS", "LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
 
@@ -68,6 +72,10 @@ class NatsConfig:
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
+    stream_max_age_s: float = 7 * 86_400.0  # the run's streams drop messages older than this
+    # Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps, metrics, dlq); absent or 0 = no
+    # count limit. Full, metrics and dlq drop their oldest (monitoring); the others refuse new messages (publishers retry): work is never dropped unread.
+    stream_max_msgs: dict[str, int] = field(default_factory=lambda: {"metrics": 1_000_000, "dlq": 100_000})
 
     def __post_init__(self) -> None:
         check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
@@ -77,6 +85,17 @@ class NatsConfig:
         check_range("nats.request_timeout_s", self.request_timeout_s, 0.01, 86_400)
         check_range("nats.max_message_bytes", self.max_message_bytes, 1024, 1 << 30)
         check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)
+        check_range("nats.stream_max_age_s", self.stream_max_age_s, 60, 10 * 365 * 86_400)
+        unknown = sorted(set(self.stream_max_msgs) - set(STREAM_NAMES))
+        if unknown:
+            raise ValueError(f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)}")
+        for name, count in self.stream_max_msgs.items():
+            check_range(f"nats.stream_max_msgs.{name}", count, 0, 10**12)
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        """What the run's streams keep, for Bus.ensure_streams."""
+        return StreamLimits(max_age_s=self.stream_max_age_s, duplicate_window_s=self.duplicate_window_s, max_msgs=dict(self.stream_max_msgs))
 
 
 @dataclass(frozen=True)

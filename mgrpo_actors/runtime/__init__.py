@@ -9,7 +9,9 @@
 
 from mgrpo_actors.runtime.actor import HOLD, UNAVAILABLE, BusActor, is_transient
 from mgrpo_actors.runtime.batching import PendingBatch, RunBatch
-from mgrpo_actors.runtime.bus import Bus, Subscription
+from mgrpo_actors.runtime.bus import Bus
+from mgrpo_actors.runtime.jetstream import StreamLimits
+from mgrpo_actors.runtime.subscription import Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.kv import KvBucket
@@ -40,6 +42,7 @@ __all__ = [
     "RequestTimeout",
     "RunBatch",
     "ShutdownSignal",
+    "StreamLimits",
     "Subscription",
     "Ticker",
     "check_reachable",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, TypeVar
 
 import nats
@@ -25,12 +24,13 @@ from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import INBOX_PREFIX, Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
+from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
 from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
+from mgrpo_actors.runtime.subscription import Subscription
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import DEFAULT_MAX_BYTES, Failure, Message, Subjects, encode
 
@@ -42,25 +42,6 @@ log = get_logger(__name__)
 
 # A blocking request waits this much longer than its own timeout before giving up on the bus itself.
 _REQUEST_GRACE_S = 5.0
-
-
-@dataclass
-class Subscription:
-    """A core NATS subscription feeding a target; `stop()` unsubscribes."""
-
-    loop: BusLoop
-    subject: str
-    queue: str
-    _sub: Any = None
-
-    def stop(self) -> None:
-        # Also while disconnected: nats-py then drops the subscription from what it restores on reconnect.
-        if self._sub is not None and self.loop.running:
-            try:
-                self.loop.call(self._sub.unsubscribe(), timeout=5)
-            except Exception as exc:
-                log.warning("unsubscribe failed", subject=self.subject, error=str(exc))
-        self._sub = None
 
 
 class Bus:
@@ -98,6 +79,7 @@ class Bus:
         self.loop = BusLoop(name=f"nats-bus-{node or 'proc'}", describe=url)
         self._nc: Any = None
         self._js: Any = None
+        self._streams: tuple[list[str], StreamLimits] = ([], StreamLimits())  # what ensure_streams made: recreated if lost
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
         self._counter_lock = threading.Lock()
@@ -148,6 +130,7 @@ class Bus:
         async def on_reconnect() -> None:
             self.reconnects += 1
             log.info("nats reconnected", url=self.url, reconnects=self.reconnects)
+            self.loop.submit(self._recreate_streams("reconnected"))  # a restarted server may have lost its store (after the reconnect, not in it)
 
         async def on_error(exc: Exception) -> None:
             log.warning("nats error", url=self.url, error=str(exc))
@@ -303,19 +286,29 @@ class Bus:
         return sub
 
     # ---- JetStream --------------------------------------------------------------------------
-    def ensure_streams(self, which: list[str] | None = None, max_age_s: float = 7 * 24 * 3600, duplicate_window_s: float = 3600.0) -> list[str]:
+    def ensure_streams(self, which: list[str] | None = None, limits: StreamLimits | None = None) -> list[str]:
         """Create the run's streams `which` names ("rollouts", "traj-main", …; default all of
-        protocols.Subjects.streams) that are missing; returns their names.
+        protocols.Subjects.streams) that are missing; returns their names. The bus remembers them and
+        creates them again when the server lost them (after a reconnect, or when a publish finds no stream).
 
         Raises BusError saying so when the server has no JetStream.
         """
         which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
+        self._streams = (sorted({*self._streams[0], *which}), limits or self._streams[1])
         try:
-            return self.call(ensure_streams(self._js, self.subjects, which, max_age_s, self.max_bytes, duplicate_window_s))
+            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes))
         except Exception as exc:
             if jetstream_missing(exc):
                 raise no_jetstream_error(self.url) from None
             raise
+
+    async def _recreate_streams(self, why: str) -> None:
+        """The streams this node ensured, created again where the server lost them (restarted with an empty store)."""
+        if self._streams[0]:
+            try:
+                await ensure_streams(self._js, self.subjects, self._streams[0], self._streams[1], self.max_bytes)
+            except Exception as exc:
+                log.warning("streams not checked", why=why, error=f"{type(exc).__name__}: {exc}")
 
     def add_stream(self, name: str, subjects: list[str]) -> None:
         """Create one stream (used by tests and benchmarks for ad-hoc streams)."""
@@ -333,7 +326,14 @@ class Bus:
         """
         data = self._encode(message)
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        ack = self.call(self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)), timeout=timeout_s + 1)
+        try:
+            ack = self.call(self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)), timeout=timeout_s + 1)
+        except nats.js.errors.NoStreamResponseError:
+            if not self._streams[0]:
+                raise
+            log.warning("no stream takes this subject: recreating the node's streams", subject=subject)
+            self.call(self._recreate_streams("a publish found no stream"))
+            ack = self.call(self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)), timeout=timeout_s + 1)
         return ack.seq
 
     def consume(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
@@ -14,38 +15,55 @@ from protocols import Subjects
 
 log = get_logger(__name__)
 
-__all__ = ["WORK_QUEUE_STREAMS", "consumer_config", "ensure_streams", "jetstream_missing"]
+__all__ = ["DISCARD_OLD_STREAMS", "WORK_QUEUE_STREAMS", "StreamLimits", "consumer_config", "ensure_streams", "jetstream_missing", "stream_config"]
 
 # Streams whose messages are work for one consumer and go once acked (a JetStream work queue): the
 # controller's rollout requests. Every other stream keeps its messages (limits) for replay and audit.
 WORK_QUEUE_STREAMS = ("rollouts",)
+# Streams for watching a run: full, they drop their oldest messages. Every other stream carries work:
+# full, it refuses new messages (the publisher gets an error and retries) and never drops one unread.
+DISCARD_OLD_STREAMS = ("metrics", "dlq")
 
 
-def _stream_config(name: str, subjects: list[str], work_queue: bool, max_age_s: float, max_bytes: int, duplicate_window_s: float) -> js_api.StreamConfig:
+@dataclass(frozen=True)
+class StreamLimits:
+    """How much the run's streams keep (by count and age, never by bytes: JetStream reserves a stream's
+    max_bytes against the server's storage up front, so byte caps on many runs exhaust a server)."""
+
+    max_age_s: float = 7 * 24 * 3600.0  # messages older than this go
+    duplicate_window_s: float = 3600.0  # JetStream de-duplication window
+    max_msgs: dict[str, int] = field(default_factory=dict)  # stream ("dlq", "metrics", …) -> most messages kept; absent or 0 = no count limit
+
+
+def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes: int) -> js_api.StreamConfig:
+    """The JetStream configuration of the run's stream `what`."""
     return js_api.StreamConfig(
-        name=name,
-        subjects=subjects,
+        name=subjects.stream(what),
+        subjects=subjects.streams()[subjects.stream(what)],
         storage=js_api.StorageType.FILE,
-        retention=js_api.RetentionPolicy.WORK_QUEUE if work_queue else js_api.RetentionPolicy.LIMITS,
-        max_age=max_age_s,
+        retention=js_api.RetentionPolicy.WORK_QUEUE if what in WORK_QUEUE_STREAMS else js_api.RetentionPolicy.LIMITS,
+        max_age=limits.max_age_s,
+        max_msgs=limits.max_msgs.get(what) or -1,
+        discard=js_api.DiscardPolicy.OLD if what in DISCARD_OLD_STREAMS else js_api.DiscardPolicy.NEW,
         max_msg_size=max_bytes,
-        duplicate_window=duplicate_window_s,
+        duplicate_window=limits.duplicate_window_s,
     )
 
 
-async def ensure_streams(js: Any, subjects: Subjects, which: list[str], max_age_s: float, max_bytes: int, duplicate_window_s: float) -> list[str]:
-    """Create the run's streams named in `which` (the "what" of Subjects.stream) that do not exist yet;
-    returns their names. An existing stream keeps its settings (the node that made it chose them); one
-    that takes smaller messages than this node sends is reported."""
-    work_queues = {subjects.stream(what) for what in WORK_QUEUE_STREAMS}
-    streams = subjects.streams()
-    names = [subjects.stream(what) for what in which]
-    for name in names:
-        config = _stream_config(name, streams[name], name in work_queues, max_age_s, max_bytes, duplicate_window_s)
+async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int) -> list[str]:
+    """Create the run's streams named in `which` (the "what" of Subjects.stream) that do not exist yet
+    (again, if the server lost them); returns their names. An existing stream keeps its settings (the
+    node that made it chose them); one that takes smaller messages than this node sends is reported."""
+    names = []
+    for what in which:
+        config = stream_config(subjects, what, limits, max_bytes)
+        name = config.name
+        names.append(name)
         try:
             info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
             await js.add_stream(config)
+            log.info("stream created", stream=name, max_msgs=config.max_msgs, discard=config.discard.value if config.discard else None)
             continue
         limit = info.config.max_msg_size
         if limit is not None and 0 < limit < max_bytes:
