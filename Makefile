@@ -41,7 +41,7 @@ run-learn: install
 # The methods side by side (README "Comparing the methods"): the committed SmolLM2 comparison in
 # docs/results/smollm2/ (about 90 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
 compare: install
-	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 2 --steps 4 --eval-every 4 --eval-questions 12 --eval-runs 2 --out runs/compare-smollm2
+	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 1 --steps 2 --eval-every 2 --eval-questions 8 --eval-runs 2 --out runs/compare-smollm2
 
 compare-tiny: install
 	$(VENV)/bin/mgrpo compare --main tiny:main --sub tiny:sub --set tools.web_entities=150 --steps 2 --eval-every 1 --eval-questions 4 --out runs/compare-tiny

@@ -195,6 +195,8 @@ def run_node(
         max_bytes=config.nats.max_message_bytes,
         on_connection_lost=connection_lost,
         deliveries_dir=config.log.deliveries_dir,
+        mailbox_limit=config.nats.mailbox_limit,
+        pending_bytes_limit=config.nats.pending_bytes_limit,
     )
     try:
         bus.connect()

@@ -20,12 +20,17 @@ from protocols.errors import ProtocolError
 from protocols.messages import MESSAGE_TYPES, Message
 from protocols.schema import RAW_ARRAY_DECODER, RawArray
 
-__all__ = ["DEFAULT_MAX_BYTES", "SCHEMA_VERSION", "Envelope", "decode", "decode_envelope", "encode"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_ARRAY_ITEMS", "MAX_MAP_ENTRIES", "SCHEMA_VERSION", "Envelope", "decode", "decode_envelope", "encode"]
 
 SCHEMA_VERSION = 1
 # 32 MiB: an aligned batch of 8x8x8 samples of 2k tokens is ~10 MB. The embedded nats-server is
 # started with the same max_payload (mgrpo_actors/runtime/embedded.py).
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+# Most entries of any one map and items of any one list in a payload: refused when the header says
+# more, before anything is built (2 M tool-argument keys in 10 MB cost seconds of CPU and 500 MB).
+# Ours stay far below: the longest lists are a batch's sample ids (B·K·D), arrays travel as binary.
+MAX_MAP_ENTRIES = 100_000
+MAX_ARRAY_ITEMS = 1_000_000
 
 _ARRAY_EXT = 1
 _DTYPE_CODES = {"int32": 1, "int64": 2, "uint8": 3, "float32": 4, "float16": 5, "bool": 6}
@@ -108,7 +113,8 @@ def _unpack(data: Any, max_bytes: int) -> dict:
     if size > max_bytes:
         raise ProtocolError("<payload>", f"size {size} bytes exceeds the limit of {max_bytes}")
     try:
-        obj = msgpack.unpackb(data if isinstance(data, bytes) else bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False)
+        obj = msgpack.unpackb(data if isinstance(data, bytes) else bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False,
+                              max_map_len=MAX_MAP_ENTRIES, max_array_len=MAX_ARRAY_ITEMS)  # fmt: skip
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, UnicodeDecodeError, ...)

@@ -47,6 +47,8 @@ MESSAGE_TYPES: dict[str, type[Message]] = {}
 
 _SIDE = {"choices": SIDES}
 _FINITE = {"finite": True}
+# Ids and names a reply echoes: bounded, so a request cannot make a node send megabytes back.
+_NAME = {"max_len": 256}
 # What fills a sample of an aligned batch (AlignedBatch.kinds).
 SAMPLE_KINDS = ("original", "duplicate", "placeholder", "failed")
 
@@ -171,10 +173,10 @@ class SubtaskResult(Message):
 class ToolRequest(Message):
     """Agent -> tool actor (request/reply)."""
 
-    call_id: str
-    tool: str
+    call_id: str = field(metadata=_NAME)
+    tool: str = field(metadata=_NAME)
     arguments: dict[str, Any]
-    caller: str = ""
+    caller: str = field(default="", metadata=_NAME)
 
 
 @_message

@@ -162,6 +162,7 @@ class FieldCheck:
     choices: tuple[str, ...] | None
     finite: bool
     default: Callable[[], Any] | None  # makes the value of a missing optional field
+    max_len: int | None = None  # most characters of a string field (an id or a name: replies echo them)
 
     def __call__(self, value: Any) -> Any:
         path = self.path
@@ -170,6 +171,8 @@ class FieldCheck:
             raise ProtocolError(path, f"{value!r} is not one of {', '.join(self.choices)}")
         if self.finite and isinstance(value, float) and not math.isfinite(value):
             raise ProtocolError(path, f"{value!r} is not a finite number")
+        if self.max_len is not None and isinstance(value, str) and len(value) > self.max_len:
+            raise ProtocolError(path, f"{len(value)} characters, more than {self.max_len}")
         return value
 
 
@@ -193,6 +196,7 @@ def build_checks(cls: type) -> tuple[FieldCheck, ...]:
                 choices=f.metadata.get("choices"),
                 finite=f.metadata.get("finite", False),
                 default=default,
+                max_len=f.metadata.get("max_len"),
             )
         )
     return tuple(checks)

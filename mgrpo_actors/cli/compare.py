@@ -105,8 +105,12 @@ def compare(args: argparse.Namespace) -> int:
         for layout in layouts:
             if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
                 method = ["run.method=single-agent"] if layout == "single" else []
-                _mgrpo(out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(out / f"warmup-{layout}"))
-                starts[layout] = {side: str(out / f"warmup-{layout}" / side) for side in starts[layout]}
+                warmed = out / f"warmup-{layout}"
+                if (warmed / "warmup.json").is_file():  # finished by an earlier compare into this --out: reused
+                    print(f"  warmup-{layout}: reusing {warmed} (delete it to warm up again)", flush=True)
+                else:
+                    _mgrpo(out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(warmed))
+                starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             if cfg.stage1_steps:
                 _mgrpo(out, f"stage1-{layout}", "run", *config, *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])))
                 starts[layout] = _exported(run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout]))

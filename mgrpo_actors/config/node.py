@@ -72,6 +72,8 @@ class NatsConfig:
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
+    mailbox_limit: int = 256  # deliveries of one subscription waiting in its actor's mailbox, at most; more wait in nats-py's queue (backpressure)
+    pending_bytes_limit: int = 64 * 1024 * 1024  # then nats-py queues up to this many bytes per subscription; beyond, it drops (counted: metric bus.slow_consumer_drops)
     stream_max_age_s: float = 7 * 86_400.0  # the run's streams drop messages older than this
     # Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps, metrics, dlq); absent or 0 = no
     # count limit. Full, metrics and dlq drop their oldest (monitoring); the others refuse new messages (publishers retry): work is never dropped unread.
@@ -86,6 +88,8 @@ class NatsConfig:
         check_range("nats.max_message_bytes", self.max_message_bytes, 1024, 1 << 30)
         check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)
         check_range("nats.stream_max_age_s", self.stream_max_age_s, 60, 10 * 365 * 86_400)
+        check_range("nats.mailbox_limit", self.mailbox_limit, 1, 1_000_000)
+        check_range("nats.pending_bytes_limit", self.pending_bytes_limit, self.max_message_bytes, 1 << 34)  # must hold one message
         unknown = sorted(set(self.stream_max_msgs) - set(STREAM_NAMES))
         if unknown:
             raise ValueError(f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)}")

@@ -124,7 +124,10 @@ class BusActor(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Delivery):
-            return self._on_delivery(message)
+            try:
+                return self._on_delivery(message)
+            finally:
+                message.taken()  # its subscription may hand this actor the next one (bounded mailbox)
         if isinstance(message, KvUpdate):
             try:
                 return self.on_kv_update(message)

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Coroutine, TypeVar
 
 import nats
+import nats.errors
 import nats.js.errors
 
 from mgrpo_actors.log import get_logger
@@ -22,17 +23,18 @@ from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.connect import check_reachable
 from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
-from mgrpo_actors.runtime.delivery import INBOX_PREFIX, Delivery
+from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error
+from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams
 from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
-from mgrpo_actors.runtime.subscription import Subscription
-from mgrpo_actors.runtime.targets import Target, tell
-from protocols import DEFAULT_MAX_BYTES, Failure, Message, Subjects, encode
+from mgrpo_actors.runtime.slow_consumers import SlowConsumers
+from mgrpo_actors.runtime.subscription import Subscription, mailbox_feeder
+from mgrpo_actors.runtime.targets import Target
+from protocols import DEFAULT_MAX_BYTES, Message, Subjects, encode
 
 __all__ = ["Bus", "Subscription"]
 
@@ -61,6 +63,8 @@ class Bus:
         max_bytes: int = DEFAULT_MAX_BYTES,
         on_connection_lost: Callable[[], None] | None = None,
         deliveries_dir: str | None = None,
+        mailbox_limit: int = 256,
+        pending_bytes_limit: int = 64 * 1024 * 1024,
     ) -> None:
         self.url = url
         self.subjects = Subjects(run_id)
@@ -68,6 +72,9 @@ class Bus:
         self.node = node
         self.max_bytes = max_bytes
         self.request_timeout_s = request_timeout_s
+        self.mailbox_limit = mailbox_limit  # a subscription's deliveries waiting in its actor's mailbox, at most
+        self.pending_bytes_limit = pending_bytes_limit  # then nats-py queues this much per subscription; beyond it drops (counted)
+        self.slow_consumers = SlowConsumers(node, lambda metric: self.publish_now(self.subjects.metrics(metric.name), encode(metric)))
         # Called (on the bus thread) when NATS is gone for good: reconnect attempts are used up.
         self.on_connection_lost = on_connection_lost
         # Called (on the actor's thread) with (actor name, error) when an actor of this process died.
@@ -118,10 +125,6 @@ class Bus:
     def connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected and self.loop.running
 
-    @property
-    def loop_running(self) -> bool:
-        return self.loop.running
-
     async def _connect(self) -> None:
         async def on_disconnect() -> None:
             if not self._closing:
@@ -133,6 +136,8 @@ class Bus:
             self.loop.submit(self._recreate_streams("reconnected"))  # a restarted server may have lost its store (after the reconnect, not in it)
 
         async def on_error(exc: Exception) -> None:
+            if isinstance(exc, nats.errors.SlowConsumerError):
+                return await self.slow_consumers.record(exc)
             log.warning("nats error", url=self.url, error=str(exc))
 
         async def on_closed() -> None:
@@ -263,21 +268,17 @@ class Bus:
         self._outbox.put(RequestOp(subject, self._encode(message), future, timeout_s, self.max_bytes))
         return future
 
-    def subscribe(self, subject: str, target: Target, queue: str = "") -> Subscription:
-        """Tell `target` a Delivery for every message on `subject` (one of a queue group if `queue`)."""
+    async def publish_now(self, subject: str, data: bytes) -> None:
+        """Publish from the bus thread itself (its callbacks), bypassing the outbox."""
+        await self._nc.publish(subject, data)
 
-        async def on_msg(msg: Any) -> None:
-            if self.audit is not None:
-                self.audit.record(msg.subject, msg.data, "subscription")
-            if msg.reply and not msg.reply.startswith(INBOX_PREFIX):  # replies go to inboxes only: refused, never answered
-                return self.dead_letter(Delivery(msg.subject, msg.data, "", msg.headers), f"reply subject {msg.reply[:200]!r} is not an inbox", "BadReplySubject")
-            delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers)
-            if not tell(target, delivery) and msg.reply:
-                # The actor is gone: tell the requester now rather than let it time out.
-                await self._nc.publish(msg.reply, encode(Failure(subject=msg.subject, reason="the actor serving this subject has stopped", error_type="ActorStopped")))
+    def subscribe(self, subject: str, target: Target, queue: str = "") -> Subscription:
+        """Tell `target` a Delivery for every message on `subject` (one of a queue group if `queue`), at
+        most `mailbox_limit` of them waiting in its mailbox (subscription.py)."""
+        on_msg = mailbox_feeder(self, target, self.mailbox_limit)
 
         async def _sub() -> Any:
-            sub = await self._nc.subscribe(subject, queue=queue, cb=on_msg)
+            sub = await self._nc.subscribe(subject, queue=queue, cb=on_msg, pending_bytes_limit=self.pending_bytes_limit)
             await self._nc.flush()  # the server knows the subscription once this returns
             return sub
 
@@ -304,11 +305,7 @@ class Bus:
 
     async def _recreate_streams(self, why: str) -> None:
         """The streams this node ensured, created again where the server lost them (restarted with an empty store)."""
-        if self._streams[0]:
-            try:
-                await ensure_streams(self._js, self.subjects, self._streams[0], self._streams[1], self.max_bytes)
-            except Exception as exc:
-                log.warning("streams not checked", why=why, error=f"{type(exc).__name__}: {exc}")
+        await recreate_streams(self._js, self.subjects, *self._streams, self.max_bytes, why)
 
     def add_stream(self, name: str, subjects: list[str]) -> None:
         """Create one stream (used by tests and benchmarks for ad-hoc streams)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 __all__ = ["INBOX_PREFIX", "Delivery", "KvUpdate", "Settler"]
 
@@ -36,10 +36,17 @@ class Delivery:
     js_msg: Any = None  # nats.aio.msg.Msg of a JetStream consumer; None for core NATS
     consumer: Settler | None = None
     num_delivered: int = 1  # JetStream delivery attempt (1 = first)
+    on_taken: Callable[[], None] | None = None  # core NATS: frees the subscription's mailbox slot once the actor took it (taken())
 
     @property
     def from_stream(self) -> bool:
         return self.js_msg is not None
+
+    def taken(self) -> None:
+        """The actor took this delivery off its mailbox (handled, held or dead-lettered): its slot is free."""
+        release, self.on_taken = self.on_taken, None
+        if release is not None:
+            release()
 
     def ack(self) -> None:
         """Acknowledge a JetStream message (no-op for core NATS)."""

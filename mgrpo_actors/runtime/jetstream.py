@@ -15,7 +15,7 @@ from protocols import Subjects
 
 log = get_logger(__name__)
 
-__all__ = ["DISCARD_OLD_STREAMS", "WORK_QUEUE_STREAMS", "StreamLimits", "consumer_config", "ensure_streams", "jetstream_missing", "stream_config"]
+__all__ = ["DISCARD_OLD_STREAMS", "WORK_QUEUE_STREAMS", "StreamLimits", "consumer_config", "ensure_streams", "jetstream_missing", "recreate_streams", "stream_config"]
 
 # Streams whose messages are work for one consumer and go once acked (a JetStream work queue): the
 # controller's rollout requests. Every other stream keeps its messages (limits) for replay and audit.
@@ -69,6 +69,15 @@ async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: 
         if limit is not None and 0 < limit < max_bytes:
             log.warning("stream takes smaller messages than this node may send", stream=name, stream_max_msg_size=limit, node_max_bytes=max_bytes)
     return names
+
+
+async def recreate_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int, why: str) -> None:
+    """ensure_streams again for the streams a node made (a server may have lost them); failures are logged."""
+    if which:
+        try:
+            await ensure_streams(js, subjects, which, limits, max_bytes)
+        except Exception as exc:
+            log.warning("streams not checked", why=why, error=f"{type(exc).__name__}: {exc}")
 
 
 def jetstream_missing(exc: BaseException) -> bool:

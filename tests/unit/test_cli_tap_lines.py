@@ -83,13 +83,13 @@ def test_a_send_time_out_of_range_still_gives_a_line():
 
 def test_long_fields_are_cut_by_default_and_whole_when_asked():
     """Issue 8: a 900 KB field printed whole floods the terminal (8.5 MB for ~190 messages)."""
-    huge = ToolRequest(call_id="c", tool="x" * 900_000, arguments={f"k{i}": "v" * 500 for i in range(1_000)})
+    huge = ToolRequest(call_id="c", tool="search", arguments={"query": "x" * 900_000, **{f"k{i}": "v" * 500 for i in range(999)}})
     data = encode(huge)
     cut_line = message_to_json("s", data, Cut())
     payload = strict_json(cut_line)["payload"]
     assert len(cut_line) < 20_000
-    assert payload["tool"] == "x" * 200 + "… [+899800 chars]"
+    assert payload["arguments"]["query"] == "x" * 200 + "… [+899800 chars]"
     assert len(payload["arguments"]) == 21 and payload["arguments"]["…"] == "[+980 items]"
     assert payload["arguments"]["k0"].endswith("… [+300 chars]")
     full = strict_json(message_to_json("s", data))["payload"]
-    assert full["tool"] == huge.tool and len(full["arguments"]) == 1_000
+    assert full["arguments"]["query"] == huge.arguments["query"] and len(full["arguments"]) == 1_000
