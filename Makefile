@@ -39,7 +39,7 @@ run-learn: install
 	$(VENV)/bin/mgrpo demo learn
 
 # The methods side by side (README "Comparing the methods"): the committed SmolLM2 comparison in
-# docs/results/smollm2/ (about 90 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
+# docs/results/smollm2/ (about 80 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
 compare: install
 	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 1 --steps 2 --eval-every 2 --eval-questions 8 --eval-runs 2 --out runs/compare-smollm2
 

@@ -127,7 +127,7 @@ def compare(args: argparse.Namespace) -> int:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
     document = {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "warmup": args.warmup}, "eval_steps": cfg.eval_steps,
-                "starts": starts, "command": " ".join(["mgrpo", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv), "methods": results}  # fmt: skip
+                "starts": starts, "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv), "methods": results}  # fmt: skip
     (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "compare.md").write_text(markdown_table(results))
     write_compare_png(results, out / "compare.png", title=f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps")
