@@ -32,6 +32,7 @@ from rich.console import Console
 from actors.node import run_node
 from actors.roles import ROLES, expand_roles
 from actors.run_view import RunView
+from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.config.node import METHODS
 from mgrpo_actors.log import configure_logging
@@ -86,10 +87,7 @@ def quiet_libraries() -> None:
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
-    overrides = list(args.overrides)
-    for agent, spec in (("main", args.main), ("sub", args.sub)):
-        if spec is not None:
-            overrides.append(f"agents.{agent}.model={spec}")
+    overrides = [*args.overrides, *model_overrides(args)]
     if args.method is not None:
         overrides.append(f"run.method={args.method}")
     return overrides
@@ -109,10 +107,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("run", help="run the main job on an embedded nats-server (make run)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", help="YAML config (same format as mgrpo-node)")
-    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model; default smollm2)")
-    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model; default smollm2, a separate instance)")
+    add_config_arguments(p, "YAML config (same format as mgrpo-node)", "main agent's model (agents.main.model; default smollm2)",
+                         "sub-agent's model (agents.sub.model; default smollm2, a separate instance)")  # fmt: skip
     p.add_argument("--method", choices=METHODS, help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)")
     p.add_argument("--resume", action="store_true", help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh")
     p.set_defaults(func=_run)

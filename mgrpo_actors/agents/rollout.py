@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.driver import AgentModel, DriverStats, ToolExecutor, registry_executor, run_episodes, step_seed
-from mgrpo_actors.agents.episode import EpisodeRecord
+from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord
 from mgrpo_actors.agents.local_delegate import LocalSubAgents, SubCall
 from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.scoring import MainScore, SubScore, expert_references, score_main, score_sub
@@ -131,14 +131,10 @@ def run_rollout_groups(
     "q<i>.r<k>" (call ids "q<i>.r<k>.t<n>"); with one, "r<k>". Sampling draws from one stream for the
     whole batch, so a question's rollouts depend on which others share its batch. Every group carries
     the whole batch's DriverStats and seconds (do not sum them over the groups of one batch)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
     execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
-    prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
-    episodes = [[main_episode(q.question, main.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
-                for i, q in enumerate(questions)]  # fmt: skip
+    prefix, episodes = _question_episodes(main_episode, questions, k, main, tools, cfg)
     main_stats = run_episodes([e for batch in episodes for e in batch], main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
     seconds = time.perf_counter() - started
     groups = []
@@ -146,6 +142,19 @@ def run_rollout_groups(
         calls = [call for call in sub_agents.calls if call.request.call_id.startswith(f"{prefix[i]}r")]
         groups.append(_scored_group(question, [e.record() for e in episodes[i]], calls, cfg, main_stats, sub_agents.stats, seconds))
     return groups
+
+
+def _question_episodes(
+    make: Callable[..., AgentEpisode], questions: Sequence[Question], k: int, model: AgentModel, tools: ToolRegistry, cfg: RolloutConfig
+) -> tuple[list[str], list[list[AgentEpisode]]]:
+    """K episodes per question by `make` (main_episode or single_episode), ids "<prefix>r<k>" with the
+    prefix "q<i>." when there are several questions (so their call ids stay apart), "" for one."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
+    episodes = [[make(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
+                for i, q in enumerate(questions)]  # fmt: skip
+    return prefix, episodes
 
 
 def _scored_group(
@@ -196,12 +205,8 @@ def run_single_agent_groups(
     execute_tools: ToolExecutor | None = None,
 ) -> list[RolloutGroup]:
     """K rollouts of each question by the single agent, generated as one batch (as run_rollout_groups)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
     started = time.perf_counter()
-    prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
-    episodes = [[single_episode(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
-                for i, q in enumerate(questions)]  # fmt: skip
+    _, episodes = _question_episodes(single_episode, questions, k, model, tools, cfg)
     stats = run_episodes([e for batch in episodes for e in batch], model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
     seconds = time.perf_counter() - started
     groups = []

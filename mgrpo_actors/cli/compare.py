@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
+
 __all__ = ["add_parser"]
 
 
@@ -87,7 +89,7 @@ def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.results import markdown_table, method_result
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 
-    extra = (*args.overrides, *(f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec))
+    extra = (*args.overrides, *model_overrides(args))
     try:
         cfg = CompareConfig(methods=tuple(args.methods.split(",")), steps=args.steps, eval_every=args.eval_every, stage1_steps=args.stage1_steps,
                             eval_questions=args.eval_questions, eval_runs=args.eval_runs, seed=args.seed, extra=extra)  # fmt: skip
@@ -139,10 +141,8 @@ def compare(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("compare", help="run the methods side by side with the same budget and evaluate them", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--config", metavar="FILE", help="base node config YAML for every run and evaluation")
-    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key in every run and evaluation")
-    p.add_argument("--main", metavar="SPEC", help="main agent's model (the single agent's too)")
-    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model")
+    add_config_arguments(p, "base node config YAML for every run and evaluation", "main agent's model (the single agent's too)", "sub-agent's model",
+                         "override a config key in every run and evaluation")  # fmt: skip
     p.add_argument("--methods", default="m-grpo,main-only,single-agent,m-grpo-unaligned", help="comma-separated methods (default: all four)")
     p.add_argument("--steps", type=int, default=6, metavar="N", help="stage-2 steps per method (default 6)")
     p.add_argument("--eval-every", type=int, default=2, metavar="N", help="evaluate every N steps, and at the start and the end (default 2)")

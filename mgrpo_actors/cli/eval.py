@@ -23,6 +23,7 @@ import argparse
 import importlib
 from typing import Any
 
+from mgrpo_actors.cli.arguments import add_config_arguments
 from mgrpo_actors.envs.dataset import SPLITS
 
 __all__ = ["add_parser"]
@@ -51,10 +52,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", metavar="FILE", help="node config YAML (the same file mgrpo-node reads)")
-    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key, e.g. agents.main.model=DIR")
-    p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir")
-    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model), a separate instance")
+    add_config_arguments(p, "node config YAML (the same file mgrpo-node reads)", "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
+                         "sub-agent's model (agents.sub.model), a separate instance", "override a config key, e.g. agents.main.model=DIR")  # fmt: skip
     p.add_argument("--checkpoints", metavar="RUN_DIR", help="both agents' models from the latest checkpoints of the run in RUN_DIR")
     p.add_argument("--single-agent", action="store_true", help="the baseline: one agent with every tool, no sub-agent")
     _add_dataset_flags(p)

@@ -20,6 +20,7 @@ import argparse
 import importlib
 from typing import Any
 
+from mgrpo_actors.cli.arguments import add_config_arguments
 from mgrpo_actors.envs.dataset import SPLITS
 
 __all__ = ["add_parser"]
@@ -37,10 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", metavar="FILE", help="node config YAML (the same file mgrpo-node reads)")
-    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key, e.g. agents.main.top_p=0.9")
-    p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir")
-    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model), a separate instance")
+    add_config_arguments(p, "node config YAML (the same file mgrpo-node reads)", "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
+                         "sub-agent's model (agents.sub.model), a separate instance", "override a config key, e.g. agents.main.top_p=0.9")  # fmt: skip
     which = p.add_mutually_exclusive_group()
     which.add_argument("--question-index", type=int, default=0, metavar="N", help="question N of the split (default 0)")
     which.add_argument("--question-id", metavar="ID", help="the question with this id")

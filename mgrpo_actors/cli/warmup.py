@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
+
 __all__ = ["add_parser"]
 
 
@@ -28,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
     from mgrpo_actors.learner.web_warmup import WebWarmupConfig, warm_up_agents
 
-    overrides = [*args.overrides, *(f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec)]
+    overrides = [*args.overrides, *model_overrides(args)]
     try:
         config = load_config(NodeConfig, args.config, overrides)
         cfg = WebWarmupConfig(questions=args.questions, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
@@ -55,10 +57,8 @@ def _run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("warmup", help="optional supervised format warm-up of small models before RL", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--config", metavar="FILE", help="node config YAML (agents, tools and run.method are read from it)")
-    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--main", metavar="SPEC", help="main agent's model (agents.main.model; the single agent's under single-agent)")
-    p.add_argument("--sub", metavar="SPEC", help="sub-agent's model (agents.sub.model)")
+    add_config_arguments(p, "node config YAML (agents, tools and run.method are read from it)",
+                         "main agent's model (agents.main.model; the single agent's under single-agent)", "sub-agent's model (agents.sub.model)")  # fmt: skip
     p.add_argument("--out", default="runs/warmup", metavar="DIR", help="where <side>/ model directories and warmup.json go (default runs/warmup)")
     p.add_argument("--questions", type=int, default=48, metavar="N", help="stage-1 train questions worked by the oracle (default 48)")
     p.add_argument("--steps", type=int, default=8, metavar="N", help="optimizer steps per agent (default 8)")

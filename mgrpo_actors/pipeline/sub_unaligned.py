@@ -26,13 +26,8 @@ __all__ = ["build_unaligned_sub_batch", "fifo_calls"]
 
 def fifo_calls(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> list[tuple[int, int, str]]:
     """(query index, rollout, call id) of every counted sub trajectory in arrival order (`trajectories`'
-    order). Counted: named by a rollout that did not fail."""
-    owner: dict[str, tuple[int, int]] = {}
-    for b, query in enumerate(plan.query_ids):
-        for k in range(plan.num_rollouts):
-            s = stats.get((query, k))
-            if s is not None and not s.failed:
-                owner.update((call, (b, k)) for call in s.sub_call_ids)
+    order). Counted: named by a rollout that did not fail (sub_alignment.sub_call_lists)."""
+    owner = {call: (b, k) for b, rollouts in enumerate(sub_call_lists(plan, stats, trajectories)) for k, calls in enumerate(rollouts) for call in calls}
     return [(*owner[call], call) for call in trajectories if call in owner]
 
 
