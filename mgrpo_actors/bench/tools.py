@@ -17,19 +17,15 @@ machine's core count.
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from mgrpo_actors.runtime import Bus, Delivery, EmbeddedNats
-from protocols import Event, ToolRequest, ToolResult, decode
+from mgrpo_actors.bench.tool_nodes import ToolNode, delay_tool_settings, start_tool_nodes, stop_tool_nodes
+from mgrpo_actors.runtime import Bus, EmbeddedNats
+from protocols import ToolRequest, ToolResult
 
 __all__ = ["LATENCY_S", "LOADS", "PROCESSES", "SATURATED", "TARGET_RATIO", "run"]
 
@@ -43,70 +39,6 @@ LATENCY_S = 0.05
 LOADS = (4, 16)
 SATURATED = 16
 TARGET_RATIO = 0.9
-START_TIMEOUT_S = 60.0
-
-
-def _node_command(url: str, run_id: str, name: str) -> list[str]:
-    node = Path(sys.executable).parent / "mgrpo-node"
-    if not node.exists():
-        raise FileNotFoundError(f"{node} not found: run `make install`")
-    extra = f'[{{name: delay, factory: "mgrpo_actors.tools.delay:DelayTool", args: {{latency_s: {LATENCY_S}}}}}]'
-    return [str(node), "--role", "tool", "--nats", url, "--run-id", run_id, "--name", name, "--set", "tools.actors_per_tool=1",
-            "--set", "tools.serve=[delay]", "--set", f"tools.extra={extra}", "--set", "log.level=warning"]  # fmt: skip
-
-
-def _start_nodes(bus: Bus, url: str, first: int, count: int) -> list[tuple[subprocess.Popen, IO[bytes]]]:
-    """Start `count` tool nodes at once; return when each has announced node.started (all actors up)."""
-    names = {f"{bus.run_id}-{i}" for i in range(first, first + count)}
-    started: set[str] = set()
-    lock = threading.Lock()
-
-    def on_event(delivery: Delivery) -> None:  # on the bus thread: quick, no blocking Bus calls
-        event = decode(delivery.data)
-        if isinstance(event, Event) and event.kind == "node.started":
-            with lock:
-                started.add(event.node)
-
-    def missing() -> set[str]:
-        with lock:
-            return names - started
-
-    sub = bus.subscribe(bus.subjects.events, on_event)  # before the nodes start: no announcement is missed
-    nodes: list[tuple[subprocess.Popen, IO[bytes]]] = []
-    try:
-        for name in sorted(names):
-            log = tempfile.TemporaryFile()
-            nodes.append((subprocess.Popen(_node_command(url, bus.run_id, name), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log), log))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while missing():
-            for proc, log in nodes:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"tool node exited with {proc.returncode}: {log.read()[-3000:].decode(errors='replace')}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(missing())} of {count} tool nodes did not start within {START_TIMEOUT_S:g} s")
-            time.sleep(0.05)
-    except BaseException:
-        _stop_nodes(nodes)
-        raise
-    finally:
-        sub.stop()
-    return nodes
-
-
-def _stop_nodes(nodes: list[tuple[subprocess.Popen, IO[bytes]]]) -> None:
-    """SIGTERM every node at once (graceful stop), then kill any still running after 15 s."""
-    for proc, _ in nodes:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + 15
-    for proc, log in nodes:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _drive(bus: Bus, in_flight: int, warmup_s: float, measure_s: float) -> dict[str, Any]:
@@ -152,15 +84,16 @@ def run(quick: bool = False, url: str | None = None) -> dict[str, Any]:
     server = None if url else EmbeddedNats().start()
     target = url or server.url  # type: ignore[union-attr]
     per_n: dict[int, dict[int, dict[str, Any]]] = {}
-    nodes: list[tuple[subprocess.Popen, IO[bytes]]] = []
+    nodes: list[ToolNode] = []
     try:
         bus = Bus(target, run_id="bench-tools", node="bench-tools-client").connect()
         try:
             for n in PROCESSES:  # add nodes up to N (a tool node imports torch: ~4 s of CPU each)
-                nodes += _start_nodes(bus, target, len(nodes), n - len(nodes))
+                names = [f"{bus.run_id}-{i}" for i in range(len(nodes), n)]
+                nodes += start_tool_nodes(bus, target, names, delay_tool_settings(LATENCY_S))
                 per_n[n] = {load: _drive(bus, load * n, warmup_s, measure_s) for load in LOADS}
         finally:
-            _stop_nodes(nodes)
+            stop_tool_nodes(nodes)
             bus.close()
     finally:
         if server:

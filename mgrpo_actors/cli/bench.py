@@ -14,6 +14,7 @@ BENCHMARKS = {
     "rollout": "mgrpo_actors.bench.rollout",
     "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
+    "soak": "mgrpo_actors.bench.soak",
 }
 
 

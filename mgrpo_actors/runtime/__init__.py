@@ -4,6 +4,8 @@
   any actor thread (publish, request/reply, subscribe, JetStream, KV, drain).
 - `BusActor`: a pykka actor whose mailbox receives bus deliveries, one at a time, and whose
   failures go to the dead-letter subject instead of killing it.
+- `request_retrying` / `request_all`: requests resent, within a bounded budget, when another instance
+  may answer (a timeout, no responders, an actor that was stopping).
 - `EmbeddedNats`: the venv's nats-server with JetStream on a free loopback port.
 """
 
@@ -20,6 +22,7 @@ from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
 from mgrpo_actors.runtime.replay import replay_stream, subscribe_ordered
+from mgrpo_actors.runtime.retry import CallOutcome, is_retryable, request_all, request_retrying
 from mgrpo_actors.runtime.ticker import Ticker
 from mgrpo_actors.runtime.shutdown import ShutdownSignal
 
@@ -30,6 +33,7 @@ __all__ = [
     "BusActor",
     "BusConnectError",
     "BusError",
+    "CallOutcome",
     "Consumer",
     "Delivery",
     "EmbeddedNats",
@@ -47,8 +51,11 @@ __all__ = [
     "Ticker",
     "check_reachable",
     "connect_client",
+    "is_retryable",
     "is_transient",
     "nats_server_binary",
     "replay_stream",
+    "request_all",
+    "request_retrying",
     "subscribe_ordered",
 ]
