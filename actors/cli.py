@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from actors import demo, run
+from actors import demo, deploy, run
 from mgrpo_actors.cli import bench
 from mgrpo_actors.cli.main import main as tools_main
 
@@ -16,7 +16,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     bench.register("steps", "actors.bench_steps")
     bench.register("grpo", "actors.bench_grpo")
-    return tools_main(argv, first=(run, demo))
+    return tools_main(argv, first=(run, demo, deploy))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"roles:\n{roles_help}\n  all           every role but the monitor in one process (embedded NATS unless --nats), until the run is finished",
     )
     parser.add_argument("--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)")
-    parser.add_argument("--config", metavar="FILE", help="YAML config file (defaults apply to keys it leaves out)")
+    parser.add_argument("--config", action="append", metavar="FILE",
+                        help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning (e.g. the run's config, then the role's rendered nats section)")  # fmt: skip
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
     parser.add_argument("--run-id", metavar="ID", help="run id (overrides run.id)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="override a config key, e.g. --set tools.actors_per_tool=4")
@@ -178,6 +179,12 @@ def run_node(
     lost = threading.Event()
     server = EmbeddedNats(store_dir=str(embedded_store(config, resume)), max_payload=config.nats.max_message_bytes).start() if embedded else None
     url = server.url if server else config.nats.url
+    try:
+        security = None if server else config.nats.security(url)  # an embedded server has no users and no TLS
+    except (ValueError, OSError) as exc:
+        if server:
+            server.stop()
+        return _fail(str(exc), EXIT_USAGE)
 
     def connection_lost() -> None:  # reconnect attempts used up: exit 3 so a supervisor restarts us
         lost.set()
@@ -197,6 +204,7 @@ def run_node(
         deliveries_dir=config.log.deliveries_dir,
         mailbox_limit=config.nats.mailbox_limit,
         pending_bytes_limit=config.nats.pending_bytes_limit,
+        security=security,
     )
     try:
         bus.connect()

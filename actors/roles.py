@@ -3,11 +3,13 @@ its actors (each role's start function lives in its own module, actors/<role>.py
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import importlib
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.deploy.access import RoleAccess
 from mgrpo_actors.runtime import Bus
 
 __all__ = ["ROLES", "START_ORDER", "SUB_SIDE_ROLES", "RoleSpec", "expand_roles", "role_streams", "roles_of_all", "unused_roles"]
@@ -26,6 +28,12 @@ class RoleSpec:
     start: str  # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch)
     streams: tuple[str, ...] = ()  # the run's streams this role reads or writes (created if missing)
     in_all: bool = True  # started by `--role all` (the monitor is not: `mgrpo run` has its own view)
+    access: RoleAccess = RoleAccess()  # what else it touches on NATS: its user's permissions (mgrpo deploy nats-config)
+
+    @property
+    def nats_access(self) -> RoleAccess:
+        """`access` with the role's streams: everything its NATS user must be allowed."""
+        return dataclasses.replace(self.access, streams=(*self.streams, *self.access.streams))
 
     def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any]) -> None:
         """Start the role's actors into `started`."""
@@ -34,8 +42,30 @@ class RoleSpec:
         start(bus, config, started)
 
 
+# What each role touches on NATS besides what every node does (deploy/access.py): subjects relative to
+# mgrpo.<run>., streams and buckets by short name, durables by the names the actors give them.
+_ACCESS = {
+    "controller": RoleAccess(publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=(("steps", "controller"),),
+                             kv_write=(("state", "controller.cursor"),)),
+    "main-agent": RoleAccess(publish=("traj.main", "stats", "rollout.done"), requests=("subtask.request", "tool.*"), subscribe=("weights.main",),
+                             durables=(("rollouts", "main-agents"),), kv_read=("weights",), objects_read=("weights-main",)),
+    "sub-agent": RoleAccess(publish=("traj.sub",), requests=("tool.*",), subscribe=("subtask.request", "weights.sub"), kv_read=("weights",),
+                            objects_read=("weights-sub",)),
+    "tool": RoleAccess(subscribe=("tool.*",)),
+    "main-aligner": RoleAccess(publish=("batch.main", "step.aligned.main"), durables=(("steps", "main-aligner-plans"), ("traj-main", "main-aligner")),
+                               kv_write=(("state", "aligned.main.>"),)),
+    "sub-aligner": RoleAccess(publish=("batch.sub", "step.aligned.sub"),
+                              durables=(("steps", "sub-aligner-plans"), ("stats", "sub-aligner-stats"), ("traj-sub", "sub-aligner")),
+                              kv_write=(("state", "aligned.sub.>"), ("state", "d_estimator.sub"))),
+    "main-learner": RoleAccess(publish=("weights.main", "step.done.main"), durables=(("batch-main", "main-learner"),),
+                               kv_write=(("state", "learner.main"), ("weights", "latest.main")), objects_write=("weights-main",)),
+    "sub-learner": RoleAccess(publish=("weights.sub", "step.done.sub"), durables=(("batch-sub", "sub-learner"),),
+                              kv_write=(("state", "learner.sub"), ("weights", "latest.sub")), objects_write=("weights-sub",)),
+    "monitor": RoleAccess(replays=("metrics",)),
+}  # fmt: skip
+
 ROLES: dict[str, RoleSpec] = {
-    spec.name: spec
+    spec.name: dataclasses.replace(spec, access=_ACCESS[spec.name])
     for spec in (
         RoleSpec("controller", "publishes rollout requests, starts the next step when both sides are done (one per run)", start="actors.controller:start_controller", streams=("rollouts", "steps")),
         RoleSpec("main-agent", "runs the main agent's rollouts on its engine", start="actors.main_agent:start_main_agents", streams=("rollouts", "traj-main", "stats")),

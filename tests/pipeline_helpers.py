@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from mgrpo_actors.runtime import Bus
+from mgrpo_actors.runtime.replay import subscribe_ordered
 from protocols import Event, Message, ProtocolError, decode
 from tests.helpers import REPO, start_script, stop_process, wait_until
 
@@ -49,11 +49,12 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         logs.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, *roles: str, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    def start(self, name: str, *roles: str, env: dict[str, str] | None = None, extra: tuple[str, ...] = (), config: Path | None = None) -> subprocess.Popen:
+        """Start node `name` with `roles` (and its own `config`, else the shared one)."""
         args = [*(a for role in roles for a in ("--role", role)), *extra]
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
         env = {**self.env, **(env or {})}
-        proc = start_script("mgrpo-node", *args, "--config", str(self.config), "--nats", self.url, "--name", name, env=env, stdout=out)
+        proc = start_script("mgrpo-node", *args, "--config", str(config or self.config), "--nats", self.url, "--name", name, env=env, stdout=out)
         self.procs[name] = proc
         return proc
 
@@ -98,25 +99,29 @@ class EventLog:
 
 
 def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
-    """Every message stored in `stream` (on `subject`), decoded, in order (an ephemeral consumer)."""
+    """Every message stored in `stream` (on `subject`), decoded, in order: an ordered consumer, which
+    takes and acks nothing (so a read-only user, like a deployment's `tap`, may read this way too)."""
 
     async def read() -> list[bytes]:
         info = await bus._js.stream_info(stream)
         total = info.state.messages
-        psub = await bus._js.pull_subscribe(subject, stream=stream)
         found: list[bytes] = []
-        deadline = time.monotonic() + 30  # a loaded machine may take more than one fetch timeout
+        done = asyncio.Event()
+
+        async def on_msg(msg: Any) -> None:
+            found.append(msg.data)
+            if len(found) >= total or msg.metadata.num_pending == 0:
+                done.set()
+
+        if total == 0:
+            return found
+        sub = await subscribe_ordered(bus._js, stream, subject, on_msg)
         try:
-            while len(found) < total and time.monotonic() < deadline:
-                try:
-                    msgs = await psub.fetch(min(256, total - len(found)), timeout=2)
-                except asyncio.TimeoutError:
-                    continue
-                for msg in msgs:
-                    found.append(msg.data)
-                    await msg.ack()
+            await asyncio.wait_for(done.wait(), 30)  # a loaded machine may take a while
+        except asyncio.TimeoutError:
+            pass
         finally:
-            await psub.unsubscribe()
+            await sub.unsubscribe()
         return found
 
     return [decode(data, bus.max_bytes) for data in bus.call(read(), timeout=60)]

@@ -8,15 +8,16 @@ import sys
 from typing import Any
 
 
+from mgrpo_actors.cli.arguments import add_connection_arguments, connection
 from mgrpo_actors.runtime.connect import connect_client
 from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode, validate_run_id
 
 __all__ = ["add_parser", "ping_nodes"]
 
 
-async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInfo]:
-    """Every NodeInfo that arrives within `wait_s` of one ping."""
-    nc = await connect_client(url, "mgrpo-ping")
+async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0, security: Any = None) -> list[NodeInfo]:
+    """Every NodeInfo that arrives within `wait_s` of one ping (connecting with `security`, if any)."""
+    nc = await connect_client(url, "mgrpo-ping", security=security)
     infos: list[NodeInfo] = []
     try:
         inbox = nc.new_inbox()
@@ -40,11 +41,12 @@ async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0) -> list[NodeInf
 def _run(args: Any) -> int:
     try:
         validate_run_id(args.run_id)
-    except ValueError as exc:
+        url, security = connection(args)
+    except ValueError as exc:  # a bad run id, --config, password file or certificate
         print(f"mgrpo ping: error: {exc}", file=sys.stderr)
         return 2
     try:
-        infos = asyncio.run(ping_nodes(args.nats, args.run_id, args.wait))
+        infos = asyncio.run(ping_nodes(url, args.run_id, args.wait, security))
     except Exception as exc:  # BusConnectError names the URL; anything else is shown with its type
         print(f"mgrpo ping: error: {exc if 'NATS' in str(exc) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 3
@@ -58,7 +60,7 @@ def _run(args: Any) -> int:
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("ping", help="list the nodes of a run", description=__doc__)
-    p.add_argument("--nats", default="nats://127.0.0.1:4222", metavar="URL", help="NATS server URL")
+    add_connection_arguments(p)
     p.add_argument("--run-id", default="default", metavar="ID", help="run id")
     p.add_argument("--wait", type=float, default=1.0, metavar="S", help="how long to collect answers")
     p.set_defaults(func=_run)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mgrpo_actors.cli.arguments import add_connection_arguments, connection
 from mgrpo_actors.runtime.connect import connect_client
 from mgrpo_actors.runtime.errors import BusConnectError
 from mgrpo_actors.runtime.replay import subscribe_ordered
@@ -92,13 +93,13 @@ def message_to_json(subject: str, data: bytes, cut: Cut = FULL) -> str:
     return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload}, allow_nan=False)
 
 
-async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout, cut: Cut = Cut()) -> int:
+async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout, cut: Cut = Cut(), security: Any = None) -> int:
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
     if not _valid_subject(subject):
         print(f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)", file=sys.stderr)
         return 2
     try:
-        nc = await connect_client(url, "mgrpo-tap")
+        nc = await connect_client(url, "mgrpo-tap", security=security)
     except BusConnectError as exc:
         print(f"mgrpo tap: error: {exc}", file=sys.stderr)
         return 3
@@ -145,7 +146,7 @@ def _positive_int(text: str) -> int:
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("tap", help="print messages of a subject or stream as JSON lines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("subject", nargs="?", default="mgrpo.>", help="subject to listen to (default: mgrpo.>)")
-    p.add_argument("--nats", default="nats://127.0.0.1:4222", metavar="URL", help="NATS server URL")
+    add_connection_arguments(p)
     p.add_argument("--stream", metavar="NAME", help="read a JetStream stream instead of live core subjects")
     p.add_argument("--from-start", action="store_true", help="with --stream: replay from the first stored message")
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages (N >= 1)")
@@ -153,4 +154,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--max-chars", type=_positive_int, default=Cut.max_chars, metavar="N", help=f"cut string fields after N characters (default {Cut.max_chars})")
     p.add_argument("--max-items", type=_positive_int, default=Cut.max_items, metavar="N", help=f"cut list and mapping fields after N entries (default {Cut.max_items})")
     p.add_argument("--full", action="store_true", help="print every field whole (no cut)")
-    p.set_defaults(func=lambda a: asyncio.run(run_tap(a.nats, a.subject, a.stream, a.from_start, a.count, a.duration, cut=FULL if a.full else Cut(a.max_chars, a.max_items))))
+    p.set_defaults(func=_run)
+
+
+def _run(args: Any) -> int:
+    try:
+        url, security = connection(args)
+    except ValueError as exc:  # ConfigError is a ValueError: a wrong --config, password file or certificate
+        print(f"mgrpo tap: error: {exc}", file=sys.stderr)
+        return 2
+    cut = FULL if args.full else Cut(args.max_chars, args.max_items)
+    return asyncio.run(run_tap(url, args.subject, args.stream, args.from_start, args.count, args.duration, cut=cut, security=security))

@@ -133,23 +133,41 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
-    """Load `cls` from a YAML file (optional) plus overrides."""
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config path {str(p)!r} is a directory, not a YAML file")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+    return loaded or {}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: mappings merge key by key, anything else is replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def load_config(cls: type[T], path: str | Path | list[str | Path] | None = None, overrides: list[str] | None = None, section: str = "") -> T:
+    """Load `cls` from YAML files (optional; several are merged in order, the later winning key by
+    key: e.g. a run's config, then a node's rendered `nats` section) plus overrides; with `section`,
+    from that top-level section only (e.g. "nats" for a command that only connects)."""
     data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"config path {str(p)!r} is a directory, not a YAML file")
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
-        data = loaded or {}
+    for one in [path] if isinstance(path, (str, Path)) else list(path or []):
+        data = _merge(data, _read_yaml(one))
     apply_overrides(data, overrides or [])
-    return from_dict(cls, data)
+    if section:
+        data = data.get(section) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config section {section!r} must be a mapping")
+    return from_dict(cls, data, path=section)

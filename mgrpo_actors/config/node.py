@@ -14,9 +14,11 @@ from typing import Any, Literal
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.config.agents import AgentsConfig
 from mgrpo_actors.config.learner import LearnersConfig
+from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, connect_security
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
+from mgrpo_actors.runtime.security import ConnectSecurity
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
 # The run's streams by the names Subjects.stream takes (design.md §Delivery and state).
@@ -78,6 +80,9 @@ class NatsConfig:
     # Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps, metrics, dlq); absent or 0 = no
     # count limit. Full, metrics and dlq drop their oldest (monitoring); the others refuse new messages (publishers retry): work is never dropped unread.
     stream_max_msgs: dict[str, int] = field(default_factory=lambda: {"metrics": 1_000_000, "dlq": 100_000})
+    replicas: int = 1  # copies of each stream, KV and object store the node creates: 3 on a 3-server cluster
+    auth: NatsAuthConfig = field(default_factory=NatsAuthConfig)  # this node's NATS user (password from a file or variable)
+    tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)  # TLS of the connection (CA, client certificate)
 
     def __post_init__(self) -> None:
         check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
@@ -89,6 +94,7 @@ class NatsConfig:
         check_range("nats.duplicate_window_s", self.duplicate_window_s, 1, 7 * 86_400)
         check_range("nats.stream_max_age_s", self.stream_max_age_s, 60, 10 * 365 * 86_400)
         check_range("nats.mailbox_limit", self.mailbox_limit, 1, 1_000_000)
+        check_range("nats.replicas", self.replicas, 1, 5)  # JetStream's maximum
         check_range("nats.pending_bytes_limit", self.pending_bytes_limit, self.max_message_bytes, 1 << 34)  # must hold one message
         unknown = sorted(set(self.stream_max_msgs) - set(STREAM_NAMES))
         if unknown:
@@ -96,10 +102,14 @@ class NatsConfig:
         for name, count in self.stream_max_msgs.items():
             check_range(f"nats.stream_max_msgs.{name}", count, 0, 10**12)
 
+    def security(self, url: str | None = None) -> ConnectSecurity | None:
+        """User, password (read now) and TLS for connecting to `url` (default: nats.url)."""
+        return connect_security(url or self.url, self.auth, self.tls)
+
     @property
     def stream_limits(self) -> StreamLimits:
         """What the run's streams keep, for Bus.ensure_streams."""
-        return StreamLimits(max_age_s=self.stream_max_age_s, duplicate_window_s=self.duplicate_window_s, max_msgs=dict(self.stream_max_msgs))
+        return StreamLimits(max_age_s=self.stream_max_age_s, duplicate_window_s=self.duplicate_window_s, max_msgs=dict(self.stream_max_msgs), replicas=self.replicas)
 
 
 @dataclass(frozen=True)

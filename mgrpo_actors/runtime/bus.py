@@ -21,14 +21,15 @@ import nats.js.errors
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.connect import check_reachable
+from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, names_cause, plaintext_refusal
 from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
 from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams
-from mgrpo_actors.runtime.kv import KvBucket
+from mgrpo_actors.runtime.kv import KvBucket, open_kv
 from mgrpo_actors.runtime.loop import BusLoop
-from mgrpo_actors.runtime.objects import ObjectBucket
+from mgrpo_actors.runtime.objects import ObjectBucket, open_object_store
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
 from mgrpo_actors.runtime.slow_consumers import SlowConsumers
@@ -65,6 +66,7 @@ class Bus:
         deliveries_dir: str | None = None,
         mailbox_limit: int = 256,
         pending_bytes_limit: int = 64 * 1024 * 1024,
+        security: ConnectSecurity | None = None,
     ) -> None:
         self.url = url
         self.subjects = Subjects(run_id)
@@ -82,6 +84,8 @@ class Bus:
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
+        self._security = security  # user, password, TLS, inbox prefix (runtime/security.py)
+        self._connect_error: BaseException | None = None
         self._ping_interval_s = ping_interval_s  # a deaf connection (dead read loop, frozen server) is stale after 2 unanswered pings
         self.loop = BusLoop(name=f"nats-bus-{node or 'proc'}", describe=url)
         self._nc: Any = None
@@ -112,6 +116,8 @@ class Bus:
         except concurrent.futures.TimeoutError:
             future.cancel()
             self._stop_loop()
+            if self._connect_error is not None:  # nats-py keeps retrying a TLS or authorization failure: say what failed
+                raise BusConnectError(self.url, explain_connect_error(self._connect_error, self._security)) from None
             raise BusConnectError(self.url, f"no NATS handshake within {self._connect_timeout_s:g} s (is it a NATS server?)") from None
         return self
 
@@ -138,6 +144,8 @@ class Bus:
         async def on_error(exc: Exception) -> None:
             if isinstance(exc, nats.errors.SlowConsumerError):
                 return await self.slow_consumers.record(exc)
+            if self._nc is None and not (self._connect_error and names_cause(self._connect_error)):
+                self._connect_error = exc  # while connecting: the first telling cause, said if the connect times out
             log.warning("nats error", url=self.url, error=str(exc))
 
         async def on_closed() -> None:
@@ -158,9 +166,13 @@ class Bus:
                 reconnected_cb=on_reconnect,
                 error_cb=on_error,
                 closed_cb=on_closed,
+                **(self._security.nats_options() if self._security else {}),
             )
-        except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, ...
-            raise BusConnectError(self.url, f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, TLS, authorization, ...
+            raise BusConnectError(self.url, explain_connect_error(exc, self._security)) from None
+        if refusal := plaintext_refusal(self._nc, self._security):
+            await self._nc.close()
+            raise BusConnectError(self.url, refusal)
         if self._nc.max_payload < self.max_bytes:
             # A message the server would refuse must fail at encode, with a clear error, not vanish.
             log.warning("nats-server max_payload is below the configured message limit; using it", url=self.url, server_max_payload=self._nc.max_payload, configured=self.max_bytes)
@@ -362,26 +374,12 @@ class Bus:
         return consumer
 
     def kv(self, bucket: str, history: int = 1) -> KvBucket:
-        """Open a KV bucket, creating it if missing."""
-
-        async def _open() -> Any:
-            try:
-                return await self._js.key_value(bucket)
-            except nats.js.errors.BucketNotFoundError:
-                return await self._js.create_key_value(bucket=bucket, history=history)
-
-        return KvBucket(self.loop, bucket, self.call(_open()), self.max_bytes)
+        """Open a KV bucket, creating it if missing (with the replicas of the node's streams)."""
+        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas)), self.max_bytes)
 
     def object_store(self, bucket: str) -> ObjectBucket:
         """Open an object store bucket, creating it if missing."""
-
-        async def _open() -> Any:
-            try:
-                return await self._js.object_store(bucket)
-            except nats.js.errors.BucketNotFoundError:
-                return await self._js.create_object_store(bucket)
-
-        return ObjectBucket(self.loop, bucket, self.call(_open()))
+        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas)))
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:

@@ -10,6 +10,7 @@ import nats
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.errors import BusConnectError
+from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, plaintext_refusal
 
 __all__ = ["check_reachable", "connect_client"]
 
@@ -38,17 +39,22 @@ async def check_reachable(url: str, timeout_s: float) -> None:
     raise BusConnectError(url, "; ".join(errors))
 
 
-async def connect_client(url: str, name: str, timeout_s: float = 3.0) -> Any:
-    """A plain nats-py connection for short-lived tools (tap, ping): fails fast, logs quietly."""
+async def connect_client(url: str, name: str, timeout_s: float = 3.0, security: ConnectSecurity | None = None) -> Any:
+    """A plain nats-py connection for short-lived tools (tap, ping): fails fast, logs quietly;
+    `security`: its user and TLS (runtime/security.py)."""
     await check_reachable(url, timeout_s)
 
     async def quiet(exc: Exception) -> None:
         log.debug("nats error", url=url, error=str(exc))
 
     try:
-        return await asyncio.wait_for(
-            nats.connect(url, name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet),
+        nc = await asyncio.wait_for(
+            nats.connect(url, name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet, **(security.nats_options() if security else {})),
             timeout_s + 1,
         )
     except Exception as exc:
-        raise BusConnectError(url, f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise BusConnectError(url, explain_connect_error(exc, security)) from None
+    if refusal := plaintext_refusal(nc, security):
+        await nc.close()
+        raise BusConnectError(url, refusal)
+    return nc

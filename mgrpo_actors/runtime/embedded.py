@@ -53,12 +53,14 @@ _LISTENING = re.compile(r"Listening for client connections on 127\.0\.0\.1:(\d+)
 class EmbeddedNats:
     """A nats-server subprocess; a context manager. `url` is valid once started."""
 
-    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES, extra_config: str = "") -> None:
+        """extra_config: nats-server configuration appended as it is (TLS, users, accounts: deploy/)."""
         # port None: the server picks a free one itself (-1) and we read it from its log, so two
         # servers started at once can never race for the same port.
         self.port = port or -1
         self.url = ""
         self.max_payload = max_payload
+        self.extra_config = extra_config
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,7 @@ class EmbeddedNats:
             # The server's write deadline must cover a max_payload message to a slow client.
             'write_deadline: "10s"\n'
             f"jetstream {{ store_dir: {json.dumps(str(self.store_dir / 'js'))} }}\n"
+            f"{self.extra_config}\n"
         )
         try:
             with open(self._log_path, "wb") as log_file:  # a fresh log: the port is read from it

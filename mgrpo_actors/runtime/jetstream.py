@@ -33,6 +33,7 @@ class StreamLimits:
     max_age_s: float = 7 * 24 * 3600.0  # messages older than this go
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window
     max_msgs: dict[str, int] = field(default_factory=dict)  # stream ("dlq", "metrics", …) -> most messages kept; absent or 0 = no count limit
+    replicas: int = 1  # copies of every stream, KV and object store on a cluster (3 survives losing a server)
 
 
 def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes: int) -> js_api.StreamConfig:
@@ -47,6 +48,7 @@ def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes
         discard=js_api.DiscardPolicy.OLD if what in DISCARD_OLD_STREAMS else js_api.DiscardPolicy.NEW,
         max_msg_size=max_bytes,
         duplicate_window=limits.duplicate_window_s,
+        num_replicas=limits.replicas,
     )
 
 

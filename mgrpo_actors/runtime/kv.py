@@ -13,7 +13,15 @@ from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import Message, encode
 
-__all__ = ["KvBucket"]
+__all__ = ["KvBucket", "open_kv"]
+
+
+async def open_kv(js: Any, bucket: str, history: int, replicas: int = 1) -> Any:
+    """nats-py's KV bucket `bucket`, created if missing."""
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_key_value(bucket=bucket, history=history, replicas=replicas)
 
 
 @dataclass

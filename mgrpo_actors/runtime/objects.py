@@ -12,10 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import nats.js.errors
+from nats.js.api import ObjectStoreConfig
 
 from mgrpo_actors.runtime.loop import BusLoop
 
-__all__ = ["ObjectBucket"]
+__all__ = ["ObjectBucket", "open_object_store"]
+
+
+async def open_object_store(js: Any, bucket: str, replicas: int = 1) -> Any:
+    """nats-py's object store `bucket`, created if missing."""
+    try:
+        return await js.object_store(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas))
 
 
 @dataclass

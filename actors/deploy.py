@@ -1,0 +1,96 @@
+"""`mgrpo deploy`: what running across servers securely needs, made from the role table.
+
+    mgrpo deploy certs --out deploy/nats/generated/certs --host nats-1.example --host 10.0.0.5
+    mgrpo deploy nats-config --description deploy/nats/deployment.yaml --out deploy/nats/generated
+    mgrpo deploy provision --config deploy/nats/generated/nodes/admin.yaml --run-id r1
+
+`certs`: a development CA, a server certificate for the given hosts, client certificates on request.
+`nats-config`: one nats-server configuration per server (JetStream, TLS, cluster routes, a user per
+role with the subject permissions of that role's access in actors/roles.py, `admin`, a read-only
+`tap`), a password file per user, and per user the `nats` section of its node config. `provision`:
+the run's streams, KV buckets and object stores, made as `admin` before any node starts (no role may
+create them). Lives here, above mgrpo_actors, because it reads the role table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from actors.roles import ROLES
+
+__all__ = ["add_parser"]
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from mgrpo_actors.deploy.certs import make_certificates
+
+    written = make_certificates(Path(args.out), args.host, args.client, days=args.days)
+    print(f"CA {written.ca} (its key {written.ca_key}: keep it off the servers), server certificate {written.server} for {', '.join(args.host)}")
+    for name, (cert, _key) in written.clients.items():
+        print(f"client {name}: {cert}")
+    return 0
+
+
+def _nats_config(args: argparse.Namespace) -> int:
+    from mgrpo_actors.config import load_config
+    from mgrpo_actors.deploy.description import DeploymentDescription
+    from mgrpo_actors.deploy.server_config import render_deployment
+
+    description = load_config(DeploymentDescription, args.description)
+    accesses = {name: spec.nats_access for name, spec in ROLES.items()}
+    rendered = render_deployment(description, accesses, Path(args.out), install_dir=args.install_dir)
+    for name, path in rendered.server_configs.items():
+        print(f"server {name}: {path}   (nats-server -c {path})")
+    print(f"users: {', '.join(rendered.password_files)}; passwords in {Path(args.out) / description.secrets_dir} (mode 0600), node `nats` sections in {Path(args.out) / 'nodes'}")
+    return 0
+
+
+def _provision(args: argparse.Namespace) -> int:
+    from mgrpo_actors.cli.arguments import connection
+    from mgrpo_actors.config import NatsConfig, load_config
+    from mgrpo_actors.deploy.provision import provision_run
+    from mgrpo_actors.runtime import Bus, BusConnectError
+
+    nats = load_config(NatsConfig, args.config, section="nats")
+    url, security = connection(args)
+    try:
+        with Bus(url, run_id=args.run_id, node="mgrpo-deploy-provision", connect_timeout_s=nats.connect_timeout_s, max_bytes=nats.max_message_bytes,
+                 security=security) as bus:  # fmt: skip
+            made = provision_run(bus, nats.stream_limits)
+    except BusConnectError as exc:
+        print(f"mgrpo deploy provision: error: {exc}", file=sys.stderr)
+        return 3
+    print(f"run {args.run_id}: {len(made['streams'])} streams, KV {', '.join(made['kv'])}, object stores {', '.join(made['objects'])} (replicas {nats.replicas})")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return {"certs": _certs, "nats-config": _nats_config, "provision": _provision}[args.what](args)
+    except (ValueError, FileNotFoundError) as exc:  # ConfigError is a ValueError
+        print(f"mgrpo deploy {args.what}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("deploy", help="certificates, NATS server configs with per-role users, provisioning", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    what = p.add_subparsers(dest="what", required=True, metavar="{certs,nats-config,provision}")
+    certs = what.add_parser("certs", help="a development CA and certificates")
+    certs.add_argument("--out", required=True, metavar="DIR", help="where ca.pem, server.pem, … go")
+    certs.add_argument("--host", action="append", required=True, metavar="HOST", help="a name or IP the servers are reached at (repeat)")
+    certs.add_argument("--client", action="append", default=[], metavar="NAME", help="also a client certificate NAME.pem (repeat)")
+    certs.add_argument("--days", type=float, default=365.0, metavar="N", help="validity (default 365)")
+    config = what.add_parser("nats-config", help="nats-server configs, users, passwords, node nats sections")
+    config.add_argument("--description", default="deploy/nats/deployment.yaml", metavar="FILE", help="the deployment (default: deploy/nats/deployment.yaml)")
+    config.add_argument("--out", default="deploy/nats/generated", metavar="DIR", help="where to write (default: deploy/nats/generated)")
+    config.add_argument("--install-dir", default="", metavar="PATH", help="where DIR will be on the servers and nodes (default: DIR itself)")
+    provision = what.add_parser("provision", help="make a run's streams and buckets as the admin user")
+    provision.add_argument("--config", required=True, metavar="FILE", help="a node config whose `nats` section is the admin's (nodes/admin.yaml)")
+    provision.add_argument("--nats", metavar="URL", help="server URL(s) (default: nats.url of --config)")
+    provision.add_argument("--run-id", required=True, metavar="ID", help="the run to provision")
+    for sub in (certs, config, provision):
+        sub.set_defaults(func=_run)

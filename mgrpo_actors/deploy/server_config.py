@@ -1,0 +1,172 @@
+"""Render the NATS side of a deployment (`mgrpo deploy nats-config`): one nats-server configuration per
+server (JetStream, TLS, the cluster's routes, one user per role with the subject permissions of its
+`RoleAccess`, an `admin` user that provisions the run's streams and buckets, a read-only `tap` user),
+a password file per user (random, mode 0600, kept when they exist so re-rendering changes no
+password), and per user the `nats` section of its node config (URLs, user, password file, inbox
+prefix, CA). Passwords reach the servers only as bcrypt hashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+import yaml
+
+from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions
+from mgrpo_actors.deploy.description import DeploymentDescription
+
+__all__ = ["ADMIN_USER", "TAP_USER", "RenderedDeployment", "UserSpec", "render_deployment", "security_sections", "user_specs"]
+
+ADMIN_USER = "admin"  # provisions streams, KV and object stores; no subject limits (keep it off the nodes)
+TAP_USER = "tap"  # `mgrpo tap` / `mgrpo ping`: reads every subject of the run, publishes only pings
+
+
+@dataclass(frozen=True)
+class UserSpec:
+    """One NATS user: its name, inbox prefix and permissions (None = unrestricted)."""
+
+    name: str
+    inbox_prefix: str
+    permissions: Permissions | None
+
+
+@dataclass(frozen=True)
+class RenderedDeployment:
+    """What `render_deployment` wrote."""
+
+    server_configs: dict[str, Path]  # server name -> its nats-server configuration
+    node_configs: dict[str, Path]  # user -> a node config holding its `nats` section
+    password_files: dict[str, Path]  # user -> password file
+    security: str  # the servers' `tls` and `authorization` sections (what tests append to their own server's config)
+
+
+def _tap_permissions(run_ids: list[str], inbox_prefix: str) -> Permissions:
+    from protocols import Subjects
+
+    pub, sub = [], [f"{inbox_prefix}.>"]
+    for run_id in run_ids:
+        s = Subjects(run_id)
+        sub.append(s.all)
+        pub.append(s.node_ping)
+        for stream in s.streams():  # `mgrpo tap --stream`: an ordered consumer on any of the run's streams
+            pub += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
+    return Permissions(pub, sub)
+
+
+def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAccess]) -> list[UserSpec]:
+    """A user per role (named as the role), then `admin` and `tap`; each allowed what its role needs in every run."""
+    users = []
+    for role, access in accesses.items():
+        prefix = f"_INBOX.{role}"
+        merged = Permissions()
+        for run_id in description.run_ids:
+            merged = merged.merged(permissions(access, run_id, prefix))
+        users.append(UserSpec(role, prefix, merged))
+    users.append(UserSpec(ADMIN_USER, f"_INBOX.{ADMIN_USER}", None))
+    users.append(UserSpec(TAP_USER, f"_INBOX.{TAP_USER}", _tap_permissions(description.run_ids, f"_INBOX.{TAP_USER}")))
+    return users
+
+
+def _password(path: Path) -> str:
+    if path.exists():
+        return path.read_text(encoding="utf-8").splitlines()[0].strip()
+    password = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(password + "\n")
+    return password
+
+
+def _user_block(user: UserSpec, password_hash: str) -> str:
+    lines = [f"    {{ user: {json.dumps(user.name)}, password: {json.dumps(password_hash)}"]
+    if user.permissions is not None:
+        perms = user.permissions
+        if not perms.publish or not perms.subscribe:  # nats-server reads an empty allow list as "everything"
+            raise ValueError(f"user {user.name}: an empty allow list would allow every subject")
+        lines.append("      permissions: {")
+        lines.append(f"        publish: {{ allow: {json.dumps(perms.publish)} }}")
+        lines.append(f"        subscribe: {{ allow: {json.dumps(perms.subscribe)} }}")
+        # Replies to requests this user received (tool results, subtask results, pings, Failures): only
+        # to the reply subject of such a request, once, so a role cannot write into others' inboxes.
+        lines.append("        allow_responses: true")
+        lines.append("      }")
+    lines.append("    }")
+    return "\n".join(lines)
+
+
+def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: dict[str, str] | None, verify_clients: bool, tls_timeout_s: float) -> str:
+    """The `authorization` (and `tls`) sections of a server configuration."""
+    parts = []
+    if tls_files is not None:
+        verify = "\n  verify: true" if verify_clients else ""
+        parts.append(
+            f"tls {{\n  cert_file: {json.dumps(tls_files['cert'])}\n  key_file: {json.dumps(tls_files['key'])}\n"
+            f"  ca_file: {json.dumps(tls_files['ca'])}\n  timeout: {tls_timeout_s:g}{verify}\n}}"
+        )
+    blocks = ",\n".join(_user_block(u, hashes[u.name]) for u in users)
+    parts.append(f"authorization {{\n  users: [\n{blocks}\n  ]\n}}")
+    return "\n".join(parts) + "\n"
+
+
+def _server_config(description: DeploymentDescription, index: int, security: str, tls_files: dict[str, str] | None) -> str:
+    server = description.servers[index]
+    lines = [
+        "# Rendered by `mgrpo deploy nats-config` from the deployment description: edit that, not this.",
+        f"server_name: {json.dumps(server.name)}",
+        f"listen: {json.dumps(f'0.0.0.0:{server.client_port}')}",
+        f"http: {json.dumps(f'127.0.0.1:{server.monitor_port}')}",
+        f"max_payload: {description.max_payload}",
+        'write_deadline: "10s"',
+        f"jetstream {{ store_dir: {json.dumps(description.jetstream.store_dir)}, max_file_store: {json.dumps(description.jetstream.max_file_store)} }}",
+    ]
+    if len(description.servers) > 1:
+        routes = [f"nats-route://{s.host}:{s.cluster_port}" for i, s in enumerate(description.servers) if i != index]
+        tls = ""
+        if tls_files is not None:
+            tls = (f"\n  tls {{ cert_file: {json.dumps(tls_files['cert'])}, key_file: {json.dumps(tls_files['key'])}, "
+                   f"ca_file: {json.dumps(tls_files['ca'])}, verify: true, timeout: {description.tls.timeout_s:g} }}")  # fmt: skip
+        lines.append(f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}")
+    return "\n".join(lines) + "\n" + security
+
+
+def render_deployment(description: DeploymentDescription, accesses: dict[str, RoleAccess], out: Path, install_dir: str = "") -> RenderedDeployment:
+    """Write the server configurations, password files and node `nats` sections into `out`.
+
+    install_dir: where `out` will be on the servers and nodes ("" = `out` itself, one machine); the
+    paths inside the rendered files point there.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    secrets_dir = out / description.secrets_dir
+    secrets_dir.mkdir(parents=True, exist_ok=True)
+    (out / "nodes").mkdir(exist_ok=True)
+    home = Path(install_dir) if install_dir else out.resolve()
+    certs = home / description.tls.certs_dir
+    if description.tls.enabled and not install_dir and not (out / description.tls.certs_dir / "ca.pem").exists():
+        raise FileNotFoundError(f"{out / description.tls.certs_dir / 'ca.pem'} is missing: run `mgrpo deploy certs` first (or set tls.enabled: false)")
+    tls_files = {"cert": str(certs / "server.pem"), "key": str(certs / "server-key.pem"), "ca": str(certs / "ca.pem")} if description.tls.enabled else None
+    users = user_specs(description, accesses)
+    password_files = {u.name: secrets_dir / f"{u.name}.password" for u in users}
+    hashes = {u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode() for u in users}
+    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s)
+    server_configs = {}
+    for i, server in enumerate(description.servers):
+        server_configs[server.name] = out / f"{server.name}.conf"
+        server_configs[server.name].write_text(_server_config(description, i, security, tls_files))
+    node_configs = {}
+    for user in users:
+        nats: dict = {"url": description.urls(), "auth": {"user": user.name, "password_file": str(home / description.secrets_dir / f"{user.name}.password"),
+                                                          "inbox_prefix": user.inbox_prefix}}  # fmt: skip
+        if description.tls.enabled:
+            nats["tls"] = {"ca_file": str(certs / "ca.pem")}
+        if description.jetstream.replicas > 1:
+            nats["replicas"] = description.jetstream.replicas  # what the admin provisions with (and a node recreates with)
+        node_configs[user.name] = out / "nodes" / f"{user.name}.yaml"
+        header = f"# The `nats` section of a node with the {user.name} role (rendered by `mgrpo deploy nats-config`); merge it into that node's config.\n"
+        node_configs[user.name].write_text(header + yaml.safe_dump({"nats": nats}, sort_keys=False))
+    return RenderedDeployment(server_configs, node_configs, password_files, security)
+
