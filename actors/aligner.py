@@ -86,7 +86,7 @@ class AlignerActor(BusActor):
     def on_start(self) -> None:
         super().on_start()
         subjects = self.bus.subjects
-        self.state = self.bus.kv(subjects.bucket("state"))
+        self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
         self.consume_side(subjects.stream("steps"), f"{self.side}-aligner-plans", subject=subjects.step_start)
         self.ticker = Ticker(self.actor_ref, self.pipeline.tick_s, _Tick, name=f"tick-{self.name}").start()
 

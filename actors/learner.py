@@ -74,8 +74,8 @@ class LearnerActor(BusActor):
         super().on_start()
         torch.set_num_threads(self.config.agents.torch_threads)
         subjects = self.bus.subjects
-        self.state = self.bus.kv(subjects.bucket("state"))
-        self.versions = self.bus.kv(subjects.bucket("weights"))
+        self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
+        self.versions = self.bus.kv(subjects.bucket(f"versions-{self.side}"))
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
         model, self.tokenizer = load_model(getattr(self.config.agents, self.side).model)
         self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)

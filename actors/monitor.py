@@ -20,7 +20,9 @@ from rich.console import Console
 from actors.run_view import RunView
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED, publish_event
+from mgrpo_actors.monitoring.exporters import exporters_for
 from mgrpo_actors.runtime import Bus, BusActor, Delivery, replay_stream
+from protocols import ProtocolError, decode
 
 __all__ = ["MonitorActor", "start_monitor"]
 
@@ -39,6 +41,9 @@ class MonitorActor(BusActor):
 
     def on_start(self) -> None:
         super().on_start()
+        self.exporters = exporters_for(self.bus.run_id, self.config.monitor)
+        for exporter in self.exporters:
+            self.view.console.print(f"monitor: exporting to {exporter.where}", markup=False, soft_wrap=True)
         stream = self.bus.subjects.stream("metrics")
         self.view.console.print(f"monitor of run {self.bus.run_id!r}: replaying {stream} from its start, then following it live", markup=False, soft_wrap=True)
         self._subscriptions.append(replay_stream(self.bus, stream, self.actor_ref))
@@ -52,10 +57,29 @@ class MonitorActor(BusActor):
         except Exception as exc:
             self.log.warning("message not shown", subject=message.subject, error=f"{type(exc).__name__}: {exc}")
             return None
+        self._export(message.data)
         self.shown += 1
         if kind == RUN_FINISHED:
             self._report()
         return None
+
+    def _export(self, data: bytes) -> None:
+        if not self.exporters:
+            return
+        try:
+            decoded = decode(data, self.config.nats.max_message_bytes)
+        except ProtocolError:
+            return
+        for exporter in self.exporters:
+            try:
+                exporter.observe(decoded)
+            except Exception as exc:  # an exporter must never take the view down
+                self.log.warning("metric not exported", exporter=exporter.where, error=f"{type(exc).__name__}: {exc}")
+
+    def on_stop(self) -> None:
+        for exporter in getattr(self, "exporters", []):
+            exporter.close()
+        super().on_stop()
 
     def _report(self) -> None:
         self.view.summary()

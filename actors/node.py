@@ -30,6 +30,7 @@ from typing import Any, Callable
 import yaml
 
 from actors.node_info import NodeInfoActor
+from actors.health import HealthFile
 from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
     parser.add_argument("--resume", action="store_true", help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh")
     parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all); with --role monitor: once the monitor has shown it and written its report")
+    parser.add_argument("--health-file", metavar="PATH", help="while the node runs and is connected, write the time into PATH every 5 s (removed on stop): for liveness/readiness probes")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     return parser
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_follower(config, follows)
     everything = "all" in args.role
     until_finished = args.until_finished or everything
-    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished, resume=args.resume)
+    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished, resume=args.resume,
+                    health_file=args.health_file)  # fmt: skip
 
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
@@ -169,6 +172,7 @@ def run_node(
     until_finished: bool = False,
     watch: Callable[[Bus], Any] | None = None,
     resume: bool = False,
+    health_file: str | None = None,
 ) -> int:
     """Connect, start the roles' actors, wait for a stop signal (or the run's end), then drain.
 
@@ -234,7 +238,7 @@ def run_node(
         if code == 0:
             log.info("node started", nats=url, embedded=bool(server), actors=len(actors))
             bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
-            _wait(stop, duration_s)
+            _wait(stop, duration_s, HealthFile(health_file, lambda: bus.connected) if health_file else None)
             code = EXIT_NATS if lost.is_set() else EXIT_FAILED if failed else 0
             reason = "NATS connection lost" if lost.is_set() else f"actor failed: {failed[0]}" if failed else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
             log.info("node stopping", reason=reason)
@@ -285,11 +289,17 @@ def _stop_when_finished(delivery: Any, stop: ShutdownSignal, kind: str = RUN_FIN
         stop.set()
 
 
-def _wait(stop: ShutdownSignal, duration_s: float | None) -> None:
+def _wait(stop: ShutdownSignal, duration_s: float | None, health: HealthFile | None = None) -> None:
     deadline = time.monotonic() + duration_s if duration_s is not None else None
-    while not stop.wait(0.2):
-        if deadline is not None and time.monotonic() >= deadline:
-            return
+    try:
+        while not stop.wait(0.2):
+            if health is not None:
+                health.beat()
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+    finally:
+        if health is not None:
+            health.remove()
 
 
 def stop_actors(actors: list[Any], timeout_s: float) -> None:

@@ -37,7 +37,7 @@ class SubAlignerActor(AlignerActor):
         self.questions = load_task_questions(self.pipeline, self.config.tools).by_id
         self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
         self.d_estimator = DEstimator(self.config.algo.alignment)
-        saved = self.bus.kv(self.bus.subjects.bucket("state")).get(D_ESTIMATOR_KEY)
+        saved = self.bus.kv(self.bus.subjects.bucket("state-sub")).get(D_ESTIMATOR_KEY)
         if saved is not None:  # a restarted aligner goes on with the D and the window it had
             self.d_estimator.restore(json.loads(saved))
         subjects = self.bus.subjects

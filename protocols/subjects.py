@@ -157,5 +157,7 @@ class Subjects:
 
     # ---- KV buckets -----------------------------------------------------------------------
     def bucket(self, what: str) -> str:
-        """Name of one of the run's KV buckets: `stats`, `weights`, `state`."""
+        """Name of one of the run's KV buckets or object stores: KV `state` (the controller's cursor),
+        `state-<side>` (that side's aligner and learner), `versions-<side>` (that side's newest
+        weights); object stores `weights-<side>`. Per side, so a side's users need nothing of the other's."""
         return f"mgrpo-{self.run_id}-{_token(what, 'bucket')}"

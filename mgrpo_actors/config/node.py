@@ -24,7 +24,7 @@ from protocols import DEFAULT_MAX_BYTES, validate_run_id
 # The run's streams by the names Subjects.stream takes (design.md §Delivery and state).
 STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
 
-__all__ = ["BUILTIN_TOOLS", "METHODS", "LogConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+__all__ = ["BUILTIN_TOOLS", "METHODS", "LogConfig", "MonitorConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
 
 # What a run trains (m-grpo.md §Training schedule): M-GRPO (both agents), the main-only baseline (S
 # frozen), the single-agent baseline (one agent with every tool, plain GRPO; no sub side at all).
@@ -155,6 +155,18 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True)
+class MonitorConfig:
+    """What the monitor role exports besides its terminal view (mgrpo_actors/monitoring/exporters.py)."""
+
+    prometheus_port: int = 0  # serve the run's metrics for Prometheus at http://<addr>:<port>/metrics (0 = off)
+    prometheus_addr: str = "0.0.0.0"  # address the Prometheus endpoint listens on
+    tensorboard_dir: str = ""  # write the run's metrics as TensorBoard event files here ("" = off)
+
+    def __post_init__(self) -> None:
+        check_range("monitor.prometheus_port", self.prometheus_port, 0, 65535)
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """Everything one node reads from its config file."""
 
@@ -166,6 +178,7 @@ class NodeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
     learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # the monitor role's Prometheus endpoint and TensorBoard files
 
     def __post_init__(self) -> None:
         if self.agents.main.tools is not None and self.run.method != "single-agent":

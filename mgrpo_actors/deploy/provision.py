@@ -10,7 +10,8 @@ from protocols import SIDES
 
 __all__ = ["RUN_BUCKETS", "provision_run", "weights_buckets"]
 
-RUN_BUCKETS = ("state", "weights")  # KV: run state for resume (controller, aligners, learners); newest weights per side
+# KV: the controller's cursor; each side's run state for resume (aligner, learner); each side's newest weights.
+RUN_BUCKETS = ("state", "state-main", "state-sub", "versions-main", "versions-sub")
 
 
 def weights_buckets() -> list[str]:

@@ -73,8 +73,13 @@ def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAcces
 
 
 def _password(path: Path) -> str:
+    """The user's password: that of its existing file (kept, so re-rendering changes no password), else a new random one."""
     if path.exists():
-        return path.read_text(encoding="utf-8").splitlines()[0].strip()
+        os.chmod(path, 0o600)  # also when the file was left with wider permissions
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not lines or not lines[0].strip():
+            raise ValueError(f"{path} is empty: delete it to get a new password, or write one on its first line")
+        return lines[0].strip()
     password = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -153,6 +158,8 @@ def render_deployment(description: DeploymentDescription, accesses: dict[str, Ro
     password_files = {u.name: secrets_dir / f"{u.name}.password" for u in users}
     hashes = {u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode() for u in users}
     security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s)
+    # The users alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
+    (out / "users.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s))
     server_configs = {}
     for i, server in enumerate(description.servers):
         server_configs[server.name] = out / f"{server.name}.conf"

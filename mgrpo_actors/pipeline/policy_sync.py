@@ -19,7 +19,7 @@ log = get_logger(__name__)
 
 
 def latest_key(side: str) -> str:
-    """KV key (bucket `weights`) of a side's latest WeightsVersion."""
+    """KV key (bucket `versions-<side>`) of a side's latest WeightsVersion."""
     return f"latest.{side}"
 
 
@@ -28,7 +28,7 @@ class PolicySync:
 
     def __init__(self, bus: Bus, side: str, engine: RolloutEngine, store: WeightsStore) -> None:
         self.bus, self.side, self.engine, self.store = bus, side, engine, store
-        self.versions = bus.kv(bus.subjects.bucket("weights"))
+        self.versions = bus.kv(bus.subjects.bucket(f"versions-{side}"))
         self.loads = 0
 
     def load(self, announced: WeightsVersion) -> bool:

@@ -20,13 +20,13 @@ import nats.js.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
-from mgrpo_actors.runtime.connect import check_reachable
+from mgrpo_actors.runtime.connect import check_reachable, server_list
 from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, names_cause, plaintext_refusal
 from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams
+from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams, with_api_retries
 from mgrpo_actors.runtime.kv import KvBucket, open_kv
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.objects import ObjectBucket, open_object_store
@@ -157,7 +157,7 @@ class Bus:
         await check_reachable(self.url, self._connect_timeout_s)
         try:
             self._nc = await nats.connect(
-                self.url,
+                server_list(self.url),
                 name=f"mgrpo:{self.run_id}:{self.node}", connect_timeout=self._connect_timeout_s,
                 allow_reconnect=True,
                 max_reconnect_attempts=self._max_reconnect_attempts,
@@ -309,7 +309,7 @@ class Bus:
         which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
         self._streams = (sorted({*self._streams[0], *which}), limits or self._streams[1])
         try:
-            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes))
+            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes), timeout=300)  # API retries on a busy cluster
         except Exception as exc:
             if jetstream_missing(exc):
                 raise no_jetstream_error(self.url) from None
@@ -366,20 +366,20 @@ class Bus:
         config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
 
         async def _start() -> Any:
-            psub = await self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config)
+            psub = await with_api_retries(lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config), f"consumer {durable}")
             return self.loop.loop.create_task(consumer.run(psub))
 
-        consumer._task = self.call(_start())
+        consumer._task = self.call(_start(), timeout=120)
         self._consumers.append(consumer)
         return consumer
 
     def kv(self, bucket: str, history: int = 1) -> KvBucket:
         """Open a KV bucket, creating it if missing (with the replicas of the node's streams)."""
-        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas)), self.max_bytes)
+        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas), timeout=120), self.max_bytes)
 
     def object_store(self, bucket: str) -> ObjectBucket:
         """Open an object store bucket, creating it if missing."""
-        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas)))
+        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas), timeout=120))
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:

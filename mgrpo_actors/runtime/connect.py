@@ -12,9 +12,15 @@ from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.errors import BusConnectError
 from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, plaintext_refusal
 
-__all__ = ["check_reachable", "connect_client"]
+__all__ = ["check_reachable", "connect_client", "server_list"]
 
 log = get_logger(__name__)
+
+
+def server_list(url: str) -> list[str]:
+    """The servers of a comma-separated URL list (nats-py takes a list; a comma-separated string
+    would be parsed as one malformed URL)."""
+    return [server.strip() for server in url.split(",") if server.strip()]
 
 
 async def check_reachable(url: str, timeout_s: float) -> None:
@@ -23,8 +29,7 @@ async def check_reachable(url: str, timeout_s: float) -> None:
     nats-py retries an unreachable first server for a long time; this fails fast with the URL named.
     """
     errors = []
-    for server in url.split(","):
-        server = server.strip()
+    for server in server_list(url):
         parsed = urllib.parse.urlparse(server if "://" in server else f"nats://{server}")
         try:
             host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
@@ -49,7 +54,7 @@ async def connect_client(url: str, name: str, timeout_s: float = 3.0, security: 
 
     try:
         nc = await asyncio.wait_for(
-            nats.connect(url, name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet, **(security.nats_options() if security else {})),
+            nats.connect(server_list(url), name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet, **(security.nats_options() if security else {})),
             timeout_s + 1,
         )
     except Exception as exc:

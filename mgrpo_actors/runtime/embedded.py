@@ -47,20 +47,22 @@ def _die_with_parent() -> None:
 
 
 _PR_SET_PDEATHSIG = 1
-_LISTENING = re.compile(r"Listening for client connections on 127\.0\.0\.1:(\d+)")
+_LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 
 
 class EmbeddedNats:
     """A nats-server subprocess; a context manager. `url` is valid once started."""
 
-    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES, extra_config: str = "") -> None:
-        """extra_config: nats-server configuration appended as it is (TLS, users, accounts: deploy/)."""
+    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES, extra_config: str = "", host: str = "127.0.0.1") -> None:
+        """extra_config: nats-server configuration appended as it is (TLS, users: deploy/); host: the
+        address it listens on (0.0.0.0: every interface; `url` stays on loopback)."""
         # port None: the server picks a free one itself (-1) and we read it from its log, so two
         # servers started at once can never race for the same port.
         self.port = port or -1
         self.url = ""
         self.max_payload = max_payload
         self.extra_config = extra_config
+        self.host = host
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ class EmbeddedNats:
     def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
         conf = self.store_dir / "nats.conf"
         conf.write_text(
-            f"listen: {json.dumps(f'127.0.0.1:{self.port}')}\n"
+            f"listen: {json.dumps(f'{self.host}:{self.port}')}\n"
             f"max_payload: {self.max_payload}\n"
             # The server's write deadline must cover a max_payload message to a slow client.
             'write_deadline: "10s"\n'

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -15,7 +17,38 @@ from protocols import Subjects
 
 log = get_logger(__name__)
 
-__all__ = ["DISCARD_OLD_STREAMS", "WORK_QUEUE_STREAMS", "StreamLimits", "consumer_config", "ensure_streams", "jetstream_missing", "recreate_streams", "stream_config"]
+__all__ = [
+    "DISCARD_OLD_STREAMS",
+    "WORK_QUEUE_STREAMS",
+    "StreamLimits",
+    "consumer_config",
+    "ensure_streams",
+    "jetstream_missing",
+    "recreate_streams",
+    "stream_config",
+    "with_api_retries",
+]
+
+T = TypeVar("T")
+
+# A JetStream API call that timed out is tried again, this many times in all, this long apart: on a
+# cluster the API answers slowly while streams are being created in 3 replicas or a leader is being
+# elected (measured: a node starting with 7 others on a 3-server loopback cluster timed out once).
+API_ATTEMPTS = 5
+API_PAUSE_S = 1.0
+
+
+async def with_api_retries(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """`await call()`, again after a JetStream API timeout (at most API_ATTEMPTS times in all)."""
+    for attempt in range(1, API_ATTEMPTS + 1):
+        try:
+            return await call()
+        except nats.errors.TimeoutError:
+            if attempt == API_ATTEMPTS:
+                raise
+            log.warning("JetStream API call timed out; trying again", what=what, attempt=attempt, of=API_ATTEMPTS)
+            await asyncio.sleep(API_PAUSE_S)
+    raise AssertionError("unreachable")
 
 # Streams whose messages are work for one consumer and go once acked (a JetStream work queue): the
 # controller's rollout requests. Every other stream keeps its messages (limits) for replay and audit.
@@ -62,9 +95,9 @@ async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: 
         name = config.name
         names.append(name)
         try:
-            info = await js.stream_info(name)
+            info = await with_api_retries(lambda: js.stream_info(name), f"stream info {name}")
         except nats.js.errors.NotFoundError:
-            await js.add_stream(config)
+            await with_api_retries(lambda: js.add_stream(config), f"create stream {name}")
             log.info("stream created", stream=name, max_msgs=config.max_msgs, discard=config.discard.value if config.discard else None)
             continue
         limit = info.config.max_msg_size

@@ -14,6 +14,7 @@ from typing import Any
 import nats.js.errors
 from nats.js.api import ObjectStoreConfig
 
+from mgrpo_actors.runtime.jetstream import with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop
 
 __all__ = ["ObjectBucket", "open_object_store"]
@@ -22,9 +23,9 @@ __all__ = ["ObjectBucket", "open_object_store"]
 async def open_object_store(js: Any, bucket: str, replicas: int = 1) -> Any:
     """nats-py's object store `bucket`, created if missing."""
     try:
-        return await js.object_store(bucket)
+        return await with_api_retries(lambda: js.object_store(bucket), f"object store {bucket}")
     except nats.js.errors.BucketNotFoundError:
-        return await js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas))
+        return await with_api_retries(lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)), f"create object store {bucket}")
 
 
 @dataclass

@@ -72,7 +72,7 @@ def test_an_aligner_that_finds_its_step_published_announces_it_again(bus, actors
     bus.ensure_streams()
     config = load_config(NodeConfig, None, [f"run.id={run_id}"])
     record = b'{"batch_id": "%s-main-step0", "num_samples": 4, "num_chunks": 1}' % run_id.encode()
-    bus.kv(bus.subjects.bucket("state")).put("aligned.main.0", record)  # published before a crash
+    bus.kv(bus.subjects.bucket("state-main")).put("aligned.main.0", record)  # published before a crash
     ready: list[BatchReady] = []
     bus.subscribe(bus.subjects.step_aligned("main"), lambda d: ready.append(decode(d.data)))
     actors.append(MainAlignerActor.start_ready(bus, config))

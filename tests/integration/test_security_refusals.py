@@ -29,11 +29,12 @@ RUN_ID = "guarded"
 
 def targets(s: Subjects) -> tuple[list[str], list[str]]:
     """(subjects to publish forged messages on, subjects to subscribe to) of run `s`."""
-    state, weights = s.bucket("state"), s.bucket("weights")
+    state, weights = s.bucket("state-main"), s.bucket("versions-main")
     publish = [
         *(subject for side in ("main", "sub") for subject in (s.trajectories(side), s.batches(side), s.weights(side), s.step_aligned(side), s.step_done(side))),
         s.reward_stats, s.step_start, s.rollout_requests,
-        f"$KV.{state}.learner.main", f"$KV.{state}.controller.cursor", f"$KV.{weights}.latest.main", f"$KV.{weights}.latest.sub",
+        f"$KV.{state}.learner.main", f"$KV.{s.bucket('state')}.controller.cursor", f"$KV.{weights}.latest.main", f"$KV.{s.bucket('versions-sub')}.latest.sub",
+        *(f"$JS.API.STREAM.MSG.GET.KV_{s.bucket(what)}" for what in ("state-main", "state-sub", "versions-main", "versions-sub")),
         f"$O.{s.bucket('weights-main')}.C.forged", f"$O.{s.bucket('weights-sub')}.C.forged",
         *(f"$JS.API.CONSUMER.CREATE.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub", "stats")),
         *(f"$JS.API.STREAM.MSG.GET.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub")),

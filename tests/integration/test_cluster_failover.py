@@ -1,0 +1,122 @@
+"""A 3-server NATS cluster on loopback with every stream, KV bucket and object store in 3 replicas
+(`nats.replicas: 3`), every role its own process, learners included, and the nodes given all three
+URLs. One NATS server is killed (SIGKILL) once the first step is done; the run still completes with
+each side's steps done exactly once each, in order, and every batch applied once (issue 11)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import nats
+import pytest
+
+from mgrpo_actors.runtime import Bus, nats_server_binary
+from protocols import StepDone
+from tests.helpers import wait_until
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+STEPS = 3
+TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class LoopbackCluster:
+    """Three nats-server processes routed to each other, JetStream on, each with its own store."""
+
+    def __init__(self, root: Path) -> None:
+        ports = _free_ports(6)
+        self.client_ports, self.route_ports = ports[:3], ports[3:]
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def url(self) -> str:
+        return ",".join(f"nats://127.0.0.1:{p}" for p in self.client_ports)
+
+    def start(self) -> LoopbackCluster:
+        for i, (port, route) in enumerate(zip(self.client_ports, self.route_ports)):
+            others = [f"nats-route://127.0.0.1:{r}" for r in self.route_ports if r != route]
+            conf = self.root / f"c{i}.conf"
+            conf.write_text(
+                f'server_name: "c{i}"\nlisten: "127.0.0.1:{port}"\nmax_payload: 33554432\nwrite_deadline: "10s"\n'
+                f"jetstream {{ store_dir: {json.dumps(str(self.root / f'js{i}'))} }}\n"
+                f'cluster {{ name: "test", listen: "127.0.0.1:{route}", routes: {json.dumps(others)} }}\n'
+            )
+            log = open(self.root / f"c{i}.log", "wb")  # noqa: SIM115 - the server owns it
+            self.procs.append(subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        wait_until(self._jetstream_ready, timeout_s=30, interval_s=0.2, what="the cluster's JetStream never became ready")
+        return self
+
+    def _jetstream_ready(self) -> bool:
+        async def check() -> bool:
+            nc = await nats.connect(self.url.split(","), allow_reconnect=False, connect_timeout=1)
+            try:
+                await nc.jetstream().account_info()
+                return True
+            finally:
+                await nc.close()
+
+        try:
+            return asyncio.run(check())
+        except Exception:
+            return False
+
+    def kill(self, index: int) -> None:
+        self.procs[index].send_signal(signal.SIGKILL)
+        self.procs[index].wait()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def test_a_run_on_a_three_server_cluster_survives_losing_one_server(tmp_path):
+    cluster = LoopbackCluster(tmp_path).start()
+    learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
+    config = pipeline_config(tmp_path, "clustered", nats={"replicas": 3}, pipeline={"steps": STEPS, "advance_on": "learners"},
+                             learners={"main": learner, "sub": learner})  # fmt: skip
+    try:
+        with Bus(cluster.url, run_id="clustered", node="watcher", reconnect_wait_s=0.2) as bus:
+            events = EventLog(bus)
+            nodes = NodeProcesses(cluster.url, config, tmp_path / "logs")
+            try:
+                for role in TOPOLOGY:
+                    nodes.start(role, role)
+                events.wait_for("step.finished", timeout_s=240, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY))
+                killed_at = time.monotonic()
+                cluster.kill(0)  # nats-py shuffles the URLs: some nodes were on it, some streams had their leader there
+                events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(f"--- {r}\n{nodes.output(r)[-1500:]}" for r in TOPOLOGY))
+                print(f"run finished {time.monotonic() - killed_at:.1f} s after one of the three NATS servers was killed")
+            finally:
+                codes = nodes.stop_all()
+            assert all(code == 0 for code in codes.values()), codes
+            assert bus.stream_info(bus.subjects.stream("steps")).config.num_replicas == 3
+            done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
+            for side in ("main", "sub"):
+                mine = [(d.step, d.version) for d in done if d.side == side]
+                assert mine == [(s, s + 1) for s in range(STEPS)], (side, mine)  # every step once, in order: every batch applied once
+    finally:
+        cluster.stop()
