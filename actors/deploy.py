@@ -52,7 +52,7 @@ def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.cli.arguments import connection
     from mgrpo_actors.config import NatsConfig, load_config
     from mgrpo_actors.deploy.provision import provision_run
-    from mgrpo_actors.runtime import Bus, BusConnectError
+    from mgrpo_actors.runtime import Bus, BusError
 
     nats = load_config(NatsConfig, args.config, section="nats")
     url, security = connection(args)
@@ -60,8 +60,11 @@ def _provision(args: argparse.Namespace) -> int:
         with Bus(url, run_id=args.run_id, node="mgrpo-deploy-provision", connect_timeout_s=nats.connect_timeout_s, max_bytes=nats.max_message_bytes,
                  security=security) as bus:  # fmt: skip
             made = provision_run(bus, nats.stream_limits)
-    except BusConnectError as exc:
+    except BusError as exc:  # unreachable, refused credentials or TLS
         print(f"mgrpo deploy provision: error: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # a JetStream API call that timed out even after retries: usually a user that may not make streams
+        print(f"mgrpo deploy provision: error: {type(exc).__name__}: {exc} (is --config the admin's `nats` section, nodes/admin.yaml?)", file=sys.stderr)
         return 3
     print(f"run {args.run_id}: {len(made['streams'])} streams, KV {', '.join(made['kv'])}, object stores {', '.join(made['objects'])} (replicas {nats.replicas})")
     return 0

@@ -129,8 +129,9 @@ def run(quick: bool = False, url: str | None = None, duration_s: float | None = 
     nodes: list[ToolNode] = []
     try:
         client = Bus(target, run_id="bench-soak", node="soak-client").connect()
-        attacker = Bus(target, run_id="bench-soak", node="soak-attacker").connect()
+        attacker = Bus(target, run_id="bench-soak", node="soak-attacker")
         try:
+            attacker.connect()
             nodes = start_tool_nodes(client, target, [f"soak-tool-{i}" for i in range(NODES)], delay_tool_settings(LATENCY_S, actors_per_tool=2))
             results = _soak(client, attacker, target, nodes, duration_s, deafen)
         finally:

@@ -72,6 +72,10 @@ class NatsTlsConfig:
     cert_file: str = ""  # this node's client certificate (PEM), for servers that verify clients
     key_file: str = ""  # its private key (PEM, unencrypted; keep it mode 0600)
     hostname: str = ""  # the name the server certificate must carry when the URL has an IP ("" = the URL's host)
+    # TLS before anything else, so credentials can never go to a server that does not speak TLS; the servers need
+    # `tls { handshake_first: true }` (rendered so by mgrpo deploy). false: servers that start in plain text (then a
+    # plain-text server is refused after the handshake, but nats-py has sent the credentials by then).
+    handshake_first: bool = True
 
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
@@ -86,7 +90,10 @@ class NatsTlsConfig:
 
     def context(self) -> ssl.SSLContext:
         """A client SSLContext: verifies the server against `ca_file`, presents `cert_file` if set."""
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file or None)
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file or None)
+        except ssl.SSLError as exc:  # an OSError: the callers' config errors are ValueErrors (exit 2)
+            raise ValueError(f"nats.tls.ca_file: {self.ca_file} is not a PEM CA certificate: {exc}") from None
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         if self.cert_file:
             try:
@@ -104,4 +111,5 @@ def connect_security(url: str, auth: NatsAuthConfig, tls: NatsTlsConfig) -> Conn
     return ConnectSecurity(
         user=auth.user, password=auth.password() if auth.user else "", tls=tls.context() if wants_tls else None,
         tls_hostname=tls.hostname, inbox_prefix=auth.inbox_prefix, ca_file=tls.ca_file, cert_file=tls.cert_file,
+        tls_handshake_first=tls.handshake_first and wants_tls,
     )  # fmt: skip

@@ -58,7 +58,6 @@ class DeploymentDescription:
     servers: list[ServerAddress] = field(default_factory=lambda: [ServerAddress()])  # 1 server, or 3+ for a cluster
     cluster_name: str = "mgrpo"  # name of the cluster when there are several servers
     run_ids: list[str] = field(default_factory=lambda: ["default"])  # runs the users may work on (stream and bucket names hold the run id)
-    tools: list[str] = field(default_factory=lambda: ["search", "visit"])  # tools the tool nodes serve
     tls: TlsSettings = field(default_factory=TlsSettings)
     jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)
     max_payload: int = DEFAULT_MAX_BYTES  # = nats.max_message_bytes of the nodes

@@ -111,7 +111,9 @@ def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: 
         verify = "\n  verify: true" if verify_clients else ""
         parts.append(
             f"tls {{\n  cert_file: {json.dumps(tls_files['cert'])}\n  key_file: {json.dumps(tls_files['key'])}\n"
-            f"  ca_file: {json.dumps(tls_files['ca'])}\n  timeout: {tls_timeout_s:g}{verify}\n}}"
+            f"  ca_file: {json.dumps(tls_files['ca'])}\n  timeout: {tls_timeout_s:g}{verify}\n"
+            # Clients start TLS before anything else (nats.tls.handshake_first): no credentials to a plain-text impostor.
+            "  handshake_first: true\n}"
         )
     blocks = ",\n".join(_user_block(u, hashes[u.name]) for u in users)
     parts.append(f"authorization {{\n  users: [\n{blocks}\n  ]\n}}")

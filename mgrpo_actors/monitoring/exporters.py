@@ -9,11 +9,13 @@ The Grafana dashboard in deploy/grafana/ reads the Prometheus side.
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from protocols import Event, Message, Metric
 
-__all__ = ["Exporter", "PrometheusExporter", "TensorBoardExporter", "exporters_for", "prometheus_name"]
+__all__ = ["SINGLETON_ROLES", "Exporter", "PrometheusExporter", "TensorBoardExporter", "exporters_for", "prometheus_name", "tags_text"]
 
 
 class Exporter(Protocol):
@@ -26,6 +28,15 @@ class Exporter(Protocol):
     def close(self) -> None: ...
 
 
+# Roles with one process per run: their metrics need no node to tell samples apart (agents and tools scale out).
+SINGLETON_ROLES = ("controller", "main-aligner", "sub-aligner", "main-learner", "sub-learner")
+
+
+def tags_text(tags: dict[str, str]) -> str:
+    """A sample's tags as one stable string ("dk=3"), "" without tags."""
+    return ",".join(f"{key}={tags[key]}" for key in sorted(tags))
+
+
 def prometheus_name(metric: str) -> str:
     """`main.reward_mean` -> `mgrpo_main_reward_mean` (Prometheus allows [a-zA-Z0-9_:] only)."""
     return "mgrpo_" + re.sub(r"[^a-zA-Z0-9_]", "_", metric)
@@ -33,8 +44,8 @@ def prometheus_name(metric: str) -> str:
 
 class PrometheusExporter:
     """Serves the newest value of every metric of the run (a gauge per metric name, labelled with run,
-    node and role; the gauge `mgrpo_step` is the step of the newest sample) and a counter of events
-    by kind and level, at http://<addr>:<port>/metrics."""
+    node, role and the sample's tags, e.g. `sub.dk_hist{tags="dk=3"}`; the gauge `mgrpo_step` is the
+    step of the newest sample) and a counter of events by kind and level, at http://<addr>:<port>/metrics."""
 
     def __init__(self, run_id: str, port: int, addr: str = "0.0.0.0") -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -55,8 +66,8 @@ class PrometheusExporter:
             name = prometheus_name(message.name)
             gauge = self._gauges.get(name)
             if gauge is None:
-                gauge = self._gauges[name] = self._gauge_class(name, f"mgrpo metric {message.name}", ["run", "node", "role"], registry=self.registry)
-            gauge.labels(self.run_id, message.node, message.role).set(message.value)
+                gauge = self._gauges[name] = self._gauge_class(name, f"mgrpo metric {message.name}", ["run", "node", "role", "tags"], registry=self.registry)
+            gauge.labels(self.run_id, message.node, message.role, tags_text(message.tags)).set(message.value)
             self._newest_step = max(self._newest_step, message.step)
             self._step.labels(self.run_id).set(self._newest_step)
         elif isinstance(message, Event):
@@ -69,22 +80,24 @@ class PrometheusExporter:
 
 class TensorBoardExporter:
     """Writes every metric as a TensorBoard scalar (`main.reward_mean` -> `main/reward_mean`, x = its
-    step; one series per node when several nodes publish the same metric) under `logdir`."""
+    step; a sample's tags and, for roles that scale out, its node extend the name) into a directory of
+    its own under `logdir` per monitor start (`<run>-<UTC time>`): a restarted monitor replays the
+    run from its start, and its curves must not overlay the earlier ones."""
 
-    def __init__(self, logdir: str) -> None:
+    def __init__(self, logdir: str, run_id: str = "run") -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=logdir)
-        self._nodes: dict[str, set[str]] = {}
-        self.where = f"TensorBoard event files in {logdir}"
+        self.logdir = Path(logdir) / f"{run_id}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        self.writer = SummaryWriter(log_dir=str(self.logdir))
+        self.where = f"TensorBoard event files in {self.logdir}"
 
     def observe(self, message: Message) -> None:
         if not isinstance(message, Metric):
             return
         tag = message.name.replace(".", "/", 1)
-        nodes = self._nodes.setdefault(message.name, set())
-        nodes.add(message.node)
-        if len(nodes) > 1:  # agents scaled out: keep each node's samples apart
+        if message.tags:
+            tag = f"{tag}/{tags_text(message.tags)}"
+        if message.role not in SINGLETON_ROLES:
             tag = f"{tag}/{message.node}"
         self.writer.add_scalar(tag, message.value, global_step=message.step)
 
@@ -98,5 +111,5 @@ def exporters_for(run_id: str, config: Any) -> list[Exporter]:
     if config.prometheus_port:
         exporters.append(PrometheusExporter(run_id, config.prometheus_port, config.prometheus_addr))
     if config.tensorboard_dir:
-        exporters.append(TensorBoardExporter(config.tensorboard_dir))
+        exporters.append(TensorBoardExporter(config.tensorboard_dir, run_id))
     return exporters

@@ -109,7 +109,7 @@ class Bus:
         future = self.loop.submit(self._connect())
         assert future is not None
         try:
-            future.result(self._connect_timeout_s + 1)
+            future.result(self._connect_timeout_s * (len(server_list(self.url)) + 1) + 1)  # nats-py tries the servers one by one
         except BusConnectError:
             self._stop_loop()
             raise
@@ -171,6 +171,7 @@ class Bus:
         except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, TLS, authorization, ...
             raise BusConnectError(self.url, explain_connect_error(exc, self._security)) from None
         if refusal := plaintext_refusal(self._nc, self._security):
+            self._closing = True  # our own close: not "connection lost"
             await self._nc.close()
             raise BusConnectError(self.url, refusal)
         if self._nc.max_payload < self.max_bytes:

@@ -27,20 +27,30 @@ async def check_reachable(url: str, timeout_s: float) -> None:
     """Raise BusConnectError unless one server of `url` (comma-separated) accepts a TCP connection.
 
     nats-py retries an unreachable first server for a long time; this fails fast with the URL named.
+    The servers are tried at once, so one dead host of a cluster costs nothing when another answers.
     """
-    errors = []
+    addresses = []
     for server in server_list(url):
         parsed = urllib.parse.urlparse(server if "://" in server else f"nats://{server}")
         try:
-            host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+            addresses.append((parsed.hostname or "127.0.0.1", parsed.port or 4222))
         except ValueError as exc:
             raise BusConnectError(url, f"invalid URL: {exc}") from None
+
+    async def probe(host: str, port: int) -> str:
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
             writer.close()
-            return
+            return ""
         except (OSError, asyncio.TimeoutError) as exc:
-            errors.append(f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": "))
+            return f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": ")
+
+    errors = []
+    for result in asyncio.as_completed([probe(host, port) for host, port in addresses]):
+        error = await result
+        if not error:
+            return  # the probes still running end on their own within timeout_s
+        errors.append(error)
     raise BusConnectError(url, "; ".join(errors))
 
 

@@ -113,12 +113,13 @@ class EmbeddedNats:
                     time.sleep(0.02)
                     continue
             self.url = f"nats://127.0.0.1:{self.port}"
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    if s.recv(4096).startswith(b"INFO"):
+            if "Server is ready" in self.log_tail(200):  # (a TLS handshake-first server sends no INFO to a plain socket)
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                         return
-            except OSError:
-                time.sleep(0.05)
+                except OSError:
+                    pass
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"nats-server not ready on port {self.port} within {timeout_s:g} s: {self.log_tail()}")
 

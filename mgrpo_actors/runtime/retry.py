@@ -16,6 +16,8 @@ therefore fails after (retries + 1) · that patience, not after its full timeout
 
 from __future__ import annotations
 
+import concurrent.futures
+import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,19 +77,33 @@ def request_all(
 ) -> list[CallOutcome]:
     """Send call i to subjects[i] as `make_request(i, attempt)` (attempt 0, 1, …, at most `retries`),
     all calls in flight at once, resending those that may succeed elsewhere; one outcome per call, in
-    order. A resend after "no responders" keeps its attempt number: nobody received that request."""
+    order. Each call is handled as soon as its own reply or error comes (a slow call never holds up
+    another's resend). A resend after "no responders" keeps its attempt number: nobody received it."""
     started = time.perf_counter()
     n = len(subjects)
     outcomes: list[CallOutcome | None] = [None] * n
     attempt, sends, quiet = [0] * n, [0] * n, [0] * n  # quiet: "no responders" in a row within the attempt
     attempt_began = [started] * n
     patience_s = min(timeout_s, NO_RESPONDERS_PATIENCE_S)
-    pending = list(range(n))
-    while pending:
-        futures = [(i, bus.request_future(subjects[i], make_request(i, attempt[i]), timeout_s)) for i in pending]
-        pending, wait_s = [], 0.0
-        for i, future in futures:
-            sends[i] += 1
+    in_flight: dict[concurrent.futures.Future, int] = {}
+    resends: list[tuple[float, int]] = []  # (when, call), a heap
+
+    def send(i: int) -> None:
+        sends[i] += 1
+        in_flight[bus.request_future(subjects[i], make_request(i, attempt[i]), timeout_s)] = i
+
+    for i in range(n):
+        send(i)
+    while in_flight or resends:
+        while resends and resends[0][0] <= time.perf_counter():
+            send(heapq.heappop(resends)[1])
+        next_resend_s = max(0.0, resends[0][0] - time.perf_counter()) if resends else None
+        if not in_flight:
+            time.sleep(next_resend_s or 0.0)
+            continue
+        done, _ = concurrent.futures.wait(in_flight, timeout=next_resend_s, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in done:
+            i = in_flight.pop(future)
             try:
                 outcomes[i] = CallOutcome(future.result(), None, sends[i], time.perf_counter() - started)
                 continue
@@ -95,20 +111,16 @@ def request_all(
                 error = exc
             now = time.perf_counter()
             patience_left = attempt_began[i] + patience_s - now
-            pause = min(no_responders_wait_s(quiet[i]), patience_left)
             if isinstance(error, NoResponders) and patience_left > 0.01:
+                pause = min(no_responders_wait_s(quiet[i]), patience_left)
                 quiet[i] += 1  # the same attempt, sent again once a node may have (re)subscribed
             elif is_retryable(error) and attempt[i] < retries:
                 attempt[i], quiet[i], attempt_began[i], pause = attempt[i] + 1, 0, now, 0.0
             else:
                 outcomes[i] = CallOutcome(None, str(error), sends[i], now - started)
                 continue
-            pending.append(i)
-            wait_s = max(wait_s, pause)
-        if pending:
-            time.sleep(wait_s)
+            heapq.heappush(resends, (now + pause, i))
     return [outcome for outcome in outcomes if outcome is not None]
-
 
 def request_retrying(bus: Bus, subject: str, message: Message, timeout_s: float | None = None, retries: int = 2) -> CallOutcome:
     """One request with `request_all`'s retries (timeout default: the bus's request_timeout_s)."""

@@ -24,6 +24,7 @@ class ConnectSecurity:
     tls: ssl.SSLContext | None = None
     tls_hostname: str = ""  # the name the server certificate must carry, when the URL has an IP
     inbox_prefix: str = DEFAULT_INBOX_PREFIX
+    tls_handshake_first: bool = False  # TLS before the server's INFO (servers with `tls { handshake_first: true }`)
     ca_file: str = ""  # for error messages only
     cert_file: str = ""
 
@@ -39,6 +40,8 @@ class ConnectSecurity:
             options["tls"] = self.tls
             if self.tls_hostname:
                 options["tls_hostname"] = self.tls_hostname
+            if self.tls_handshake_first:
+                options["tls_handshake_first"] = True
         return options
 
 
@@ -55,6 +58,10 @@ def explain_connect_error(exc: BaseException, security: ConnectSecurity | None) 
     if "certificate verify failed" in lowered:
         ca = f"nats.tls.ca_file ({security.ca_file})" if security.ca_file else "the system's CA store (set nats.tls.ca_file)"
         return f"TLS: the server's certificate is not signed by a CA in {ca}: wrong CA [{text}]"
+    if "wrong_version_number" in lowered or "wrong version number" in lowered:
+        return f"TLS: this server does not speak TLS (a plain-text server): nothing was sent to it [{text}]"
+    if "empty response from server when expecting info" in lowered:
+        return f"TLS: this server starts with a TLS handshake (handshake_first): connect with a tls:// URL and nats.tls.ca_file [{text}]"
     if "certificate required" in lowered or "certificate_required" in lowered:
         return f"TLS: the server wants a client certificate (set nats.tls.cert_file and nats.tls.key_file) [{text}]"
     if "authorization violation" in lowered:
@@ -80,4 +87,4 @@ def plaintext_refusal(nc: Any, security: ConnectSecurity | None) -> str:
     info = getattr(nc, "_server_info", None) or {}  # the server's INFO; nats-py keeps it there
     if info.get("tls_required"):
         return ""
-    return "TLS was asked for (a tls:// URL or nats.tls) but this server does not speak TLS: refusing a plain-text connection"
+    return "TLS was asked for (a tls:// URL or nats.tls) but this server does not speak TLS: refusing a plain-text connection (set nats.tls.handshake_first so credentials are never sent to such a server)"

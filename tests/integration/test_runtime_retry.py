@@ -92,3 +92,16 @@ def test_killing_one_of_two_tool_nodes_mid_load_loses_no_call(nats_server, bus):
         assert resent > 0  # the killed node's share was sent again, to the other node
     finally:
         stop_tool_nodes(nodes)
+
+
+def test_a_slow_call_does_not_hold_up_another_calls_resend(make_bus):
+    """Calls of one batch are handled each as its own reply or error comes: B found nobody listening
+    and is resent (and answered) while A is still waiting for its timeout."""
+    client, server = make_bus("client"), make_bus("server")
+    silent, answering = f"{client.subjects.root}.test.silent", client.subjects.node_ping
+    server.subscribe(silent, lambda delivery: None)  # takes A and never answers
+    on_request, _ = _answer_with(server, [INFO])
+    threading.Timer(0.6, lambda: server.subscribe(answering, on_request)).start()
+    outcomes = request_all(client, [silent, answering], lambda i, _a: NodePing(), 3.0, 0)
+    assert outcomes[0].reply is None and "within 3 s" in outcomes[0].error
+    assert isinstance(outcomes[1].reply, NodeInfo) and outcomes[1].seconds < 2.0, outcomes[1]

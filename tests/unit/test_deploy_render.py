@@ -134,9 +134,9 @@ def test_security_sections_tls_block_names_the_files_and_verify():
     users = [UserSpec(ADMIN_USER, "_INBOX.admin", None)]
     files = {"cert": "/c/server.pem", "key": "/c/server-key.pem", "ca": "/c/ca.pem"}
     plain = security_sections(users, {ADMIN_USER: "h"}, files, False, 2.5)
-    assert plain.startswith('tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n}')
+    assert plain.startswith('tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n  handshake_first: true\n}')
     assert "verify" not in plain
-    assert "  timeout: 2.5\n  verify: true\n}" in security_sections(users, {ADMIN_USER: "h"}, files, True, 2.5)
+    assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(users, {ADMIN_USER: "h"}, files, True, 2.5)
 
 
 @pytest.mark.parametrize("perms", [Permissions([], ["x"]), Permissions(["x"], []), Permissions()])

@@ -152,7 +152,10 @@ def test_connect_security_turns_tls_on_for_a_tls_url(certs, password_file):
     auth = NatsAuthConfig(user="tool", password_file=str(password_file), inbox_prefix="_INBOX.tool")
     security = connect_security("nats://a:1, tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), hostname="localhost"))
     assert isinstance(security.tls, ssl.SSLContext) and security.ca_file == str(certs.ca)
-    assert security.nats_options() == {"inbox_prefix": "_INBOX.tool", "user": "tool", "password": "s3cret-pw", "tls": security.tls, "tls_hostname": "localhost"}
+    assert security.nats_options() == {"inbox_prefix": "_INBOX.tool", "user": "tool", "password": "s3cret-pw", "tls": security.tls, "tls_hostname": "localhost",
+                                       "tls_handshake_first": True}  # fmt: skip
+    plain_start = connect_security("tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), handshake_first=False))
+    assert "tls_handshake_first" not in plain_start.nats_options()
     assert connect_security("tls://127.0.0.1:4222", NatsAuthConfig(), NatsTlsConfig()).tls is not None  # the system's CA store
 
 
@@ -204,8 +207,16 @@ def test_a_credentials_failure_names_the_user_but_not_the_password():
 
 def test_other_tls_errors_are_a_generic_handshake_failure():
     """An unrecognised ssl.SSLError still says TLS failed."""
-    exc = ssl.SSLError("[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
+    exc = ssl.SSLError("[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure (_ssl.c:1006)")
     assert explain_connect_error(exc, None).startswith("TLS handshake failed") and names_cause(exc)
+
+
+def test_a_handshake_first_client_meeting_a_plain_server_says_so():
+    """TLS first against a plain-text server (measured: WRONG_VERSION_NUMBER): nothing was sent."""
+    exc = ssl.SSLError("[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
+    assert "does not speak TLS" in explain_connect_error(exc, None) and names_cause(exc)
+    silent = Exception("nats: empty response from server when expecting INFO message")
+    assert "handshake_first" in explain_connect_error(silent, None)
 
 
 @pytest.mark.parametrize("exc", [OSError("connection reset"), ConnectionRefusedError(111, "Connection refused"), BrokenPipeError(), TimeoutError()])
