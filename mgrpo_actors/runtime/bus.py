@@ -26,7 +26,7 @@ from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams, with_api_retries
+from mgrpo_actors.runtime.jetstream import ApiDenials, StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams, with_api_retries
 from mgrpo_actors.runtime.kv import KvBucket, open_kv
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.objects import ObjectBucket, open_object_store
@@ -86,6 +86,7 @@ class Bus:
         self._reconnect_wait_s = reconnect_wait_s
         self._security = security  # user, password, TLS, inbox prefix (runtime/security.py)
         self._connect_error: BaseException | None = None
+        self._api_denials = ApiDenials()  # JetStream calls the server refused this user: failed at once, not retried
         self._ping_interval_s = ping_interval_s  # a deaf connection (dead read loop, frozen server) is stale after 2 unanswered pings
         self.loop = BusLoop(name=f"nats-bus-{node or 'proc'}", describe=url)
         self._nc: Any = None
@@ -144,6 +145,7 @@ class Bus:
         async def on_error(exc: Exception) -> None:
             if isinstance(exc, nats.errors.SlowConsumerError):
                 return await self.slow_consumers.record(exc)
+            self._api_denials.record(exc)
             if self._nc is None and not (self._connect_error and names_cause(self._connect_error)):
                 self._connect_error = exc  # while connecting: the first telling cause, said if the connect times out
             log.warning("nats error", url=self.url, error=str(exc))
@@ -310,7 +312,7 @@ class Bus:
         which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
         self._streams = (sorted({*self._streams[0], *which}), limits or self._streams[1])
         try:
-            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes), timeout=300)  # API retries on a busy cluster
+            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes, self._api_denials), timeout=300)  # API retries on a busy cluster
         except Exception as exc:
             if jetstream_missing(exc):
                 raise no_jetstream_error(self.url) from None
@@ -367,7 +369,7 @@ class Bus:
         config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
 
         async def _start() -> Any:
-            psub = await with_api_retries(lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config), f"consumer {durable}")
+            psub = await with_api_retries(lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config), f"consumer {durable}", self._api_denials)
             return self.loop.loop.create_task(consumer.run(psub))
 
         consumer._task = self.call(_start(), timeout=120)
@@ -376,11 +378,11 @@ class Bus:
 
     def kv(self, bucket: str, history: int = 1) -> KvBucket:
         """Open a KV bucket, creating it if missing (with the replicas of the node's streams)."""
-        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas), timeout=120), self.max_bytes)
+        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas, self._api_denials), timeout=120), self.max_bytes)
 
     def object_store(self, bucket: str) -> ObjectBucket:
         """Open an object store bucket, creating it if missing."""
-        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas), timeout=120))
+        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas, self._api_denials), timeout=120))
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "jetstream_missing",
     "recreate_streams",
     "stream_config",
+    "ApiDenials",
     "with_api_retries",
 ]
 
@@ -38,12 +39,35 @@ API_ATTEMPTS = 5
 API_PAUSE_S = 1.0
 
 
-async def with_api_retries(call: Callable[[], Awaitable[T]], what: str) -> T:
-    """`await call()`, again after a JetStream API timeout (at most API_ATTEMPTS times in all)."""
+class ApiDenials:
+    """JetStream API calls the server refused this connection (its user's permissions). nats-py sees a
+    refused request only as a timeout; the server's "permissions violation" comes to the error
+    callback, which records it here, so the caller can say so at once instead of retrying."""
+
+    def __init__(self) -> None:
+        self._subjects: list[str] = []
+
+    def record(self, exc: BaseException) -> None:
+        text = str(exc)
+        if "permissions violation for publish to" in text and '"$js.' in text:
+            self._subjects.append(text.split('"')[1])
+
+    def take(self) -> str:
+        """The refused API subjects since the last take ("" if none)."""
+        subjects, self._subjects = self._subjects, []
+        return ", ".join(dict.fromkeys(subjects))
+
+
+async def with_api_retries(call: Callable[[], Awaitable[T]], what: str, denials: ApiDenials | None = None) -> T:
+    """`await call()`, again after a JetStream API timeout (at most API_ATTEMPTS times in all); a
+    timeout the server caused by refusing the call (`denials`) is a BusError at once."""
     for attempt in range(1, API_ATTEMPTS + 1):
         try:
             return await call()
         except nats.errors.TimeoutError:
+            if denials is not None and (refused := denials.take()):
+                raise BusError(f"NATS refused {what} ({refused}): this node's user may not do that (its role's permissions; "
+                               "streams and buckets are made beforehand by `mgrpo deploy provision`)") from None  # fmt: skip
             if attempt == API_ATTEMPTS:
                 raise
             log.warning("JetStream API call timed out; trying again", what=what, attempt=attempt, of=API_ATTEMPTS)
@@ -85,7 +109,7 @@ def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes
     )
 
 
-async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int) -> list[str]:
+async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int, denials: ApiDenials | None = None) -> list[str]:
     """Create the run's streams named in `which` (the "what" of Subjects.stream) that do not exist yet
     (again, if the server lost them); returns their names. An existing stream keeps its settings (the
     node that made it chose them); one that takes smaller messages than this node sends is reported."""
@@ -95,9 +119,9 @@ async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: 
         name = config.name
         names.append(name)
         try:
-            info = await with_api_retries(lambda: js.stream_info(name), f"stream info {name}")
+            info = await with_api_retries(lambda: js.stream_info(name), f"stream info {name}", denials)
         except nats.js.errors.NotFoundError:
-            await with_api_retries(lambda: js.add_stream(config), f"create stream {name}")
+            await with_api_retries(lambda: js.add_stream(config), f"create stream {name}", denials)
             log.info("stream created", stream=name, max_msgs=config.max_msgs, discard=config.discard.value if config.discard else None)
             continue
         limit = info.config.max_msg_size

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import nats.js.errors
 
 from mgrpo_actors.runtime.delivery import KvUpdate
-from mgrpo_actors.runtime.jetstream import with_api_retries
+from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import Message, encode
@@ -17,12 +17,12 @@ from protocols import Message, encode
 __all__ = ["KvBucket", "open_kv"]
 
 
-async def open_kv(js: Any, bucket: str, history: int, replicas: int = 1) -> Any:
+async def open_kv(js: Any, bucket: str, history: int, replicas: int = 1, denials: ApiDenials | None = None) -> Any:
     """nats-py's KV bucket `bucket`, created if missing."""
     try:
-        return await with_api_retries(lambda: js.key_value(bucket), f"KV bucket {bucket}")
+        return await with_api_retries(lambda: js.key_value(bucket), f"KV bucket {bucket}", denials)
     except nats.js.errors.BucketNotFoundError:
-        return await with_api_retries(lambda: js.create_key_value(bucket=bucket, history=history, replicas=replicas), f"create KV bucket {bucket}")
+        return await with_api_retries(lambda: js.create_key_value(bucket=bucket, history=history, replicas=replicas), f"create KV bucket {bucket}", denials)
 
 
 @dataclass

@@ -14,18 +14,18 @@ from typing import Any
 import nats.js.errors
 from nats.js.api import ObjectStoreConfig
 
-from mgrpo_actors.runtime.jetstream import with_api_retries
+from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop
 
 __all__ = ["ObjectBucket", "open_object_store"]
 
 
-async def open_object_store(js: Any, bucket: str, replicas: int = 1) -> Any:
+async def open_object_store(js: Any, bucket: str, replicas: int = 1, denials: ApiDenials | None = None) -> Any:
     """nats-py's object store `bucket`, created if missing."""
     try:
-        return await with_api_retries(lambda: js.object_store(bucket), f"object store {bucket}")
+        return await with_api_retries(lambda: js.object_store(bucket), f"object store {bucket}", denials)
     except nats.js.errors.BucketNotFoundError:
-        return await with_api_retries(lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)), f"create object store {bucket}")
+        return await with_api_retries(lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)), f"create object store {bucket}", denials)
 
 
 @dataclass

@@ -143,3 +143,17 @@ def test_a_role_cannot_have_the_server_deliver_into_the_other_sides_batch_stream
     asyncio.run(redirect())
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, "admin", url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
+
+
+def test_a_node_whose_user_may_not_use_its_roles_streams_exits_3_at_once_naming_them(deployment, tmp_path):
+    """A refused JetStream call looks like a timeout to nats-py; the node tells it apart (the server's
+    permission error) and stops with exit 3 naming the call, instead of retrying it for half a minute."""
+    import time
+
+    out, url, _ = deployment
+    wrong_user = node_config(tmp_path, out, "tool", {"tools": {"web_entities": 100}})  # the tool's user, the controller's role
+    started = time.monotonic()
+    done = run_script("mgrpo-node", "--role", "controller", "--config", str(wrong_user), "--nats", url, "--run-id", RUN_ID, timeout_s=90)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "NATS refused stream info" in done.stderr and "may not do that" in done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - started < 30  # one API timeout (5 s), not five
