@@ -50,12 +50,10 @@ def _nats_config(args: argparse.Namespace) -> int:
 
 def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.cli.arguments import connection
-    from mgrpo_actors.config import NatsConfig, load_config
     from mgrpo_actors.deploy.provision import provision_run
     from mgrpo_actors.runtime import Bus, BusError
 
-    nats = load_config(NatsConfig, args.config, section="nats")
-    url, security = connection(args)
+    url, security, nats = connection(args)
     try:
         with Bus(url, run_id=args.run_id, node="mgrpo-deploy-provision", connect_timeout_s=nats.connect_timeout_s, max_bytes=nats.max_message_bytes,
                  security=security) as bus:  # fmt: skip

@@ -32,10 +32,11 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a node config whose `nats` section (url; auth: user, password_file or password_env; tls) this command connects with")
 
 
-def connection(args: Any) -> tuple[str, Any]:
-    """(URL, ConnectSecurity or None) from --nats / --config; ConfigError or ValueError when the config is wrong."""
+def connection(args: Any) -> tuple[str, Any, Any]:
+    """(URL, ConnectSecurity or None, the NatsConfig read) from --nats / --config; ConfigError or
+    ValueError when the config is wrong."""
     from mgrpo_actors.config import NatsConfig, load_config
 
     nats = load_config(NatsConfig, args.config, section="nats") if args.config else NatsConfig()
     url = args.nats or (nats.url if args.config else DEFAULT_URL)
-    return url, nats.security(url)
+    return url, nats.security(url), nats

@@ -41,7 +41,7 @@ async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0, security: Any =
 def _run(args: Any) -> int:
     try:
         validate_run_id(args.run_id)
-        url, security = connection(args)
+        url, security, _ = connection(args)
     except ValueError as exc:  # a bad run id, --config, password file or certificate
         print(f"mgrpo ping: error: {exc}", file=sys.stderr)
         return 2

@@ -159,7 +159,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _run(args: Any) -> int:
     try:
-        url, security = connection(args)
+        url, security, _ = connection(args)
     except ValueError as exc:  # ConfigError is a ValueError: a wrong --config, password file or certificate
         print(f"mgrpo tap: error: {exc}", file=sys.stderr)
         return 2
