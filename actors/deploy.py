@@ -2,14 +2,16 @@
 
     mgrpo deploy certs --out deploy/nats/generated/certs --host nats-1.example --host 10.0.0.5
     mgrpo deploy nats-config --description deploy/nats/deployment.yaml --out deploy/nats/generated
-    mgrpo deploy provision --config deploy/nats/generated/nodes/admin.yaml --run-id r1
+    mgrpo deploy provision --config deploy/nats/generated/nodes/admin-main.yaml --run-id r1   # and admin-sub, admin-tools, admin-monitor
 
 `certs`: a development CA, a server certificate for the given hosts, client certificates on request.
-`nats-config`: one nats-server configuration per server (JetStream, TLS, cluster routes, a user per
-role with the subject permissions of that role's access in actors/roles.py, `admin`, a read-only
-`tap`), a password file per user, and per user the `nats` section of its node config. `provision`:
-the run's streams, KV buckets and object stores, made as `admin` before any node starts (no role may
-create them). Lives here, above mgrpo_actors, because it reads the role table.
+`nats-config`: one nats-server configuration per server (JetStream, TLS, cluster routes, the accounts
+MAIN, SUB, TOOLS and MONITOR with what crosses between them, in each a user per role of that account
+with the subject permissions of that role's access in actors/roles.py, an `admin-<account>` and a
+read-only tap user), a password file per user, and per user the `nats` section of its node config.
+`provision`: the run's streams, KV buckets and object stores of one account, made as that account's
+admin before any node starts (no role may create them). Lives here, above mgrpo_actors, because it
+reads the role table.
 """
 
 from __future__ import annotations
@@ -48,23 +50,38 @@ def _nats_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _account(args: argparse.Namespace, user: str) -> str | None:
+    """--account, else the account of an `admin-<account>` user, else None (everything: a server without accounts)."""
+    from mgrpo_actors.deploy.accounts import ACCOUNTS
+    from mgrpo_actors.deploy.server_config import admin_user
+
+    if args.account != "auto":
+        return args.account
+    return next((account for account in ACCOUNTS if user == admin_user(account)), None)
+
+
 def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.cli.arguments import connection
+    from mgrpo_actors.deploy.accounts import account_resources
     from mgrpo_actors.deploy.provision import provision_run
     from mgrpo_actors.runtime import Bus, BusError
 
     url, security, nats = connection(args)
+    account = _account(args, nats.auth.user)
+    resources = account_resources({name: spec.nats_access for name, spec in ROLES.items()}, account) if account else None
     try:
         with Bus(url, run_id=args.run_id, node="mgrpo-deploy-provision", connect_timeout_s=nats.connect_timeout_s, max_bytes=nats.max_message_bytes,
                  security=security) as bus:  # fmt: skip
-            made = provision_run(bus, nats.stream_limits)
+            made = provision_run(bus, nats.stream_limits, resources)
     except BusError as exc:  # unreachable, refused credentials or TLS
         print(f"mgrpo deploy provision: error: {exc}", file=sys.stderr)
         return 3
     except Exception as exc:  # a JetStream API call that timed out even after retries: usually a user that may not make streams
-        print(f"mgrpo deploy provision: error: {type(exc).__name__}: {exc} (is --config the admin's `nats` section, nodes/admin.yaml?)", file=sys.stderr)
+        print(f"mgrpo deploy provision: error: {type(exc).__name__}: {exc} (is --config an admin's `nats` section, nodes/admin-<account>.yaml?)", file=sys.stderr)
         return 3
-    print(f"run {args.run_id}: {len(made['streams'])} streams, KV {', '.join(made['kv'])}, object stores {', '.join(made['objects'])} (replicas {nats.replicas})")
+    where = f"account {account}" if account else "every stream and bucket (no account named)"
+    print(f"run {args.run_id}, {where}: {len(made['streams'])} streams, KV {', '.join(made['kv']) or '-'}, "
+          f"object stores {', '.join(made['objects']) or '-'} (replicas {nats.replicas})")  # fmt: skip
     return 0
 
 
@@ -89,8 +106,10 @@ def add_parser(subparsers: Any) -> None:
     config.add_argument("--description", default="deploy/nats/deployment.yaml", metavar="FILE", help="the deployment (default: deploy/nats/deployment.yaml)")
     config.add_argument("--out", default="deploy/nats/generated", metavar="DIR", help="where to write (default: deploy/nats/generated)")
     config.add_argument("--install-dir", default="", metavar="PATH", help="where DIR will be on the servers and nodes (default: DIR itself)")
-    provision = what.add_parser("provision", help="make a run's streams and buckets as the admin user")
-    provision.add_argument("--config", required=True, metavar="FILE", help="a node config whose `nats` section is the admin's (nodes/admin.yaml)")
+    provision = what.add_parser("provision", help="make a run's streams and buckets of one account as its admin user")
+    provision.add_argument("--config", required=True, metavar="FILE", help="a node config whose `nats` section is an account's admin (nodes/admin-main.yaml, …)")
+    provision.add_argument("--account", default="auto", choices=["auto", "MAIN", "SUB", "TOOLS", "MONITOR"],
+                           help="whose streams and buckets (default: the account of an admin-<account> user; else every one, for a server without accounts)")
     provision.add_argument("--nats", metavar="URL", help="server URL(s) (default: nats.url of --config)")
     provision.add_argument("--run-id", required=True, metavar="ID", help="the run to provision")
     for sub in (certs, config, provision):

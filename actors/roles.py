@@ -42,26 +42,27 @@ class RoleSpec:
         start(bus, config, started)
 
 
-# What each role touches on NATS besides what every node does (deploy/access.py): subjects relative to
-# mgrpo.<run>., streams and buckets by short name, durables by the names the actors give them.
+# What each role touches on NATS besides what every node does (deploy/access.py): the account its user
+# lives in (its side: deploy/accounts.py), subjects relative to mgrpo.<run>., streams and buckets by
+# short name, durables by the names the actors give them.
 _ACCESS = {
-    "controller": RoleAccess(publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=(("steps", "controller"),),
+    "controller": RoleAccess("MAIN", publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=(("steps", "controller"),),
                              kv_write=(("state", "controller.cursor"),)),
-    "main-agent": RoleAccess(publish=("traj.main", "stats", "rollout.done"), requests=("subtask.request", "tool.*"), subscribe=("weights.main",),
+    "main-agent": RoleAccess("MAIN", publish=("traj.main", "stats", "rollout.done"), requests=("subtask.request", "tool.*"), subscribe=("weights.main",),
                              durables=(("rollouts", "main-agents"),), kv_read=("versions-main",), objects_read=("weights-main",)),
-    "sub-agent": RoleAccess(publish=("traj.sub",), requests=("tool.*",), subscribe=("subtask.request", "weights.sub"), kv_read=("versions-sub",),
+    "sub-agent": RoleAccess("SUB", publish=("traj.sub",), requests=("tool.*",), subscribe=("subtask.request", "weights.sub"), kv_read=("versions-sub",),
                             objects_read=("weights-sub",)),
-    "tool": RoleAccess(subscribe=("tool.*",)),
-    "main-aligner": RoleAccess(publish=("batch.main", "step.aligned.main"), durables=(("steps", "main-aligner-plans"), ("traj-main", "main-aligner")),
+    "tool": RoleAccess("TOOLS", subscribe=("tool.*",)),
+    "main-aligner": RoleAccess("MAIN", publish=("batch.main", "step.aligned.main"), durables=(("steps", "main-aligner-plans"), ("traj-main", "main-aligner")),
                                kv_write=(("state-main", "aligned.main.>"),)),
-    "sub-aligner": RoleAccess(publish=("batch.sub", "step.aligned.sub"),
+    "sub-aligner": RoleAccess("SUB", publish=("batch.sub", "step.aligned.sub"),
                               durables=(("steps", "sub-aligner-plans"), ("stats", "sub-aligner-stats"), ("traj-sub", "sub-aligner")),
                               kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub"))),
-    "main-learner": RoleAccess(publish=("weights.main", "step.done.main"), durables=(("batch-main", "main-learner"),),
+    "main-learner": RoleAccess("MAIN", publish=("weights.main", "step.done.main"), durables=(("batch-main", "main-learner"),),
                                kv_write=(("state-main", "learner.main"), ("versions-main", "latest.main")), objects_write=("weights-main",)),
-    "sub-learner": RoleAccess(publish=("weights.sub", "step.done.sub"), durables=(("batch-sub", "sub-learner"),),
+    "sub-learner": RoleAccess("SUB", publish=("weights.sub", "step.done.sub"), durables=(("batch-sub", "sub-learner"),),
                               kv_write=(("state-sub", "learner.sub"), ("versions-sub", "latest.sub")), objects_write=("weights-sub",)),
-    "monitor": RoleAccess(replays=("metrics",)),
+    "monitor": RoleAccess("MONITOR", replays=("metrics",)),
 }  # fmt: skip
 
 ROLES: dict[str, RoleSpec] = {

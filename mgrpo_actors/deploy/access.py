@@ -30,6 +30,7 @@ __all__ = ["Permissions", "RoleAccess", "common_access", "permissions", "subject
 class RoleAccess:
     """What one role's processes touch on NATS (names relative to the run, see the module doc)."""
 
+    account: str = ""  # the NATS account its user lives in (deploy/accounts.py: MAIN, SUB, TOOLS, MONITOR)
     publish: tuple[str, ...] = ()  # core and JetStream publishes (js_publish needs a PubAck: on the inbox)
     requests: tuple[str, ...] = ()  # subjects it sends requests on (the replies come to its inbox)
     subscribe: tuple[str, ...] = ()  # plain or queue-group subscriptions

@@ -1,14 +1,17 @@
 """Make a run's streams, KV buckets and object stores ahead of its nodes (`mgrpo deploy provision`), as
-the deployment's admin user: under the rendered permissions no role may create any of them (a user
+the admin user of an account: under the rendered permissions no role may create any of them (a user
 that may create a stream can create one that sources another and read it), so nodes only look them
-up. The limits and replicas are the node config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
+up. With accounts (deploy/accounts.py) each account keeps its own, so each account's admin provisions
+what the roles of that account use (`account_resources`). The limits and replicas are the node
+config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
 
 from __future__ import annotations
 
+from mgrpo_actors.deploy.accounts import AccountResources
 from mgrpo_actors.runtime import Bus, StreamLimits
 from protocols import SIDES
 
-__all__ = ["RUN_BUCKETS", "provision_run", "weights_buckets"]
+__all__ = ["RUN_BUCKETS", "everything", "provision_run", "weights_buckets"]
 
 # KV: the controller's cursor; each side's run state for resume (aligner, learner); each side's newest weights.
 RUN_BUCKETS = ("state", "state-main", "state-sub", "versions-main", "versions-sub")
@@ -19,11 +22,19 @@ def weights_buckets() -> list[str]:
     return [f"weights-{side}" for side in SIDES]
 
 
-def provision_run(bus: Bus, limits: StreamLimits) -> dict[str, list[str]]:
-    """Create what is missing of the bus's run; returns what exists now, by kind."""
-    streams = bus.ensure_streams(None, limits)
-    for what in RUN_BUCKETS:
+def everything(bus: Bus) -> AccountResources:
+    """Every stream, KV bucket and object store of the bus's run (a server without accounts keeps them all in one)."""
+    prefix = f"mgrpo-{bus.run_id}-"
+    return AccountResources(tuple(name.removeprefix(prefix) for name in bus.subjects.streams()), RUN_BUCKETS, tuple(weights_buckets()))
+
+
+def provision_run(bus: Bus, limits: StreamLimits, resources: AccountResources | None = None) -> dict[str, list[str]]:
+    """Create what is missing of the bus's run (`resources` of its account; default `everything`);
+    returns what exists now, by kind."""
+    resources = resources or everything(bus)
+    streams = bus.ensure_streams(list(resources.streams), limits)
+    for what in resources.kv:
         bus.kv(bus.subjects.bucket(what))
-    for what in weights_buckets():
+    for what in resources.objects:
         bus.object_store(bus.subjects.bucket(what))
-    return {"streams": streams, "kv": [bus.subjects.bucket(w) for w in RUN_BUCKETS], "objects": [bus.subjects.bucket(w) for w in weights_buckets()]}
+    return {"streams": streams, "kv": [bus.subjects.bucket(w) for w in resources.kv], "objects": [bus.subjects.bucket(w) for w in resources.objects]}

@@ -1,9 +1,12 @@
 """Render the NATS side of a deployment (`mgrpo deploy nats-config`): one nats-server configuration per
-server (JetStream, TLS, the cluster's routes, one user per role with the subject permissions of its
-`RoleAccess`, an `admin` user that provisions the run's streams and buckets, a read-only `tap` user),
-a password file per user (random, mode 0600, kept when they exist so re-rendering changes no
-password), and per user the `nats` section of its node config (URLs, user, password file, inbox
-prefix, CA). Passwords reach the servers only as bcrypt hashes.
+server (JetStream, TLS, the cluster's routes, and the accounts of deploy/accounts.py: MAIN, SUB,
+TOOLS, MONITOR, each with what crosses into and out of it, and in each account one user per role
+living there with the subject permissions of its `RoleAccess`, an `admin-<account>` user that
+provisions the run's streams and buckets of that account, and a read-only tap user: `tap-main`,
+`tap-sub`, `tap-tools`, and `tap` in MONITOR, which sees every account's metrics and events), a
+password file per user (random, mode 0600, kept when they exist so re-rendering changes no password),
+and per user the `nats` section of its node config (URLs, user, password file, inbox prefix, CA).
+Passwords reach the servers only as bcrypt hashes.
 """
 
 from __future__ import annotations
@@ -18,21 +21,35 @@ import bcrypt
 import yaml
 
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions
+from mgrpo_actors.deploy.accounts import ACCOUNTS, AccountResources, account_resources, accounts_section
 from mgrpo_actors.deploy.description import DeploymentDescription
+from protocols import Subjects
 
-__all__ = ["ADMIN_USER", "TAP_USER", "RenderedDeployment", "UserSpec", "render_deployment", "security_sections", "user_specs"]
+__all__ = ["TAP_USER", "RenderedDeployment", "UserSpec", "admin_user", "render_deployment", "security_sections", "tap_user", "user_specs"]
 
-ADMIN_USER = "admin"  # provisions streams, KV and object stores; no subject limits (keep it off the nodes)
-TAP_USER = "tap"  # `mgrpo tap` / `mgrpo ping`: reads every subject of the run, publishes only pings
+TAP_USER = "tap"  # `mgrpo tap` in MONITOR: every account's metrics and events of the run, read-only
+
+
+def admin_user(account: str) -> str:
+    """The user that provisions `account`'s streams, KV and object stores; no subject limits in its
+    account (keep it off the nodes)."""
+    return f"admin-{account.lower()}"
+
+
+def tap_user(account: str) -> str:
+    """The read-only user of `account` (`mgrpo tap` / `mgrpo ping` there): reads every subject and
+    stream of the run in that account, publishes only pings."""
+    return TAP_USER if account == "MONITOR" else f"tap-{account.lower()}"
 
 
 @dataclass(frozen=True)
 class UserSpec:
-    """One NATS user: its name, inbox prefix and permissions (None = unrestricted)."""
+    """One NATS user: its name, account, inbox prefix and permissions (None = unrestricted in its account)."""
 
     name: str
     inbox_prefix: str
     permissions: Permissions | None
+    account: str = "MAIN"
 
 
 @dataclass(frozen=True)
@@ -45,30 +62,33 @@ class RenderedDeployment:
     security: str  # the servers' `tls` and `authorization` sections (what tests append to their own server's config)
 
 
-def _tap_permissions(run_ids: list[str], inbox_prefix: str) -> Permissions:
-    from protocols import Subjects
-
+def _tap_permissions(run_ids: list[str], inbox_prefix: str, resources: AccountResources) -> Permissions:
     pub, sub = [], [f"{inbox_prefix}.>"]
     for run_id in run_ids:
         s = Subjects(run_id)
         sub.append(s.all)
         pub.append(s.node_ping)
-        for stream in s.streams():  # `mgrpo tap --stream`: an ordered consumer on any of the run's streams
+        for stream in (s.stream(what) for what in resources.streams):  # `mgrpo tap --stream`: an ordered consumer on its account's streams
             pub += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
     return Permissions(pub, sub)
 
 
 def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAccess]) -> list[UserSpec]:
-    """A user per role (named as the role), then `admin` and `tap`; each allowed what its role needs in every run."""
+    """A user per role (named as the role, in its role's account), then per account its admin and tap
+    users; each allowed what its role needs in every run of the description."""
     users = []
     for role, access in accesses.items():
+        if access.account not in ACCOUNTS:
+            raise ValueError(f"role {role}: account {access.account!r} is not one of {', '.join(ACCOUNTS)}")
         prefix = f"_INBOX.{role}"
         merged = Permissions()
         for run_id in description.run_ids:
             merged = merged.merged(permissions(access, run_id, prefix))
-        users.append(UserSpec(role, prefix, merged))
-    users.append(UserSpec(ADMIN_USER, f"_INBOX.{ADMIN_USER}", None))
-    users.append(UserSpec(TAP_USER, f"_INBOX.{TAP_USER}", _tap_permissions(description.run_ids, f"_INBOX.{TAP_USER}")))
+        users.append(UserSpec(role, prefix, merged, access.account))
+    for account in ACCOUNTS:
+        admin, tap = admin_user(account), tap_user(account)
+        users.append(UserSpec(admin, f"_INBOX.{admin}", None, account))
+        users.append(UserSpec(tap, f"_INBOX.{tap}", _tap_permissions(description.run_ids, f"_INBOX.{tap}", account_resources(accesses, account)), account))
     return users
 
 
@@ -104,8 +124,9 @@ def _user_block(user: UserSpec, password_hash: str) -> str:
     return "\n".join(lines)
 
 
-def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: dict[str, str] | None, verify_clients: bool, tls_timeout_s: float) -> str:
-    """The `authorization` (and `tls`) sections of a server configuration."""
+def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: dict[str, str] | None, verify_clients: bool, tls_timeout_s: float,
+                      run_ids: list[str]) -> str:  # fmt: skip
+    """The `accounts` (and `tls`) sections of a server configuration (exports and imports for `run_ids`)."""
     parts = []
     if tls_files is not None:
         verify = "\n  verify: true" if verify_clients else ""
@@ -115,8 +136,8 @@ def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: 
             # Clients start TLS before anything else (nats.tls.handshake_first): no credentials to a plain-text impostor.
             "  handshake_first: true\n}"
         )
-    blocks = ",\n".join(_user_block(u, hashes[u.name]) for u in users)
-    parts.append(f"authorization {{\n  users: [\n{blocks}\n  ]\n}}")
+    by_account = {account: [_user_block(u, hashes[u.name]) for u in users if u.account == account] for account in ACCOUNTS}
+    parts.append(accounts_section(by_account, run_ids))
     return "\n".join(parts) + "\n"
 
 
@@ -159,9 +180,9 @@ def render_deployment(description: DeploymentDescription, accesses: dict[str, Ro
     users = user_specs(description, accesses)
     password_files = {u.name: secrets_dir / f"{u.name}.password" for u in users}
     hashes = {u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode() for u in users}
-    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s)
-    # The users alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
-    (out / "users.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s))
+    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s, description.run_ids)
+    # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
+    (out / "accounts.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s, description.run_ids))
     server_configs = {}
     for i, server in enumerate(description.servers):
         server_configs[server.name] = out / f"{server.name}.conf"
@@ -175,7 +196,8 @@ def render_deployment(description: DeploymentDescription, accesses: dict[str, Ro
         if description.jetstream.replicas > 1:
             nats["replicas"] = description.jetstream.replicas  # what the admin provisions with (and a node recreates with)
         node_configs[user.name] = out / "nodes" / f"{user.name}.yaml"
-        header = f"# The `nats` section of a node with the {user.name} role (rendered by `mgrpo deploy nats-config`); merge it into that node's config.\n"
+        header = (f"# The `nats` section of {user.name}, a user of account {user.account} (rendered by `mgrpo deploy nats-config`); "
+                  "merge it into the config of a node that runs as it.\n")
         node_configs[user.name].write_text(header + yaml.safe_dump({"nats": nats}, sort_keys=False))
     return RenderedDeployment(server_configs, node_configs, password_files, security)
 

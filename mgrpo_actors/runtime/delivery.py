@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-__all__ = ["INBOX_PREFIX", "Delivery", "KvUpdate", "Settler"]
+__all__ = ["REPLY_PREFIXES", "Delivery", "KvUpdate", "Settler"]
 
-# Where requesters wait for replies (nats-py's `new_inbox()`, as runtime/requests.py uses it). A node
-# replies only to these: a peer that names a stream's or a service's subject as its reply subject would
-# otherwise make the node write there (a NodeInfo into a trajectory stream, ping storms between nodes).
-INBOX_PREFIX = "_INBOX."
+# Where requesters wait for replies: nats-py's `new_inbox()` (as runtime/requests.py uses it), and the
+# `_R_.` subjects nats-server puts in a request that crossed from another account through a service
+# import (deploy/accounts.py; it maps them back to the requester's inbox). A node replies only to
+# these: a peer that names a stream's or a service's subject as its reply subject would otherwise make
+# the node write there (a NodeInfo into a trajectory stream, ping storms between nodes).
+REPLY_PREFIXES = ("_INBOX.", "_R_.")
 
 
 class Settler(Protocol):

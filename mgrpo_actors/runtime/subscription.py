@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mgrpo_actors.log import get_logger
-from mgrpo_actors.runtime.delivery import INBOX_PREFIX, Delivery
+from mgrpo_actors.runtime.delivery import REPLY_PREFIXES, Delivery
 from mgrpo_actors.runtime.loop import BusLoop
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import Failure, encode
@@ -53,7 +53,7 @@ def mailbox_feeder(bus: Any, target: Target, limit: int) -> Callable[[Any], Awai
     async def on_msg(msg: Any) -> None:
         if bus.audit is not None:
             bus.audit.record(msg.subject, msg.data, "subscription")
-        if msg.reply and not msg.reply.startswith(INBOX_PREFIX):  # replies go to inboxes only: refused, never answered
+        if msg.reply and not msg.reply.startswith(REPLY_PREFIXES):  # replies go to inboxes only: refused, never answered
             return bus.dead_letter(Delivery(msg.subject, msg.data, "", msg.headers), f"reply subject {msg.reply[:200]!r} is not an inbox", "BadReplySubject")
         await slots.acquire()
         delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers, on_taken=lambda: bus.loop.call_soon(slots.release))

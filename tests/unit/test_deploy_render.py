@@ -1,5 +1,6 @@
 """The deployment description and what `mgrpo deploy nats-config` renders from it: its validation,
-the users (one per role, `admin` unrestricted, `tap`), the servers' `authorization`/`tls` sections,
+the users (one per role in its account; per account an unrestricted admin and a read-only tap), the
+servers' `accounts`/`tls` sections,
 password files (mode 0600, kept on re-render, only bcrypt hashes in the server config) and the node
 `nats` sections. No network; bcrypt costs ~60 ms a user, so few renders of few users."""
 
@@ -16,7 +17,11 @@ from actors.roles import ROLES
 from mgrpo_actors.config import ConfigError, from_dict
 from mgrpo_actors.deploy.access import Permissions
 from mgrpo_actors.deploy.description import DeploymentDescription, JetStreamSettings, ServerAddress, TlsSettings
-from mgrpo_actors.deploy.server_config import ADMIN_USER, TAP_USER, UserSpec, _user_block, render_deployment, security_sections, user_specs
+from mgrpo_actors.deploy.accounts import ACCOUNTS
+from mgrpo_actors.deploy.server_config import TAP_USER, UserSpec, _user_block, admin_user, render_deployment, security_sections, tap_user, user_specs
+
+ADMIN_USER = admin_user("MAIN")
+PER_ACCOUNT = [name for account in ACCOUNTS for name in (admin_user(account), tap_user(account))]
 
 # ---- DeploymentDescription ---------------------------------------------------------------------
 
@@ -96,18 +101,34 @@ def test_a_bad_mapping_is_a_config_error():
 ACCESSES = {name: spec.nats_access for name, spec in ROLES.items()}
 
 
-def test_user_specs_are_one_per_role_then_admin_and_tap():
-    """Each role a user of its name with inbox `_INBOX.<role>`; admin unrestricted; tap reads the run."""
+def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
+    """Each role a user of its name in its role's account with inbox `_INBOX.<role>`; per account an
+    unrestricted admin and a tap that reads the run there (its streams only)."""
     users = user_specs(DeploymentDescription(run_ids=["r1"]), ACCESSES)
-    assert [u.name for u in users] == [*ROLES, ADMIN_USER, TAP_USER]
+    assert [u.name for u in users] == [*ROLES, *PER_ACCOUNT]
+    assert PER_ACCOUNT == ["admin-main", "tap-main", "admin-sub", "tap-sub", "admin-tools", "tap-tools", "admin-monitor", TAP_USER]
     assert all(u.inbox_prefix == f"_INBOX.{u.name}" for u in users)
     by_name = {u.name: u for u in users}
-    assert by_name[ADMIN_USER].permissions is None
-    assert all(u.permissions is not None and u.permissions.publish and u.permissions.subscribe for u in users if u.name != ADMIN_USER)
-    tap = by_name[TAP_USER].permissions
+    assert {name: by_name[name].account for name in ROLES} == {name: ACCESSES[name].account for name in ROLES}
+    assert [by_name[admin_user(a)].account for a in ACCOUNTS] == list(ACCOUNTS) == [by_name[tap_user(a)].account for a in ACCOUNTS]
+    admins = {admin_user(a) for a in ACCOUNTS}
+    assert all(by_name[a].permissions is None for a in admins)
+    assert all(u.permissions is not None and u.permissions.publish and u.permissions.subscribe for u in users if u.name not in admins)
+    tap = by_name["tap-main"].permissions
     assert tap.may_subscribe("mgrpo.r1.batch.main") and tap.may_publish("mgrpo.r1.node.ping")
     assert not tap.may_publish("mgrpo.r1.batch.main") and not tap.may_publish("$KV.mgrpo-r1-state.learner.main")
-    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0).count("allow_responses: true") == len(users) - 1
+    assert tap.may_publish("$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-main") and not tap.may_publish("$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-sub")
+    monitor_tap = by_name[TAP_USER].permissions  # MONITOR keeps only the metrics and dead-letter streams
+    assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-steps")
+    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count("allow_responses: true") == len(users) - len(admins)
+
+
+def test_a_role_without_a_known_account_is_refused():
+    """Every role's user lives in one of the accounts; a role declared without one is an error, not a user of nowhere."""
+    from mgrpo_actors.deploy.access import RoleAccess
+
+    with pytest.raises(ValueError, match="role odd: account 'SIDEWAYS'"):
+        user_specs(DeploymentDescription(), {"odd": RoleAccess("SIDEWAYS", publish=("x",))})
 
 
 def test_user_specs_allow_each_run_of_the_description():
@@ -119,11 +140,14 @@ def test_user_specs_allow_each_run_of_the_description():
 
 
 def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
-    """Restricted users get allow lists and `allow_responses: true`; admin gets no permissions block."""
-    users = [UserSpec("tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"])), UserSpec(ADMIN_USER, "_INBOX.admin", None)]
-    text = security_sections(users, {"tool": "$2b$10$h1", ADMIN_USER: "$2b$10$h2"}, None, False, 2.0)
-    assert "tls {" not in text and text.startswith("authorization {")
-    tool_block, admin_block = text.split('{ user: "admin"')
+    """Restricted users get allow lists and `allow_responses: true`; admin gets no permissions block;
+    each user sits in its account's block."""
+    users = [UserSpec("tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"]), "TOOLS"),
+             UserSpec(ADMIN_USER, "_INBOX.admin", None, "MAIN")]  # fmt: skip
+    text = security_sections(users, {"tool": "$2b$10$h1", ADMIN_USER: "$2b$10$h2"}, None, False, 2.0, ["r1"])
+    assert "tls {" not in text and text.startswith("accounts {") and "authorization" not in text
+    assert text.index('{ user: "admin-main"') < text.index("  SUB: {") < text.index("  TOOLS: {") < text.index('{ user: "tool"') < text.index("  MONITOR: {")
+    admin_block, tool_block = text.split('  TOOLS: {')[0], text.split('  TOOLS: {')[1].split("  MONITOR: {")[0]
     assert '{ user: "tool", password: "$2b$10$h1"' in tool_block and "allow_responses: true" in tool_block
     assert 'publish: { allow: ["mgrpo.r1.events"] }' in tool_block and 'subscribe: { allow: ["_INBOX.tool.>", "mgrpo.r1.tool.*"] }' in tool_block
     assert "permissions" not in admin_block and "allow_responses" not in admin_block and '"$2b$10$h2"' in admin_block
@@ -133,10 +157,10 @@ def test_security_sections_tls_block_names_the_files_and_verify():
     """`tls {}` with cert, key, CA and timeout; `verify: true` only when clients are verified."""
     users = [UserSpec(ADMIN_USER, "_INBOX.admin", None)]
     files = {"cert": "/c/server.pem", "key": "/c/server-key.pem", "ca": "/c/ca.pem"}
-    plain = security_sections(users, {ADMIN_USER: "h"}, files, False, 2.5)
+    plain = security_sections(users, {ADMIN_USER: "h"}, files, False, 2.5, ["r1"])
     assert plain.startswith('tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n  handshake_first: true\n}')
     assert "verify" not in plain
-    assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(users, {ADMIN_USER: "h"}, files, True, 2.5)
+    assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(users, {ADMIN_USER: "h"}, files, True, 2.5, ["r1"])
 
 
 @pytest.mark.parametrize("perms", [Permissions([], ["x"]), Permissions(["x"], []), Permissions()])
@@ -148,7 +172,7 @@ def test_user_block_refuses_an_empty_allow_list(perms):
 
 # ---- render_deployment ------------------------------------------------------------------------------
 
-_FEW = {name: ACCESSES[name] for name in ("main-learner", "tool")}  # + admin + tap: 4 bcrypt hashes a render
+_FEW = {name: ACCESSES[name] for name in ("main-learner", "tool")}  # + admin and tap of 4 accounts: 10 bcrypt hashes a render
 
 
 @pytest.fixture(scope="module")
@@ -165,23 +189,24 @@ def _mode(path: Path) -> int:
 def test_render_writes_a_private_password_file_per_user(rendered):
     """One password file per user, mode 0600, a single non-empty line."""
     _, out, result = rendered
-    assert list(result.password_files) == ["main-learner", "tool", ADMIN_USER, TAP_USER]
+    assert list(result.password_files) == ["main-learner", "tool", *PER_ACCOUNT]
     for path in result.password_files.values():
         assert path.parent == out / "secrets" and _mode(path) == 0o600
         lines = path.read_text().splitlines()
         assert len(lines) == 1 and len(lines[0]) >= 24
-    assert len({p.read_text() for p in result.password_files.values()}) == 4  # all different
+    assert len({p.read_text() for p in result.password_files.values()}) == 10  # all different
 
 
 def test_the_server_config_holds_bcrypt_hashes_and_never_a_password(rendered):
     """Passwords reach the server only as `$2b$` hashes; no TLS section when TLS is off."""
     _, _, result = rendered
     conf = result.server_configs["nats-1"].read_text()
-    assert conf.count('password: "$2b$10$') == 4
+    assert conf.count('password: "$2b$10$') == 10
     for path in result.password_files.values():
         assert path.read_text().strip() not in conf
     assert "tls {" not in conf and "cluster {" not in conf
-    assert result.security in conf and conf.count("allow_responses: true") == 3  # all but admin
+    assert result.security in conf and conf.count("allow_responses: true") == 6  # all but the 4 admins
+    assert (out_accounts := (result.server_configs["nats-1"].parent / "accounts.conf").read_text()).startswith("accounts {") and "tls" not in out_accounts
 
 
 def test_node_configs_carry_user_inbox_and_password_file(rendered):
