@@ -19,6 +19,7 @@ from typing import Any
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.batch_rows import split_batch
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from protocols import BatchReady, StepPlan
 
@@ -78,16 +79,17 @@ class AlignerActor(BusActor):
     complete: Any  # (held: HeldStep) -> bool, defined by the subclass
     build: Any  # (held: HeldStep) -> tuple[AlignedBatch, dict[str, float]], defined by the subclass
 
-    def consume_side(self, stream: str, durable: str, subject: str | None = None) -> None:
-        # Held pieces stay unacked until their step is published: allow a whole step's worth in flight.
-        self.consume(stream, durable, subject=subject, batch=100_000, max_ack_pending=100_000, ack_wait_s=self.pipeline.ack_wait_s)
+    def consume_side(self, durable: str) -> None:
+        # Held pieces stay unacked until their step is published: a whole step's worth in flight (DURABLES).
+        spec = DURABLES[durable]
+        self.consume(*spec.where(self.bus.subjects), batch=spec.max_ack_pending, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
 
     # ---- wiring ------------------------------------------------------------------------------
     def on_start(self) -> None:
         super().on_start()
         subjects = self.bus.subjects
         self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
-        self.consume_side(subjects.stream("steps"), f"{self.side}-aligner-plans", subject=subjects.step_start)
+        self.consume_side(f"{self.side}-aligner-plans")
         self.ticker = Ticker(self.actor_ref, self.pipeline.tick_s, _Tick, name=f"tick-{self.name}").start()
 
     def on_stop(self) -> None:

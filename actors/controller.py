@@ -24,6 +24,7 @@ from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event
 from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
 
@@ -55,8 +56,8 @@ class ControllerActor(BusActor):
         raw = self.state.get(CURSOR_KEY)
         self.cursor = _cursor(json.loads(raw)) if raw else {"next": 0, "open": {}, "finished": False, "versions": {side: 0 for side in SIDES}}
         subjects = self.bus.subjects
-        # step.aligned.<side> and step.done.<side> (not step.start, which is the controller's own).
-        self.consume(subjects.stream("steps"), "controller", subject=f"{subjects.root}.step.*.*", ack_wait_s=self.pipeline.ack_wait_s)
+        spec = DURABLES["controller"]  # step.aligned.<side> and step.done.<side>
+        self.consume(*spec.where(subjects), max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
         self.listen(subjects.rollout_done)
         if self.cursor["finished"]:
             self.log.info("run already finished", steps=self.cursor["next"])

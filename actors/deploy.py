@@ -66,13 +66,17 @@ def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.deploy.provision import provision_run
     from mgrpo_actors.runtime import Bus, BusError
 
+    from mgrpo_actors.config import load_config
+    from mgrpo_actors.config.pipeline import PipelineConfig
+
     url, security, nats = connection(args)
+    pipeline = load_config(PipelineConfig, args.config, section="pipeline")  # the durables' ack wait
     account = _account(args, nats.auth.user)
     resources = account_resources({name: spec.nats_access for name, spec in ROLES.items()}, account) if account else None
     try:
         with Bus(url, run_id=args.run_id, node="mgrpo-deploy-provision", connect_timeout_s=nats.connect_timeout_s, max_bytes=nats.max_message_bytes,
                  security=security) as bus:  # fmt: skip
-            made = provision_run(bus, nats.stream_limits, resources)
+            made = provision_run(bus, nats.stream_limits, pipeline.ack_wait_s, resources)
     except BusError as exc:  # unreachable, refused credentials or TLS
         print(f"mgrpo deploy provision: error: {exc}", file=sys.stderr)
         return 3
@@ -81,7 +85,8 @@ def _provision(args: argparse.Namespace) -> int:
         return 3
     where = f"account {account}" if account else "every stream and bucket (no account named)"
     print(f"run {args.run_id}, {where}: {len(made['streams'])} streams, KV {', '.join(made['kv']) or '-'}, "
-          f"object stores {', '.join(made['objects']) or '-'} (replicas {nats.replicas})")  # fmt: skip
+          f"object stores {', '.join(made['objects']) or '-'}, durables {', '.join(made['durables']) or '-'} "
+          f"(replicas {nats.replicas}, ack wait {pipeline.ack_wait_s:g} s)")  # fmt: skip
     return 0
 
 
@@ -107,7 +112,9 @@ def add_parser(subparsers: Any) -> None:
     config.add_argument("--out", default="deploy/nats/generated", metavar="DIR", help="where to write (default: deploy/nats/generated)")
     config.add_argument("--install-dir", default="", metavar="PATH", help="where DIR will be on the servers and nodes (default: DIR itself)")
     provision = what.add_parser("provision", help="make a run's streams and buckets of one account as its admin user")
-    provision.add_argument("--config", required=True, metavar="FILE", help="a node config whose `nats` section is an account's admin (nodes/admin-main.yaml, …)")
+    provision.add_argument("--config", required=True, action="append", metavar="FILE",
+                           help="the admin's node config (nodes/admin-main.yaml, …); repeat to merge the run's config first (its pipeline.ack_wait_s "
+                                "and nats limits), later files winning")
     provision.add_argument("--account", default="auto", choices=["auto", "MAIN", "SUB", "TOOLS", "MONITOR"],
                            help="whose streams and buckets (default: the account of an admin-<account> user; else every one, for a server without accounts)")
     provision.add_argument("--nats", metavar="URL", help="server URL(s) (default: nats.url of --config)")

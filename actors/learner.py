@@ -38,6 +38,7 @@ from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.pipeline.batch_rows import join_chunks
 from mgrpo_actors.pipeline.policy_sync import latest_key
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 
@@ -92,7 +93,8 @@ class LearnerActor(BusActor):
             self.applied = record
             self.log.info("learner resumed from its checkpoint", step=record["step"], version=record["version"])
         lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
-        self.consume(subjects.stream(f"batch-{self.side}"), f"{self.side}-learner", batch=10_000, max_ack_pending=10_000, ack_wait_s=self.config.pipeline.ack_wait_s)
+        spec = DURABLES[f"{self.side}-learner"]
+        self.consume(*spec.where(subjects), batch=spec.max_ack_pending, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.config.pipeline.ack_wait_s)
 
     def on_stop(self) -> None:
         super().on_stop()

@@ -26,6 +26,7 @@ from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, ne
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
@@ -60,7 +61,8 @@ class MainAgentActor(AgentActor):
         else:  # the single-agent baseline
             self.tools, self.execute_tools = self._single_agent_tools(registry)
             self.subtasks = None
-        self.consume(self.bus.subjects.stream("rollouts"), "main-agents", batch=self.pipeline.main_queries_in_flight, ack_wait_s=self.pipeline.ack_wait_s)
+        spec = DURABLES["main-agents"]
+        self.consume(*spec.where(self.bus.subjects), batch=self.pipeline.main_queries_in_flight, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
 
     def _single_agent_tools(self, registry: ToolRegistry) -> tuple[ToolRegistry, ToolExecutor]:
         """The single agent's tools (agents.main.tools; none: plain GRPO): search and visit go to the tool

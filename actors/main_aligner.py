@@ -21,8 +21,7 @@ class MainAlignerActor(AlignerActor):
 
     def on_start(self) -> None:
         super().on_start()
-        subjects = self.bus.subjects
-        self.consume_side(subjects.stream("traj-main"), "main-aligner")
+        self.consume_side("main-aligner")
 
     def handlers(self) -> dict:
         return {StepPlan: self.on_plan, Trajectory: self.on_trajectory}

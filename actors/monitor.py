@@ -2,8 +2,8 @@
 a run spread over many machines, built only from what it reads off NATS.
 
 It replays the run's metrics stream (`mgrpo-<run>-metrics`: metrics, events, query progress) from the
-first message through an ordered consumer (ephemeral, no acks: it takes nothing from anyone and
-leaves no consumer behind), then keeps following it live, so it can attach at any time, even after
+first message by direct gets (runtime/stream_reader.py: no consumer, no acks: it takes nothing from
+anyone and leaves nothing behind), then keeps following it live, so it can attach at any time, even after
 the run ended. On `run.finished` it prints the per-step table and writes summary.json and
 rewards.png into `<run.dir>/<run.id>/` on its own machine, then publishes a `monitor.reported`
 event (with `--until-finished` its node stops on it; otherwise it keeps following).

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import importlib
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.deploy.access import RoleAccess
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
 
 __all__ = ["ROLES", "START_ORDER", "SUB_SIDE_ROLES", "RoleSpec", "expand_roles", "role_streams", "roles_of_all", "unused_roles"]
@@ -45,22 +46,27 @@ class RoleSpec:
 # What each role touches on NATS besides what every node does (deploy/access.py): the account its user
 # lives in (its side: deploy/accounts.py), subjects relative to mgrpo.<run>., streams and buckets by
 # short name, durables by the names the actors give them.
+def _durables(*names: str) -> tuple[tuple[str, str], ...]:
+    """(stream, durable) of the pipeline's durables (mgrpo_actors/pipeline/durables.py) a role pulls from."""
+    return tuple((DURABLES[name].stream, name) for name in names)
+
+
 _ACCESS = {
-    "controller": RoleAccess("MAIN", publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=(("steps", "controller"),),
+    "controller": RoleAccess("MAIN", publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=_durables("controller"),
                              kv_write=(("state", "controller.cursor"),)),
     "main-agent": RoleAccess("MAIN", publish=("traj.main", "stats", "rollout.done"), requests=("subtask.request", "tool.*"), subscribe=("weights.main",),
-                             durables=(("rollouts", "main-agents"),), kv_read=("versions-main",), objects_read=("weights-main",)),
+                             durables=_durables("main-agents"), kv_read=("versions-main",), objects_read=("weights-main",)),
     "sub-agent": RoleAccess("SUB", publish=("traj.sub",), requests=("tool.*",), subscribe=("subtask.request", "weights.sub"), kv_read=("versions-sub",),
                             objects_read=("weights-sub",)),
     "tool": RoleAccess("TOOLS", subscribe=("tool.*",)),
-    "main-aligner": RoleAccess("MAIN", publish=("batch.main", "step.aligned.main"), durables=(("steps", "main-aligner-plans"), ("traj-main", "main-aligner")),
+    "main-aligner": RoleAccess("MAIN", publish=("batch.main", "step.aligned.main"), durables=_durables("main-aligner-plans", "main-aligner"),
                                kv_write=(("state-main", "aligned.main.>"),)),
     "sub-aligner": RoleAccess("SUB", publish=("batch.sub", "step.aligned.sub"),
-                              durables=(("steps", "sub-aligner-plans"), ("stats", "sub-aligner-stats"), ("traj-sub", "sub-aligner")),
+                              durables=_durables("sub-aligner-plans", "sub-aligner-stats", "sub-aligner"),
                               kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub"))),
-    "main-learner": RoleAccess("MAIN", publish=("weights.main", "step.done.main"), durables=(("batch-main", "main-learner"),),
+    "main-learner": RoleAccess("MAIN", publish=("weights.main", "step.done.main"), durables=_durables("main-learner"),
                                kv_write=(("state-main", "learner.main"), ("versions-main", "latest.main")), objects_write=("weights-main",)),
-    "sub-learner": RoleAccess("SUB", publish=("weights.sub", "step.done.sub"), durables=(("batch-sub", "sub-learner"),),
+    "sub-learner": RoleAccess("SUB", publish=("weights.sub", "step.done.sub"), durables=_durables("sub-learner"),
                               kv_write=(("state-sub", "learner.sub"), ("versions-sub", "latest.sub")), objects_write=("weights-sub",)),
     "monitor": RoleAccess("MONITOR", replays=("metrics",)),
 }  # fmt: skip

@@ -40,9 +40,8 @@ class SubAlignerActor(AlignerActor):
         saved = self.bus.kv(self.bus.subjects.bucket("state-sub")).get(D_ESTIMATOR_KEY)
         if saved is not None:  # a restarted aligner goes on with the D and the window it had
             self.d_estimator.restore(json.loads(saved))
-        subjects = self.bus.subjects
-        self.consume_side(subjects.stream("stats"), "sub-aligner-stats")
-        self.consume_side(subjects.stream("traj-sub"), "sub-aligner")
+        self.consume_side("sub-aligner-stats")
+        self.consume_side("sub-aligner")
 
     def handlers(self) -> dict:
         return {StepPlan: self.on_plan, RewardStats: self.on_stats, Trajectory: self.on_trajectory}

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from mgrpo_actors.runtime import Bus
-from mgrpo_actors.runtime.replay import subscribe_ordered
+from mgrpo_actors.runtime.stream_reader import follow_stream
 from protocols import Event, Message, ProtocolError, decode
 from tests.helpers import REPO, start_script, stop_process, wait_until
 
@@ -99,8 +99,8 @@ class EventLog:
 
 
 def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
-    """Every message stored in `stream` (on `subject`), decoded, in order: an ordered consumer, which
-    takes and acks nothing (so a read-only user, like a deployment's `tap`, may read this way too)."""
+    """Every message stored in `stream` (on `subject`), decoded, in order: direct gets, which take and
+    ack nothing and need no consumer (so a read-only user, like a deployment's tap users, reads this way too)."""
 
     async def read() -> list[bytes]:
         info = await bus._js.stream_info(stream)
@@ -110,12 +110,12 @@ def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
 
         async def on_msg(msg: Any) -> None:
             found.append(msg.data)
-            if len(found) >= total or msg.metadata.num_pending == 0:
+            if len(found) >= total or msg.pending == 0:
                 done.set()
 
         if total == 0:
             return found
-        sub = await subscribe_ordered(bus._js, stream, subject, on_msg)
+        sub = await follow_stream(bus._nc, stream, subject, on_msg)
         try:
             await asyncio.wait_for(done.wait(), 30)  # a loaded machine may take a while
         except asyncio.TimeoutError:

@@ -27,7 +27,7 @@ import numpy as np
 from mgrpo_actors.cli.arguments import add_connection_arguments, connection
 from mgrpo_actors.runtime.connect import connect_client
 from mgrpo_actors.runtime.errors import BusConnectError
-from mgrpo_actors.runtime.replay import subscribe_ordered
+from mgrpo_actors.runtime.stream_reader import follow_stream
 from protocols import ProtocolError, decode_envelope
 
 __all__ = ["Cut", "add_parser", "message_to_json", "run_tap"]
@@ -117,13 +117,11 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
 
     try:
         if stream:
-            js = nc.jetstream()
             try:
-                await js.stream_info(stream)
+                await follow_stream(nc, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
             except Exception as exc:
                 print(f"mgrpo tap: error: stream {stream!r} not found: {exc}", file=sys.stderr)
                 return 2
-            await subscribe_ordered(js, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
         else:
             await nc.subscribe(subject, cb=on_msg)
         await nc.flush()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from protocols import Subjects
 
-__all__ = ["Permissions", "RoleAccess", "common_access", "permissions", "subject_matches"]
+__all__ = ["Permissions", "RoleAccess", "common_access", "permissions", "replay_api", "subject_matches"]
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ class RoleAccess:
     requests: tuple[str, ...] = ()  # subjects it sends requests on (the replies come to its inbox)
     subscribe: tuple[str, ...] = ()  # plain or queue-group subscriptions
     streams: tuple[str, ...] = ()  # streams it looks up (made beforehand by `mgrpo deploy provision`)
-    durables: tuple[tuple[str, str], ...] = ()  # (stream, durable) pull consumers it creates, pulls and acks
-    replays: tuple[str, ...] = ()  # streams it reads with an ordered (ephemeral) consumer
+    durables: tuple[tuple[str, str], ...] = ()  # (stream, durable) pull consumers it binds to, pulls and acks (made by provision)
+    replays: tuple[str, ...] = ()  # streams it reads by direct gets (runtime/stream_reader.py: no consumer)
     kv_read: tuple[str, ...] = ()  # KV buckets it opens and reads
     kv_write: tuple[tuple[str, str], ...] = ()  # (bucket, key or key pattern) it puts
     objects_read: tuple[str, ...] = ()  # object stores it opens and reads
@@ -85,16 +85,14 @@ def _stream_api(stream: str) -> list[str]:
 
 
 def _durable_api(stream: str, durable: str) -> list[str]:
-    # The create subject carries the filter subject when there is one (…CREATE.<s>.<d>.<filter>).
-    return [
-        f"$JS.API.CONSUMER.INFO.{stream}.{durable}", f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>", f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}", f"$JS.ACK.{stream}.{durable}.>",
-    ]  # fmt: skip
+    # Bind (info), pull and ack; never create or update: the admin makes the durables at provision time
+    # (mgrpo_actors/pipeline/durables.py says why), and nats-py binds to one that exists.
+    return [f"$JS.API.CONSUMER.INFO.{stream}.{durable}", f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}", f"$JS.ACK.{stream}.{durable}.>"]
 
 
-def _ordered_api(stream: str) -> list[str]:
-    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
+def replay_api(stream: str) -> list[str]:
+    """Reading `stream` by direct gets (runtime/stream_reader.py), one message gets where the stream has no direct gets."""
+    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}"]
 
 
 def _kv_read_api(bucket: str) -> list[str]:
@@ -103,9 +101,10 @@ def _kv_read_api(bucket: str) -> list[str]:
 
 
 def _objects_read_api(bucket: str) -> list[str]:
+    # runtime/objects.read_object: the object's meta entry and its chunks by message get, no consumer
+    # (a user that may create consumers can have the server deliver a stream's messages anywhere).
     stream = f"OBJ_{bucket}"
-    # nats-py's object get subscribes without naming the stream, so it lists the account's streams first.
-    return [*_stream_api(stream), f"$JS.API.STREAM.MSG.GET.{stream}", "$JS.API.STREAM.NAMES", *_ordered_api(stream)[1:]]
+    return [*_stream_api(stream), f"$JS.API.STREAM.MSG.GET.{stream}"]
 
 
 def permissions(access: RoleAccess, run_id: str, inbox_prefix: str, until_finished: bool = True) -> Permissions:
@@ -124,7 +123,7 @@ def permissions(access: RoleAccess, run_id: str, inbox_prefix: str, until_finish
         for what, durable in role.durables:
             pub += [*_stream_api(s.stream(what)), *_durable_api(s.stream(what), durable)]
         for what in role.replays:
-            pub += _ordered_api(s.stream(what))
+            pub += replay_api(s.stream(what))
         for what in role.kv_read:
             pub += _kv_read_api(s.bucket(what))
         for what, key in role.kv_write:

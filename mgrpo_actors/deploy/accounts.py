@@ -90,19 +90,22 @@ class AccountResources:
     streams: tuple[str, ...]
     kv: tuple[str, ...]
     objects: tuple[str, ...]
+    durables: tuple[str, ...] = ()  # durable consumers by name (mgrpo_actors/pipeline/durables.py)
 
 
 def account_resources(accesses: Mapping[str, RoleAccess], account: str) -> AccountResources:
-    """What the roles of `account` use, so what its admin provisions for a run (every account also keeps
-    the metrics and dead-letter streams its nodes write)."""
-    streams, kv, objects = list(common_access().streams), [], []
+    """What the roles of `account` use, so what its admin provisions for a run: streams, KV buckets,
+    object stores and durable consumers (every account also keeps the metrics and dead-letter streams
+    its nodes write)."""
+    streams, kv, objects, durables = list(common_access().streams), [], [], []
     for access in accesses.values():
         if access.account != account:
             continue
         streams += [*access.streams, *(stream for stream, _ in access.durables), *access.replays]
         kv += [*access.kv_read, *(bucket for bucket, _ in access.kv_write)]
         objects += [*access.objects_read, *access.objects_write]
-    return AccountResources(tuple(dict.fromkeys(streams)), tuple(dict.fromkeys(kv)), tuple(dict.fromkeys(objects)))
+        durables += [durable for _, durable in access.durables]
+    return AccountResources(*(tuple(dict.fromkeys(names)) for names in (streams, kv, objects, durables)))
 
 
 def _entry(crossing: Crossing, subject: str, exported: bool) -> str:

@@ -1,14 +1,16 @@
-"""Make a run's streams, KV buckets and object stores ahead of its nodes (`mgrpo deploy provision`), as
-the admin user of an account: under the rendered permissions no role may create any of them (a user
-that may create a stream can create one that sources another and read it), so nodes only look them
-up. With accounts (deploy/accounts.py) each account keeps its own, so each account's admin provisions
+"""Make a run's streams, KV buckets, object stores and durable consumers ahead of its nodes (`mgrpo deploy
+provision`), as the admin user of an account: under the rendered permissions no role may create any of
+them (a user that may create a stream can create one that sources another and read it; one that may
+create a consumer can have the server deliver messages onto any subject of its account), so nodes
+only look them up and bind to them. With accounts (deploy/accounts.py) each account keeps its own, so each account's admin provisions
 what the roles of that account use (`account_resources`). The limits and replicas are the node
 config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
 
 from __future__ import annotations
 
 from mgrpo_actors.deploy.accounts import AccountResources
-from mgrpo_actors.runtime import Bus, StreamLimits
+from mgrpo_actors.pipeline.durables import DURABLES
+from mgrpo_actors.runtime import Bus, StreamLimits, ensure_durable
 from protocols import SIDES
 
 __all__ = ["RUN_BUCKETS", "everything", "provision_run", "weights_buckets"]
@@ -23,18 +25,22 @@ def weights_buckets() -> list[str]:
 
 
 def everything(bus: Bus) -> AccountResources:
-    """Every stream, KV bucket and object store of the bus's run (a server without accounts keeps them all in one)."""
+    """Every stream, KV bucket, object store and durable of the bus's run (a server without accounts keeps them all in one)."""
     prefix = f"mgrpo-{bus.run_id}-"
-    return AccountResources(tuple(name.removeprefix(prefix) for name in bus.subjects.streams()), RUN_BUCKETS, tuple(weights_buckets()))
+    return AccountResources(tuple(name.removeprefix(prefix) for name in bus.subjects.streams()), RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
 
 
-def provision_run(bus: Bus, limits: StreamLimits, resources: AccountResources | None = None) -> dict[str, list[str]]:
-    """Create what is missing of the bus's run (`resources` of its account; default `everything`);
-    returns what exists now, by kind."""
+def provision_run(bus: Bus, limits: StreamLimits, ack_wait_s: float, resources: AccountResources | None = None) -> dict[str, list[str]]:
+    """Create what is missing of the bus's run (`resources` of its account; default `everything`), the
+    durables with ack wait `ack_wait_s` (pipeline.ack_wait_s); returns what exists now, by kind."""
     resources = resources or everything(bus)
     streams = bus.ensure_streams(list(resources.streams), limits)
     for what in resources.kv:
         bus.kv(bus.subjects.bucket(what))
     for what in resources.objects:
         bus.object_store(bus.subjects.bucket(what))
-    return {"streams": streams, "kv": [bus.subjects.bucket(w) for w in resources.kv], "objects": [bus.subjects.bucket(w) for w in resources.objects]}
+    for name in resources.durables:
+        spec = DURABLES[name]
+        ensure_durable(bus, *spec.where(bus.subjects), ack_wait_s=ack_wait_s, max_ack_pending=spec.max_ack_pending)
+    return {"streams": streams, "kv": [bus.subjects.bucket(w) for w in resources.kv], "objects": [bus.subjects.bucket(w) for w in resources.objects],
+            "durables": list(resources.durables)}  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 import bcrypt
 import yaml
 
-from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions
+from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions, replay_api
 from mgrpo_actors.deploy.accounts import ACCOUNTS, AccountResources, account_resources, accounts_section
 from mgrpo_actors.deploy.description import DeploymentDescription
 from protocols import Subjects
@@ -68,8 +68,8 @@ def _tap_permissions(run_ids: list[str], inbox_prefix: str, resources: AccountRe
         s = Subjects(run_id)
         sub.append(s.all)
         pub.append(s.node_ping)
-        for stream in (s.stream(what) for what in resources.streams):  # `mgrpo tap --stream`: an ordered consumer on its account's streams
-            pub += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.FC.{stream}.>"]
+        for stream in (s.stream(what) for what in resources.streams):  # `mgrpo tap --stream`: direct gets on its account's streams
+            pub += replay_api(stream)
     return Permissions(pub, sub)
 
 

@@ -17,7 +17,7 @@ from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 
-__all__ = ["Consumer"]
+__all__ = ["Consumer", "ensure_durable"]
 
 log = get_logger(__name__)
 
@@ -203,3 +203,25 @@ def _pending_after(msg: Any) -> int:
         return int(msg.metadata.num_pending or 0)
     except Exception:  # not a JetStream message (no ack subject to read it from)
         return 0
+
+
+def ensure_durable(bus: Any, stream: str, durable: str, subject: str | None, ack_wait_s: float, max_ack_pending: int, max_deliver: int = -1) -> bool:
+    """Make the durable pull consumer `durable` on `stream` with the settings `Bus.consume` would give
+    it (`mgrpo deploy provision`, before any node binds to it); False when it exists already (its
+    settings are kept, as `Bus.consume` keeps them)."""
+    import nats.js.errors
+
+    from mgrpo_actors.runtime.jetstream import consumer_config, with_api_retries
+
+    config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
+    config.name, config.filter_subject = durable, subject or ">"  # what nats-py's pull_subscribe sets when it creates one
+
+    async def make() -> bool:
+        try:
+            await with_api_retries(lambda: bus._js.consumer_info(stream, durable), f"consumer info {stream}/{durable}", bus._api_denials)
+            return False
+        except nats.js.errors.NotFoundError:
+            await with_api_retries(lambda: bus._js.add_consumer(stream, config=config), f"create consumer {stream}/{durable}", bus._api_denials)
+            return True
+
+    return bool(bus.call(make(), timeout=300))

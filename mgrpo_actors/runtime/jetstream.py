@@ -106,6 +106,7 @@ def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes
         max_msg_size=max_bytes,
         duplicate_window=limits.duplicate_window_s,
         num_replicas=limits.replicas,
+        allow_direct=True,  # readers read by batched direct gets, never through consumers (runtime/stream_reader.py)
     )
 
 

@@ -1,12 +1,19 @@
 """A JetStream object store bucket with a blocking API that streams files in and out.
 
 Never the plain `get()`: nats-py builds its result by `bytes +=` (quadratic; nats.py#703: 270 MB took
-176 s), while `get(name, writeinto=file)` streams (4.6 s). Weights travel this way (design.md §One
-training step).
+176 s). Nor `get(name, writeinto=file)`, though it streams: it reads through a consumer, and a user
+allowed to create consumers on a stream can have the server deliver that stream's messages onto any
+subject of its account (nats-server does not check a consumer's delivery subject against its
+creator's permissions). `read_object` fetches the chunks one by one with the stream's message get
+instead (from the stream's leader, so a chunk just written is always found), and checks the digest.
+Weights travel this way (design.md §One training step).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +24,7 @@ from nats.js.api import ObjectStoreConfig
 from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop
 
-__all__ = ["ObjectBucket", "open_object_store"]
+__all__ = ["ObjectBucket", "open_object_store", "read_object"]
 
 
 async def open_object_store(js: Any, bucket: str, replicas: int = 1, denials: ApiDenials | None = None) -> Any:
@@ -26,6 +33,32 @@ async def open_object_store(js: Any, bucket: str, replicas: int = 1, denials: Ap
         return await with_api_retries(lambda: js.object_store(bucket), f"object store {bucket}", denials)
     except nats.js.errors.BucketNotFoundError:
         return await with_api_retries(lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)), f"create object store {bucket}", denials)
+
+
+async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) -> int:
+    """Write object `name` of `bucket` (nats-py's `store`) to the binary file `into`, chunk by chunk,
+    without a consumer; returns its size. ObjectNotFoundError if absent; ValueError if the chunks do
+    not add up to the object's size and digest."""
+    info = await store.get_info(name)
+    if not info.nuid:
+        raise ValueError(f"object {name!r} in bucket {bucket!r} has no chunks recorded (a broken meta entry)")
+    if not info.size:
+        return 0
+    stream, subject = f"OBJ_{bucket}", f"$O.{bucket}.C.{info.nuid}"
+    digest, size, seq = hashlib.sha256(), 0, 1
+    loop = asyncio.get_running_loop()
+    for _ in range(info.chunks or 0):
+        # The first chunk of this object at or after `seq`: the chunks of one object are in stream order.
+        msg = await js._jsm.get_msg(stream, seq=seq, subject=subject, next=True)
+        data = msg.data or b""
+        await loop.run_in_executor(None, into.write, data)  # off the bus thread's loop: a chunk is up to 128 KiB
+        digest.update(data)
+        size += len(data)
+        seq = msg.seq + 1
+    expected = base64.urlsafe_b64decode((info.digest or "").removeprefix("SHA-256=").removeprefix("sha-256="))  # nats-py's "SHA-256=<base64>"
+    if size != info.size or digest.digest() != expected:
+        raise ValueError(f"object {name!r} in bucket {bucket!r}: read {size} of {info.size} bytes, digest {'matches' if digest.digest() == expected else 'differs'}")
+    return size
 
 
 @dataclass
@@ -49,7 +82,7 @@ class ObjectBucket:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(path, "wb") as f:
-                self.loop.call(self._store.get(name, writeinto=f), timeout=self.timeout_s)
+                self.loop.call(read_object(self._store._js, self._store, self.name, name, f), timeout=self.timeout_s)
         except nats.js.errors.ObjectNotFoundError:
             path.unlink(missing_ok=True)
             raise FileNotFoundError(f"no object {name!r} in bucket {self.name!r}") from None

@@ -21,6 +21,7 @@ from mgrpo_actors.deploy.access import permissions
 from mgrpo_actors.deploy.accounts import ACCOUNTS
 from mgrpo_actors.deploy.server_config import TAP_USER, admin_user, tap_user, user_specs
 from mgrpo_actors.deploy.description import DeploymentDescription
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
 from protocols import Subjects
 from tests.deploy_helpers import node_config, render, secure_server, user_security
@@ -41,6 +42,9 @@ def targets(s: Subjects) -> tuple[list[str], list[str]]:
         *(f"$JS.API.STREAM.MSG.GET.KV_{s.bucket(what)}" for what in ("state-main", "state-sub", "versions-main", "versions-sub")),
         f"$O.{s.bucket('weights-main')}.C.forged", f"$O.{s.bucket('weights-sub')}.C.forged",
         *(f"$JS.API.CONSUMER.CREATE.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub", "stats")),
+        *(f"$JS.API.CONSUMER.CREATE.OBJ_{s.bucket(f'weights-{side}')}" for side in ("main", "sub")),
+        *(f"$JS.API.CONSUMER.CREATE.{s.stream(spec.stream)}.{spec.name}" for spec in DURABLES.values()),
+        *(f"$JS.API.CONSUMER.DURABLE.CREATE.{s.stream(spec.stream)}.{spec.name}" for spec in DURABLES.values()),
         *(f"$JS.API.STREAM.MSG.GET.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub")),
         "$JS.API.STREAM.CREATE.forged", f"$JS.API.STREAM.DELETE.{s.stream('batch-main')}",
     ]  # fmt: skip
@@ -128,15 +132,17 @@ def test_every_user_is_refused_every_subject_its_role_must_not_touch(deployment)
     assert log.count("Violation") >= attempts  # the server logged each refusal
 
 
-async def _redirect(url: str, security, publish: str, stream: str, deliver_to: str) -> None:  # noqa: ANN001
-    """Publish one message on `publish` (captured by `stream`), then ask the server for a consumer that
-    delivers it onto `deliver_to`: the attack of the known gap below."""
+async def _redirect(url: str, security, publish: str, stream: str, deliver_to: str, publish_first: bool = True) -> None:  # noqa: ANN001
+    """Publish one message on `publish` (captured by `stream`; unless not `publish_first`), then ask the
+    server for a consumer that delivers it onto `deliver_to` (nats-server does not check a consumer's
+    delivery subject against its creator's permissions: only not letting roles create consumers stops it)."""
     from nats.js.api import ConsumerConfig, DeliverPolicy
 
     nc = await nats.connect(url, allow_reconnect=False, **security.nats_options())
     try:
-        await nc.publish(publish, b"forged batch")
-        await nc.flush()
+        if publish_first:
+            await nc.publish(publish, b"forged batch")
+            await nc.flush()
         config = ConsumerConfig(name="redirect", deliver_subject=deliver_to, deliver_policy=DeliverPolicy.ALL, filter_subject=publish)
         await nc.jetstream().add_consumer(stream, config)
         await asyncio.sleep(1.0)
@@ -145,24 +151,38 @@ async def _redirect(url: str, security, publish: str, stream: str, deliver_to: s
 
 
 def test_a_consumer_redirect_cannot_reach_another_account(deployment):
-    """The monitor's user may publish a metric and open consumers on its metrics stream; a consumer
-    delivering onto batch.sub delivers inside MONITOR, where no stream keeps batches: the sub side's
-    batch stream stays empty (before accounts, this reached it: the gap below, now within one account)."""
+    """MONITOR's admin (who may create consumers, unlike every role) has a consumer deliver a metric onto
+    batch.sub: the delivery stays inside MONITOR, where no stream keeps batches, and the sub side's batch
+    stream stays empty (in a single account this reached it: measured before the accounts)."""
     out, url, _ = deployment
     s = Subjects(RUN_ID)
-    asyncio.run(_redirect(url, user_security(out, "monitor", url), s.metrics("forged"), s.stream("metrics"), s.batches("sub")))
+    asyncio.run(_redirect(url, user_security(out, admin_user("MONITOR"), url), s.metrics("forged"), s.stream("metrics"), s.batches("sub")))
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap (README): nats-server does not check a consumer's delivery subject against its "
-                                       "creator's publish permissions; within one account a role that may write a stream and open consumers on it "
-                                       "can have the server deliver onto its side's batch subject; strict, so closing the gap makes this test say so")  # fmt: skip
 def test_a_role_cannot_have_the_server_deliver_into_its_own_sides_batch_stream(deployment):
+    """The sub learner's user writes its object store; before its object reads went through message
+    gets it could also open a consumer there and have its own chunk delivered onto batch.sub. Now the
+    server refuses the consumer, and the batch stream stays empty."""
     out, url, _ = deployment
     s = Subjects(RUN_ID)
-    bucket = s.bucket("weights-sub")  # the sub learner writes this object store and reads it back with consumers
-    asyncio.run(_redirect(url, user_security(out, "sub-learner", url), f"$O.{bucket}.C.forged", f"OBJ_{bucket}", s.batches("sub")))
+    bucket = s.bucket("weights-sub")
+    with pytest.raises(nats.errors.TimeoutError):  # nats-py sees the refused API request as a timeout
+        asyncio.run(_redirect(url, user_security(out, "sub-learner", url), f"$O.{bucket}.C.forged", f"OBJ_{bucket}", s.batches("sub")))
+    with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
+        assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
+
+
+def test_a_tap_user_cannot_have_the_server_deliver_into_its_sides_batch_stream(deployment):
+    """The read-only tap users read streams by direct gets: a consumer delivering a stored metric onto
+    batch.sub is refused, and the batch stream stays empty."""
+    out, url, _ = deployment
+    s = Subjects(RUN_ID)
+    with Bus(url, run_id=RUN_ID, node="metrics", security=user_security(out, "sub-learner", url)) as bus:  # a metric any sub-side node may publish
+        bus.js_publish(s.metrics("forged"), b"forged batch")
+    with pytest.raises(nats.errors.TimeoutError):
+        asyncio.run(_redirect(url, user_security(out, tap_user("SUB"), url), s.metrics("forged"), s.stream("metrics"), s.batches("sub"), publish_first=False))
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
 

@@ -111,7 +111,8 @@ _LEARNER_LIKE = RoleAccess(publish=("batch.main",), durables=(("batch-main", "ma
 
 
 def test_permissions_of_a_small_access_by_hand():
-    """Common part first, then the role's subjects, stream/consumer/ack APIs and its KV key, each once."""
+    """Common part first, then the role's subjects, stream/consumer/ack APIs (bind, pull, ack: never
+    create) and its KV key, each once."""
     p = permissions(_LEARNER_LIKE, "r1", "_INBOX.x")
     assert p.publish == [
         "mgrpo.r1.events", "mgrpo.r1.metrics.>", "mgrpo.r1.dlq.>",
@@ -119,9 +120,6 @@ def test_permissions_of_a_small_access_by_hand():
         "mgrpo.r1.batch.main",
         "$JS.API.STREAM.INFO.mgrpo-r1-batch-main",
         "$JS.API.CONSUMER.INFO.mgrpo-r1-batch-main.main-learner",
-        "$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-main.main-learner",
-        "$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-main.main-learner.>",
-        "$JS.API.CONSUMER.DURABLE.CREATE.mgrpo-r1-batch-main.main-learner",
         "$JS.API.CONSUMER.MSG.NEXT.mgrpo-r1-batch-main.main-learner",
         "$JS.ACK.mgrpo-r1-batch-main.main-learner.>",
         "$JS.API.STREAM.INFO.KV_mgrpo-r1-state",
@@ -186,6 +184,16 @@ def test_no_role_may_create_update_or_delete_a_stream(name):
         for api in ("CREATE", "UPDATE", "DELETE"):
             assert not p.may_publish(f"$JS.API.STREAM.{api}.{stream}"), (name, api, stream)
     assert not p.may_publish("$JS.API.STREAM.CREATE.forged")
+
+
+@pytest.mark.parametrize("name", list(ROLES))
+def test_no_role_may_create_or_update_a_consumer(name):
+    """A consumer's creator can have the server deliver onto any subject of its account: no role gets
+    CONSUMER.CREATE (its durables are provisioned, its object reads are message gets, its replays direct gets)."""
+    p, s = _role(name), Subjects(RUN)
+    assert not any(x.startswith(("$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DURABLE.CREATE")) for x in p.publish), name
+    for stream in [*s.streams(), f"OBJ_{s.bucket('weights-main')}", f"OBJ_{s.bucket('weights-sub')}"]:
+        assert not p.may_publish(f"$JS.API.CONSUMER.CREATE.{stream}") and not p.may_publish(f"$JS.API.CONSUMER.CREATE.{stream}.x.>"), (name, stream)
 
 
 @pytest.mark.parametrize("name", list(ROLES))

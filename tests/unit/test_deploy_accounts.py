@@ -143,6 +143,8 @@ def test_each_account_provisions_what_its_roles_use():
     assert set(sub.streams) == {"metrics", "dlq", "traj-sub", "stats", "steps", "batch-sub"}
     assert set(sub.kv) == {"state-sub", "versions-sub"} and sub.objects == ("weights-sub",)
     assert set(tools.streams) == set(monitor.streams) == {"metrics", "dlq"} and not tools.kv and not monitor.objects
+    assert set(main.durables) == {"controller", "main-agents", "main-aligner-plans", "main-aligner", "main-learner"}
+    assert set(sub.durables) == {"sub-aligner-plans", "sub-aligner-stats", "sub-aligner", "sub-learner"} and not tools.durables and not monitor.durables
 
 
 @pytest.mark.parametrize(("flag", "user", "expected"), [
@@ -168,5 +170,8 @@ def test_everything_is_every_stream_and_bucket_of_the_run():
     made = everything(SimpleNamespace(run_id="r1", subjects=Subjects("r1")))
     assert set(made.streams) == {"rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq"}
     assert made.kv == RUN_BUCKETS and made.objects == ("weights-main", "weights-sub")
+    from mgrpo_actors.pipeline.durables import DURABLES
+
+    assert made.durables == tuple(DURABLES)
     union = {what for account in ACCOUNTS for what in account_resources(ACCESSES, account).streams}
     assert union == set(made.streams)  # the accounts together keep every stream of the run

@@ -117,7 +117,9 @@ def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
     tap = by_name["tap-main"].permissions
     assert tap.may_subscribe("mgrpo.r1.batch.main") and tap.may_publish("mgrpo.r1.node.ping")
     assert not tap.may_publish("mgrpo.r1.batch.main") and not tap.may_publish("$KV.mgrpo-r1-state.learner.main")
-    assert tap.may_publish("$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-main") and not tap.may_publish("$JS.API.CONSUMER.CREATE.mgrpo-r1-batch-sub")
+    assert tap.may_publish("$JS.API.DIRECT.GET.mgrpo-r1-batch-main") and not tap.may_publish("$JS.API.DIRECT.GET.mgrpo-r1-batch-sub")
+    creating = ("$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DURABLE.CREATE", "$JS.API.CONSUMER.DELETE", "$JS.API.STREAM.CREATE", "$JS.API.STREAM.UPDATE")
+    assert not any(p.startswith(creating) for user in users if user.permissions for p in user.permissions.publish)  # only the admins
     monitor_tap = by_name[TAP_USER].permissions  # MONITOR keeps only the metrics and dead-letter streams
     assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-steps")
     assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count("allow_responses: true") == len(users) - len(admins)
