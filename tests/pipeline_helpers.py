@@ -104,13 +104,13 @@ def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
 
     async def read() -> list[bytes]:
         info = await bus._js.stream_info(stream)
-        total = info.state.messages
+        total, last_seq = info.state.messages, info.state.last_seq
         found: list[bytes] = []
         done = asyncio.Event()
 
         async def on_msg(msg: Any) -> None:
             found.append(msg.data)
-            if len(found) >= total or msg.pending == 0:
+            if len(found) >= total or msg.pending == 0 or msg.seq >= last_seq:
                 done.set()
 
         if total == 0:

@@ -52,19 +52,19 @@ class ValidLoad:
     sent: int = 0
     served: int = 0
     lost: int = 0
-    retried: int = 0  # requests that needed more than one attempt
-    extra_attempts: int = 0
+    retried: int = 0  # requests sent more than once (a further attempt, or a resend while nobody listened)
+    extra_attempts: int = 0  # sends beyond the first
     slowest_s: float = 0.0
     errors: collections.Counter = field(default_factory=collections.Counter)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, ok: bool, attempts: int, seconds: float, error: str) -> None:
+    def record(self, ok: bool, sends: int, seconds: float, error: str) -> None:
         with self.lock:
             self.sent += 1
             self.served += ok
             self.lost += not ok
-            self.retried += attempts > 1
-            self.extra_attempts += attempts - 1
+            self.retried += sends > 1
+            self.extra_attempts += sends - 1
             self.slowest_s = max(self.slowest_s, seconds)
             if error:
                 self.errors[error[:120]] += 1
@@ -97,7 +97,7 @@ def _worker(bus: Bus, index: int, stop_at: float, load: ValidLoad) -> None:
         reply = outcome.reply
         ok = isinstance(reply, ToolResult) and reply.ok and reply.content == text
         error = outcome.error or ("" if ok else f"wrong reply: {reply!r}")
-        load.record(ok, outcome.attempts, outcome.seconds, error)
+        load.record(ok, outcome.sends, outcome.seconds, error)  # sends: "no responders" resends count here
 
 
 def _attack(hostile: HostileTraffic, stop_at: float, deafen_at: float | None, stop: threading.Event) -> None:

@@ -22,6 +22,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+import nats.js.errors
 import numpy as np
 
 from mgrpo_actors.cli.arguments import add_connection_arguments, connection
@@ -105,6 +106,7 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
         return 3
     seen = 0
     done = asyncio.Event()
+    follower = None
 
     async def on_msg(msg: Any) -> None:
         nonlocal seen
@@ -118,10 +120,13 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
     try:
         if stream:
             try:
-                await follow_stream(nc, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
-            except Exception as exc:
-                print(f"mgrpo tap: error: stream {stream!r} not found: {exc}", file=sys.stderr)
+                follower = await follow_stream(nc, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
+            except nats.js.errors.NotFoundError:
+                print(f"mgrpo tap: error: stream {stream!r} not found", file=sys.stderr)
                 return 2
+            except Exception as exc:  # e.g. a user whose permissions do not cover the stream: the server's refusal looks like a timeout
+                print(f"mgrpo tap: error: cannot read stream {stream!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 3
         else:
             await nc.subscribe(subject, cb=on_msg)
         await nc.flush()
@@ -130,6 +135,8 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
         except asyncio.TimeoutError:
             pass
     finally:
+        if follower is not None:
+            await follower.unsubscribe()
         await nc.close()
     return 0
 

@@ -64,17 +64,25 @@ class PipelineConfig:
         return self.max_staleness if self.mode == "async" else 0
 
 
+def longest_attempt_s(timeout_s: float) -> float:
+    """The longest one attempt of a call may take (runtime/retry.py): while nobody listens it is resent
+    for up to min(timeout, NO_RESPONDERS_PATIENCE_S), and the last send may then wait its whole timeout."""
+    from mgrpo_actors.runtime.retry import NO_RESPONDERS_PATIENCE_S
+
+    return timeout_s + min(timeout_s, NO_RESPONDERS_PATIENCE_S)
+
+
 def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) -> list[str]:
     """Timeouts that allow a rollout longer than the aligners wait for it (worst case: every call of
-    every turn waits its timeout on every attempt). Warnings, not errors: the worst case is rare."""
+    every turn takes its longest attempt, every attempt). Warnings, not errors: the worst case is rare."""
     attempts = pipeline.call_retries + 1
     warnings = []
-    longest_subtask = sub_turns * pipeline.tool_timeout_s * attempts
+    longest_subtask = sub_turns * longest_attempt_s(pipeline.tool_timeout_s) * attempts
     if longest_subtask > pipeline.subtask_timeout_s:
-        warnings.append(f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × pipeline.tool_timeout_s × "
-                        f"(call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S")  # fmt: skip
-    longest_rollout = main_turns * pipeline.subtask_timeout_s * attempts
+        warnings.append(f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × (pipeline.tool_timeout_s + "
+                        f"up to 5 s of resends while no tool listens) × (call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S")  # fmt: skip
+    longest_rollout = main_turns * longest_attempt_s(pipeline.subtask_timeout_s) * attempts
     if longest_rollout > pipeline.rollout_timeout_s:
-        warnings.append(f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × pipeline.subtask_timeout_s × "
-                        f"(call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out")  # fmt: skip
+        warnings.append(f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × (pipeline.subtask_timeout_s + "
+                        f"up to 5 s of resends while no sub-agent listens) × (call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out")  # fmt: skip
     return warnings

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from mgrpo_actors.deploy.access import RoleAccess, common_access
 from protocols import Subjects
 
-__all__ = ["ACCOUNTS", "CROSSINGS", "AccountResources", "Crossing", "account_block", "account_resources", "accounts_section", "crossings_into", "crossings_out_of"]
+__all__ = ["ACCOUNTS", "CROSSINGS", "DEFAULT_REPLY_WINDOW_S", "AccountResources", "Crossing", "account_block", "account_resources", "accounts_section", "crossings_into", "crossings_out_of"]
 
 # The accounts of a deployment: each role's user lives in one of them (RoleAccess.account).
 ACCOUNTS = ("MAIN", "SUB", "TOOLS", "MONITOR")
@@ -108,24 +108,32 @@ def account_resources(accesses: Mapping[str, RoleAccess], account: str) -> Accou
     return AccountResources(*(tuple(dict.fromkeys(names)) for names in (streams, kv, objects, durables)))
 
 
-def _entry(crossing: Crossing, subject: str, exported: bool) -> str:
+# nats-server forgets a service request's way back after its export's response_threshold (default 2
+# minutes) and a responder's right to answer after allow_responses' expiry (default 2 minutes), while a
+# subtask may take pipeline.subtask_timeout_s (300 s by default): both are rendered as the deployment's
+# reply_window_s (measured with a 1 s threshold: an answer after 3 s never reached the requester).
+DEFAULT_REPLY_WINDOW_S = 3600.0
+
+
+def _entry(crossing: Crossing, subject: str, exported: bool, reply_window_s: float) -> str:
     """One crossing for one run as nats-server writes it: in the exporter's `exports` (naming the
     accounts that may import it), or in an importer's `imports` (naming the exporter)."""
     kind = "service" if crossing.service else "stream"
     if exported:
-        return f"{{ {kind}: {json.dumps(subject)}, accounts: {json.dumps(list(crossing.into))} }}"
+        threshold = f", response_threshold: {json.dumps(f'{reply_window_s:g}s')}" if crossing.service else ""
+        return f"{{ {kind}: {json.dumps(subject)}, accounts: {json.dumps(list(crossing.into))}{threshold} }}"
     return f"{{ {kind}: {{ account: {json.dumps(crossing.source)}, subject: {json.dumps(subject)} }} }}"
 
 
-def _entries(account: str, run_ids: list[str], exported: bool) -> list[str]:
+def _entries(account: str, run_ids: list[str], exported: bool, reply_window_s: float) -> list[str]:
     crossings = crossings_out_of(account) if exported else crossings_into(account)
-    return [_entry(c, f"{Subjects(run_id).root}.{c.subject}", exported) for c in crossings for run_id in run_ids]
+    return [_entry(c, f"{Subjects(run_id).root}.{c.subject}", exported, reply_window_s) for c in crossings for run_id in run_ids]
 
 
-def account_block(account: str, user_blocks: list[str], run_ids: list[str]) -> str:
+def account_block(account: str, user_blocks: list[str], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:
     """One account of the `accounts { … }` section: JetStream, its users (rendered), exports, imports."""
     lines = [f"  {account}: {{", "    jetstream: enabled", "    users: [", ",\n".join(user_blocks), "    ]"]
-    for key, entries in (("exports", _entries(account, run_ids, exported=True)), ("imports", _entries(account, run_ids, exported=False))):
+    for key, entries in (("exports", _entries(account, run_ids, True, reply_window_s)), ("imports", _entries(account, run_ids, False, reply_window_s))):
         if entries:
             lines.append(f"    {key}: [")
             lines.append(",\n".join(f"      {entry}" for entry in entries))
@@ -134,7 +142,7 @@ def account_block(account: str, user_blocks: list[str], run_ids: list[str]) -> s
     return "\n".join(lines)
 
 
-def accounts_section(users_by_account: Mapping[str, list[str]], run_ids: list[str]) -> str:
+def accounts_section(users_by_account: Mapping[str, list[str]], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:
     """The whole `accounts { … }` section from each account's rendered user blocks."""
-    blocks = [account_block(account, users_by_account.get(account, []), run_ids) for account in ACCOUNTS]
+    blocks = [account_block(account, users_by_account.get(account, []), run_ids, reply_window_s) for account in ACCOUNTS]
     return "accounts {\n" + "\n".join(blocks) + "\n}"

@@ -62,6 +62,7 @@ class DeploymentDescription:
     jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)
     max_payload: int = DEFAULT_MAX_BYTES  # = nats.max_message_bytes of the nodes
     secrets_dir: str = "secrets"  # one password file per user (mode 0600), relative to the output
+    reply_window_s: float = 3600.0  # how long an answer to a request may take (service exports' response_threshold, allow_responses' expiry): above the longest pipeline.subtask_timeout_s
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -77,6 +78,7 @@ class DeploymentDescription:
             validate_run_id(run_id)
         check_range("jetstream.replicas", self.jetstream.replicas, 1, len(self.servers))
         check_range("max_payload", self.max_payload, 1024, 64 * 1024 * 1024)
+        check_range("reply_window_s", self.reply_window_s, 1, 7 * 24 * 3600)
 
     def urls(self, tls: bool | None = None) -> str:
         """Every server's client URL, comma-separated (what nodes put in nats.url)."""

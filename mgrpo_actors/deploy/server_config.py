@@ -21,7 +21,7 @@ import bcrypt
 import yaml
 
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions, replay_api
-from mgrpo_actors.deploy.accounts import ACCOUNTS, AccountResources, account_resources, accounts_section
+from mgrpo_actors.deploy.accounts import ACCOUNTS, DEFAULT_REPLY_WINDOW_S, AccountResources, account_resources, accounts_section
 from mgrpo_actors.deploy.description import DeploymentDescription
 from protocols import Subjects
 
@@ -107,7 +107,7 @@ def _password(path: Path) -> str:
     return password
 
 
-def _user_block(user: UserSpec, password_hash: str) -> str:
+def _user_block(user: UserSpec, password_hash: str, reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:
     lines = [f"    {{ user: {json.dumps(user.name)}, password: {json.dumps(password_hash)}"]
     if user.permissions is not None:
         perms = user.permissions
@@ -117,15 +117,16 @@ def _user_block(user: UserSpec, password_hash: str) -> str:
         lines.append(f"        publish: {{ allow: {json.dumps(perms.publish)} }}")
         lines.append(f"        subscribe: {{ allow: {json.dumps(perms.subscribe)} }}")
         # Replies to requests this user received (tool results, subtask results, pings, Failures): only
-        # to the reply subject of such a request, once, so a role cannot write into others' inboxes.
-        lines.append("        allow_responses: true")
+        # to the reply subject of such a request, once, within the reply window (a subtask may take
+        # minutes; the server's default is 2), so a role cannot write into others' inboxes.
+        lines.append(f"        allow_responses: {{ max: 1, expires: {json.dumps(f'{reply_window_s:g}s')} }}")
         lines.append("      }")
     lines.append("    }")
     return "\n".join(lines)
 
 
 def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: dict[str, str] | None, verify_clients: bool, tls_timeout_s: float,
-                      run_ids: list[str]) -> str:  # fmt: skip
+                      run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:  # fmt: skip
     """The `accounts` (and `tls`) sections of a server configuration (exports and imports for `run_ids`)."""
     parts = []
     if tls_files is not None:
@@ -136,8 +137,8 @@ def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: 
             # Clients start TLS before anything else (nats.tls.handshake_first): no credentials to a plain-text impostor.
             "  handshake_first: true\n}"
         )
-    by_account = {account: [_user_block(u, hashes[u.name]) for u in users if u.account == account] for account in ACCOUNTS}
-    parts.append(accounts_section(by_account, run_ids))
+    by_account = {account: [_user_block(u, hashes[u.name], reply_window_s) for u in users if u.account == account] for account in ACCOUNTS}
+    parts.append(accounts_section(by_account, run_ids, reply_window_s))
     return "\n".join(parts) + "\n"
 
 
@@ -180,9 +181,9 @@ def render_deployment(description: DeploymentDescription, accesses: dict[str, Ro
     users = user_specs(description, accesses)
     password_files = {u.name: secrets_dir / f"{u.name}.password" for u in users}
     hashes = {u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode() for u in users}
-    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s, description.run_ids)
+    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s, description.run_ids, description.reply_window_s)
     # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
-    (out / "accounts.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s, description.run_ids))
+    (out / "accounts.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s, description.run_ids, description.reply_window_s))
     server_configs = {}
     for i, server in enumerate(description.servers):
         server_configs[server.name] = out / f"{server.name}.conf"

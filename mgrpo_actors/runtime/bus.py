@@ -370,6 +370,7 @@ class Bus:
 
         async def _start() -> Any:
             psub = await with_api_retries(lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config), f"consumer {durable}", self._api_denials)
+            await consumer.follow_server_ack_wait(psub, ack_wait_s)
             return self.loop.loop.create_task(consumer.run(psub))
 
         consumer._task = self.call(_start(), timeout=120)

@@ -82,6 +82,15 @@ class Consumer:
         if self._capacity is not None:
             self.loop.call_soon(self._capacity.set)
 
+    async def follow_server_ack_wait(self, psub: Any, ack_wait_s: float) -> None:
+        """A durable that existed (made by `mgrpo deploy provision`, or by an earlier node) keeps its own ack
+        wait; send progress acks by that one, and say so when it differs from this node's."""
+        server_ack_wait = (await psub.consumer_info()).config.ack_wait
+        if server_ack_wait and abs(server_ack_wait - ack_wait_s) > 0.01 * ack_wait_s:
+            log.warning("durable consumer has another ack wait than this node's pipeline.ack_wait_s; following the consumer's "
+                        "(provision with the run's config to match)", stream=self.stream, durable=self.durable, consumer_s=server_ack_wait, node_s=ack_wait_s)  # fmt: skip
+            self.progress_every_s = server_ack_wait / 3
+
     async def run(self, psub: Any) -> None:
         """The fetch loop (on the bus thread)."""
         self._capacity = asyncio.Event()

@@ -83,9 +83,12 @@ class ObjectBucket:
         try:
             with open(path, "wb") as f:
                 self.loop.call(read_object(self._store._js, self._store, self.name, name, f), timeout=self.timeout_s)
-        except nats.js.errors.ObjectNotFoundError:
+        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.NotFoundError):  # absent, or deleted while being read (an old version let go)
             path.unlink(missing_ok=True)
-            raise FileNotFoundError(f"no object {name!r} in bucket {self.name!r}") from None
+            raise FileNotFoundError(f"no object {name!r} in bucket {self.name!r} (or it was deleted while being read)") from None
+        except BaseException:
+            path.unlink(missing_ok=True)  # never leave a partial file that looks like the object
+            raise
         return path
 
     def delete(self, name: str) -> None:

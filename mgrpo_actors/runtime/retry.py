@@ -56,8 +56,9 @@ class CallOutcome:
 
     reply: Message | None
     error: str | None
-    attempts: int  # times the request was sent (resends after "no responders" included)
+    attempts: int  # attempts made (1 + retries used): a resend after "no responders" is not a new attempt
     seconds: float
+    sends: int = 0  # times the request was sent ("no responders" resends included)
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -105,7 +106,7 @@ def request_all(
         for future in done:
             i = in_flight.pop(future)
             try:
-                outcomes[i] = CallOutcome(future.result(), None, sends[i], time.perf_counter() - started)
+                outcomes[i] = CallOutcome(future.result(), None, attempt[i] + 1, time.perf_counter() - started, sends[i])
                 continue
             except (BusError, ProtocolError) as exc:
                 error = exc
@@ -117,7 +118,7 @@ def request_all(
             elif is_retryable(error) and attempt[i] < retries:
                 attempt[i], quiet[i], attempt_began[i], pause = attempt[i] + 1, 0, now, 0.0
             else:
-                outcomes[i] = CallOutcome(None, str(error), sends[i], now - started)
+                outcomes[i] = CallOutcome(None, str(error), attempt[i] + 1, now - started, sends[i])
                 continue
             heapq.heappush(resends, (now + pause, i))
     return [outcome for outcome in outcomes if outcome is not None]

@@ -35,6 +35,12 @@ log = get_logger(__name__)
 BATCH = 500  # messages per direct get
 BATCH_BYTES = 8 * 1024 * 1024  # and at most this many bytes (a batch stream's messages are large; the server sends at least one)
 REQUEST_TIMEOUT_S = 5.0
+RETRY_S = 1.0  # after a failed read
+RESET_CHECK_EVERY = 20  # empty polls between checks that the stream was not recreated (sequences from 1 again)
+
+
+class ReadFailed(Exception):
+    """The server answered a read with an error status (503: the stream is gone or has no leader, …)."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +62,19 @@ class StreamFollower:
         self.next_seq = 1
         self.direct = True
         self._task: asyncio.Task | None = None
+        self._empty_polls = 0
 
     async def start(self, from_start: bool) -> StreamFollower:
         info = await self.nc.jetstream().stream_info(self.stream)
         self.direct = bool(info.config.allow_direct)
         self.next_seq = 1 if from_start else info.state.last_seq + 1
         self._task = asyncio.get_running_loop().create_task(self._follow())
+        self._task.add_done_callback(self._ended)
         return self
+
+    def _ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:  # _follow catches everything it can: say so if it did not
+            log.error("stream reader stopped", stream=self.stream, error=f"{type(task.exception()).__name__}: {task.exception()}")
 
     async def unsubscribe(self) -> None:
         if self._task is not None:
@@ -77,15 +89,32 @@ class StreamFollower:
         while True:
             try:
                 messages = await (self._direct_batch() if self.direct else self._one())
-            except (nats.errors.TimeoutError, asyncio.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as exc:
-                log.warning("stream read failed; trying again", stream=self.stream, error=f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(1.0)
+                if not messages:
+                    await self._check_reset()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # disconnected, reconnecting, the stream gone or leaderless: keep trying, slowly
+                log.warning("stream read failed; trying again", stream=self.stream, next_seq=self.next_seq, error=f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(RETRY_S)
                 continue
             for message in messages:
                 self.next_seq = message.seq + 1
-                await self.cb(message)
+                try:
+                    await self.cb(message)
+                except Exception as exc:  # one message the reader's owner could not take: the next ones still come
+                    log.warning("stream message not handled", stream=self.stream, seq=message.seq, error=f"{type(exc).__name__}: {exc}")
             if not messages:
                 await asyncio.sleep(self.poll_s)  # caught up: wait for more
+
+    async def _check_reset(self) -> None:
+        """Every RESET_CHECK_EVERY empty polls: a stream recreated meanwhile numbers from 1 again; read it from its start."""
+        self._empty_polls += 1
+        if self._empty_polls % RESET_CHECK_EVERY:
+            return
+        state = (await self.nc.jetstream().stream_info(self.stream)).state
+        if state.last_seq < self.next_seq - 1:
+            log.warning("stream was recreated; reading it from its start", stream=self.stream, last_seq=state.last_seq, next_seq=self.next_seq)
+            self.next_seq = state.first_seq or 1
 
     async def _direct_batch(self) -> list[StoredMessage]:
         """The next batch after next_seq ([] when there is none yet)."""
@@ -103,8 +132,11 @@ class StreamFollower:
             while True:
                 msg = await asyncio.wait_for(answers.get(), REQUEST_TIMEOUT_S)
                 headers = msg.headers or {}
-                if headers.get("Status"):  # 204: end of this batch; 404: nothing at or after next_seq yet
+                status = headers.get("Status")
+                if status in ("204", "404"):  # 204: end of this batch; 404: nothing at or after next_seq yet
                     return found
+                if status:
+                    raise ReadFailed(f"direct get on {self.stream}: status {status} {headers.get('Description', '')}".strip())
                 found.append(StoredMessage(headers.get("Nats-Subject", ""), msg.data, int(headers["Nats-Sequence"]), int(headers.get("Nats-Num-Pending", -1))))
         finally:
             await sub.unsubscribe()

@@ -127,3 +127,21 @@ def test_durable_consumer_stopped_and_restarted_loses_nothing(bus, make_bus, act
     redelivered_to_second = {step for step, attempt in seen2 if attempt > 1}
     assert set(duplicates) <= redelivered_to_second, f"handled twice without a redelivery: {duplicates}"
     print(f"{restart_on}: first actor handled {len(handled1)}, second {len(seen2)}, duplicates {len(duplicates)}")
+
+
+def test_a_provisioned_durable_keeps_its_settings_and_the_node_follows_its_ack_wait(bus, actors):
+    """`ensure_durable` (what `mgrpo deploy provision` runs) makes the durable as Bus.consume would; a
+    node that binds to it with another pipeline.ack_wait_s keeps the consumer's (30 s here) and sends its
+    progress acks by it (every 10 s, not every 20 s)."""
+    from mgrpo_actors.runtime import ensure_durable
+
+    stream, subject = _publish_jobs(bus, 3)
+    assert ensure_durable(bus, stream, "provisioned", subject, ack_wait_s=30.0, max_ack_pending=7) is True
+    assert ensure_durable(bus, stream, "provisioned", subject, ack_wait_s=99.0, max_ack_pending=7) is False  # exists: kept
+    seen: list = []
+    holder: dict = {}
+    actors.append(Worker.start_ready(bus, stream, "provisioned", seen, holder, subject=subject, ack_wait_s=60.0, max_ack_pending=7))
+    wait_until(lambda: len(seen) == 3, what=lambda: f"handled {len(seen)} of 3")
+    info = bus.call(bus._js.consumer_info(stream, "provisioned"))
+    assert info.config.ack_wait == 30.0 and info.config.max_ack_pending == 7 and info.config.filter_subject == subject
+    assert holder["consumer"].progress_every_s == pytest.approx(10.0)

@@ -150,6 +150,13 @@ async def _redirect(url: str, security, publish: str, stream: str, deliver_to: s
         await nc.close()
 
 
+def _refused(server, user: str, subject_prefix: str) -> bool:  # noqa: ANN001
+    """The server logged a publish violation of `user` on a subject starting with `subject_prefix`."""
+    log = (server.store_dir / "nats-server.log").read_text()
+    # e.g. … - "SUB/user:sub-learner" - Publish Violation - Subject "$JS.API.CONSUMER.CREATE.OBJ_…"
+    return any("Publish Violation" in line and f'/user:{user}"' in line and f'Subject "{subject_prefix}' in line for line in log.splitlines())
+
+
 def test_a_consumer_redirect_cannot_reach_another_account(deployment):
     """MONITOR's admin (who may create consumers, unlike every role) has a consumer deliver a metric onto
     batch.sub: the delivery stays inside MONITOR, where no stream keeps batches, and the sub side's batch
@@ -165,11 +172,12 @@ def test_a_role_cannot_have_the_server_deliver_into_its_own_sides_batch_stream(d
     """The sub learner's user writes its object store; before its object reads went through message
     gets it could also open a consumer there and have its own chunk delivered onto batch.sub. Now the
     server refuses the consumer, and the batch stream stays empty."""
-    out, url, _ = deployment
+    out, url, server = deployment
     s = Subjects(RUN_ID)
     bucket = s.bucket("weights-sub")
     with pytest.raises(nats.errors.TimeoutError):  # nats-py sees the refused API request as a timeout
         asyncio.run(_redirect(url, user_security(out, "sub-learner", url), f"$O.{bucket}.C.forged", f"OBJ_{bucket}", s.batches("sub")))
+    assert _refused(server, "sub-learner", f"$JS.API.CONSUMER.CREATE.OBJ_{bucket}")
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
 
@@ -177,12 +185,13 @@ def test_a_role_cannot_have_the_server_deliver_into_its_own_sides_batch_stream(d
 def test_a_tap_user_cannot_have_the_server_deliver_into_its_sides_batch_stream(deployment):
     """The read-only tap users read streams by direct gets: a consumer delivering a stored metric onto
     batch.sub is refused, and the batch stream stays empty."""
-    out, url, _ = deployment
+    out, url, server = deployment
     s = Subjects(RUN_ID)
     with Bus(url, run_id=RUN_ID, node="metrics", security=user_security(out, "sub-learner", url)) as bus:  # a metric any sub-side node may publish
         bus.js_publish(s.metrics("forged"), b"forged batch")
     with pytest.raises(nats.errors.TimeoutError):
         asyncio.run(_redirect(url, user_security(out, tap_user("SUB"), url), s.metrics("forged"), s.stream("metrics"), s.batches("sub"), publish_first=False))
+    assert _refused(server, tap_user("SUB"), f"$JS.API.CONSUMER.CREATE.{s.stream('metrics')}")
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
 

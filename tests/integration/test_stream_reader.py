@@ -90,3 +90,45 @@ def test_a_stream_without_direct_gets_is_read_one_message_at_a_time(server):
     asyncio.run(_fill(server.url, "s4", 30, allow_direct=False))
     got = asyncio.run(_read(server.url, "s4", None, 31, [("s4.odd", b"live")]))
     assert [m.seq for m in got] == list(range(1, 32)) and got[-1].data == b"live"
+
+
+def test_a_deleted_and_recreated_stream_is_followed_again_from_its_start(server, monkeypatch):
+    """Deleted: the reads fail (logged, retried); recreated (sequences from 1 again): its new messages
+    come; a callback that raises loses only that message."""
+    monkeypatch.setattr(stream_reader, "RESET_CHECK_EVERY", 2)
+    monkeypatch.setattr(stream_reader, "RETRY_S", 0.05)
+    asyncio.run(_fill(server.url, "s5", 5))
+
+    async def scenario() -> list[bytes]:
+        nc = await nats.connect(server.url)
+        got: list[bytes] = []
+
+        async def on_msg(msg: StoredMessage) -> None:
+            if msg.data == b"bad":
+                raise ValueError("cannot take this one")
+            got.append(msg.data)
+
+        follower = await follow_stream(nc, "s5", None, on_msg, poll_s=0.05)
+        try:
+            for _ in range(100):
+                if len(got) == 5:
+                    break
+                await asyncio.sleep(0.05)
+            js = nc.jetstream()
+            await js.delete_stream("s5")
+            await asyncio.sleep(0.5)  # reads fail meanwhile
+            await js.add_stream(name="s5", subjects=["s5.>"], allow_direct=True)
+            for data in (b"new-1", b"bad", b"new-2"):
+                await js.publish("s5.even", data)
+            for _ in range(100):
+                if len(got) == 7:
+                    break
+                await asyncio.sleep(0.05)
+            assert follower._task is not None and not follower._task.done()
+        finally:
+            await follower.unsubscribe()
+            await nc.close()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [int.from_bytes(d[:4], "big") for d in got[:5]] == [0, 1, 2, 3, 4] and got[5:] == [b"new-1", b"new-2"]

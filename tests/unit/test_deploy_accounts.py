@@ -118,6 +118,9 @@ def test_account_block_renders_exports_naming_importers_and_imports_per_run():
     assert text.startswith("  MAIN: {\n    jetstream: enabled\n    users: [")
     assert '{ stream: "mgrpo.r1.stats", accounts: ["SUB"] }' in text and '{ stream: "mgrpo.r2.stats", accounts: ["SUB"] }' in text
     assert '{ service: { account: "SUB", subject: "mgrpo.r1.subtask.request" } }' in text
+    sub = account_block("SUB", [], ["r1"], reply_window_s=900)  # a service's answer may come back within the reply window
+    assert '{ service: "mgrpo.r1.subtask.request", accounts: ["MAIN"], response_threshold: "900s" }' in sub
+    assert '{ stream: "mgrpo.r1.step.done.sub", accounts: ["MAIN"] }' in sub
     assert '{ stream: { account: "SUB", subject: "mgrpo.r2.step.done.sub" } }' in text
     assert "traj" not in text and "batch" not in text
     monitor = account_block("MONITOR", [], ["r1"])

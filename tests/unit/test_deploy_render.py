@@ -122,7 +122,7 @@ def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
     assert not any(p.startswith(creating) for user in users if user.permissions for p in user.permissions.publish)  # only the admins
     monitor_tap = by_name[TAP_USER].permissions  # MONITOR keeps only the metrics and dead-letter streams
     assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-steps")
-    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count("allow_responses: true") == len(users) - len(admins)
+    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count("allow_responses: { max: 1, expires: \"3600s\" }") == len(users) - len(admins)
 
 
 def test_a_role_without_a_known_account_is_refused():
@@ -142,7 +142,7 @@ def test_user_specs_allow_each_run_of_the_description():
 
 
 def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
-    """Restricted users get allow lists and `allow_responses: true`; admin gets no permissions block;
+    """Restricted users get allow lists and `allow_responses` (once, within the reply window); admin gets no permissions block;
     each user sits in its account's block."""
     users = [UserSpec("tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"]), "TOOLS"),
              UserSpec(ADMIN_USER, "_INBOX.admin", None, "MAIN")]  # fmt: skip
@@ -150,7 +150,7 @@ def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
     assert "tls {" not in text and text.startswith("accounts {") and "authorization" not in text
     assert text.index('{ user: "admin-main"') < text.index("  SUB: {") < text.index("  TOOLS: {") < text.index('{ user: "tool"') < text.index("  MONITOR: {")
     admin_block, tool_block = text.split('  TOOLS: {')[0], text.split('  TOOLS: {')[1].split("  MONITOR: {")[0]
-    assert '{ user: "tool", password: "$2b$10$h1"' in tool_block and "allow_responses: true" in tool_block
+    assert '{ user: "tool", password: "$2b$10$h1"' in tool_block and "allow_responses: { max: 1, expires: \"3600s\" }" in tool_block
     assert 'publish: { allow: ["mgrpo.r1.events"] }' in tool_block and 'subscribe: { allow: ["_INBOX.tool.>", "mgrpo.r1.tool.*"] }' in tool_block
     assert "permissions" not in admin_block and "allow_responses" not in admin_block and '"$2b$10$h2"' in admin_block
 
@@ -207,7 +207,7 @@ def test_the_server_config_holds_bcrypt_hashes_and_never_a_password(rendered):
     for path in result.password_files.values():
         assert path.read_text().strip() not in conf
     assert "tls {" not in conf and "cluster {" not in conf
-    assert result.security in conf and conf.count("allow_responses: true") == 6  # all but the 4 admins
+    assert result.security in conf and conf.count("allow_responses: { max: 1, expires: \"3600s\" }") == 6  # all but the 4 admins
     assert (out_accounts := (result.server_configs["nats-1"].parent / "accounts.conf").read_text()).startswith("accounts {") and "tls" not in out_accounts
 
 

@@ -1,0 +1,56 @@
+"""Answers across accounts come back within the deployment's reply window (issue 11): nats-server
+forgets a service request's way back after the export's response_threshold and a responder's right to
+answer after allow_responses' expiry (2 minutes each by default, while a subtask may take 5). Rendered
+with `reply_window_s: 2`, a tool's answer after 0.5 s reaches the main agent across accounts; one
+after 3.5 s does not (so the rendered window is what the server applies; the default is an hour)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from protocols import Subjects
+from tests.deploy_helpers import render, secure_server, user_security
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+RUN_ID = "window"
+
+
+async def _ask(url: str, out, delays: list[float]) -> list[bool]:  # noqa: ANN001
+    """The tool's user answers each request after its delay; the main agent's user asks once per delay."""
+    subject = Subjects(RUN_ID).tool("search")
+    tool = await nats.connect(url, allow_reconnect=False, **user_security(out, "tool", url).nats_options())
+    agent = await nats.connect(url, allow_reconnect=False, **user_security(out, "main-agent", url).nats_options())
+    pending = list(delays)
+
+    async def answer(msg) -> None:  # noqa: ANN001
+        await asyncio.sleep(pending.pop(0))
+        await msg.respond(b"found")
+
+    try:
+        await tool.subscribe(subject, cb=answer)
+        await tool.flush()
+        arrived = []
+        for delay in delays:
+            try:
+                arrived.append((await agent.request(subject, b"q", timeout=delay + 2.0)).data == b"found")
+            except nats.errors.TimeoutError:
+                arrived.append(False)
+        return arrived
+    finally:
+        await agent.close()
+        await tool.close()
+
+
+def test_an_answer_across_accounts_arrives_within_the_reply_window_and_not_after(tmp_path):
+    out = render(tmp_path, RUN_ID, reply_window_s=2)
+    assert 'response_threshold: "2s"' in (out / "n1.conf").read_text() and 'expires: "2s"' in (out / "n1.conf").read_text()
+    server = secure_server(out)
+    try:
+        url = server.url.replace("nats://", "tls://")
+        assert asyncio.run(_ask(url, out, [0.5, 3.5])) == [True, False]
+    finally:
+        server.stop()

@@ -1,0 +1,17 @@
+"""pipeline config: the timeout warnings of actors/node.py, checked against a worked case."""
+
+from __future__ import annotations
+
+
+def test_timeout_warnings_count_the_resends_while_nobody_listens():
+    """An attempt lasts up to timeout + min(timeout, 5 s) of "no responders" resends (runtime/retry.py):
+    4 sub turns × (10 + 5) s × 3 attempts = 180 s of tool calls at worst, so a 170 s subtask timeout
+    warns and 181 s does not; the main side likewise with subtask calls of 300 + 5 s."""
+    from mgrpo_actors.config.pipeline import PipelineConfig, longest_attempt_s, timeout_warnings
+
+    assert longest_attempt_s(10.0) == 15.0 and longest_attempt_s(2.0) == 4.0 and longest_attempt_s(300.0) == 305.0
+    short = PipelineConfig(tool_timeout_s=10.0, subtask_timeout_s=170.0, call_retries=2)
+    assert any("subtask_timeout_s (170) is below" in w and "= 180:" in w for w in timeout_warnings(short, 1, 4))
+    assert not [w for w in timeout_warnings(PipelineConfig(tool_timeout_s=10.0, subtask_timeout_s=181.0, call_retries=2), 1, 4) if "subtask_timeout_s" in w]
+    main = PipelineConfig(subtask_timeout_s=300.0, rollout_timeout_s=2 * 305.0 * 3 - 1, call_retries=2)
+    assert any("rollout_timeout_s (1829) is below" in w and "= 1830:" in w for w in timeout_warnings(main, 2, 1))
