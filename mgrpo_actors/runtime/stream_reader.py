@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import nats.errors
 import nats.js.errors
 
 from mgrpo_actors.log import get_logger
