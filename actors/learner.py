@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -39,8 +40,14 @@ from mgrpo_actors.pipeline.batch_rows import join_chunks
 from mgrpo_actors.pipeline.policy_sync import latest_key
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.pipeline.durables import DURABLES
+from mgrpo_actors.runtime.resend import resend_later
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
+
+T = TypeVar("T")
+# Writes after the optimizer step are tried this often, this far apart (a leader election takes seconds).
+AFTER_STEP_ATTEMPTS = 12
+AFTER_STEP_PAUSE_S = 5.0
 
 __all__ = ["LearnerActor", "start_main_learner", "start_sub_learner"]
 
@@ -173,6 +180,9 @@ class LearnerActor(BusActor):
                 self.log.warning("batch handed back after a passing failure", batch_id=batch_id, error=str(exc))
             return False
 
+    def _after_step(self, what: str, write: Callable[[], T]) -> T:
+        return write_after_step(write, what, self.log)
+
     def on_note(self, note: Any) -> Any:
         if isinstance(note, _Fatal):
             raise RuntimeError(f"{self.side} learner cannot apply its batch: {note.error}")
@@ -189,11 +199,11 @@ class LearnerActor(BusActor):
         path = save_weights(state, self.trainer.module, self.scratch / f"v{version}.safetensors")
         if batch.step + 1 in self.cfg.export_steps(self.config.pipeline.steps):
             export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{batch.step + 1}")
-        announced = self.store.publish(path, version, batch.step)
-        self.versions.put(latest_key(self.side), encode(announced))
+        announced = self._after_step("weights", lambda: self.store.publish(path, version, batch.step))
+        self._after_step("weights version", lambda: self.versions.put(latest_key(self.side), encode(announced)))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)
         self.applied = {"step": batch.step, "batch_id": batch_id, "version": version, "history": [*self.applied["history"], batch_id]}
-        self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
+        self._after_step("learner record", lambda: self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode()))
         self.unacked += [delivery for _, delivery in held]
         every = self.cfg.checkpoint_every
         if every == 0 or len(self.applied["history"]) % every == 0:
@@ -208,7 +218,25 @@ class LearnerActor(BusActor):
         publish_event(self.bus, f"{self.side}.learned", f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
                       self.role, step=batch.step, version=version, **figures)  # fmt: skip
         done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
-        self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}")
+        self._after_step("step done", lambda: self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}"))
+        if self.side == "sub":  # it crosses into MAIN, to the controller (deploy/accounts.py)
+            resend_later(self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}")
+
+
+def write_after_step(write: Callable[[], T], what: str, log: Any, attempts: int = AFTER_STEP_ATTEMPTS, pause_s: float = AFTER_STEP_PAUSE_S) -> T:
+    """A write after the optimizer step, which the learner's process may not redo: a passing bus failure
+    (a NATS server lost, a stream electing its leader) is waited out here, up to `attempts` tries,
+    rather than ending the learner (each write is idempotent: the same object, key and id again). A
+    failure that is not the bus's, or the last one, is raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except Exception as exc:
+            if not is_transient(exc) or attempt == attempts:
+                raise
+            log.warning("write after the step failed; trying again", what=what, attempt=attempt, of=attempts, error=f"{type(exc).__name__}: {exc}")
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")
 
 
 def start_main_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

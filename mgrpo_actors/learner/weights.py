@@ -64,7 +64,6 @@ class WeightsStore:
         digest = sha256_of(path)
         if self._bucket is not None:
             self._bucket.put_file(self._name(version), path)
-            path.unlink()  # stored: the local copy would only fill the disk
             uri = f"{_OBJECT_PREFIX}{self.bucket_name}/{self._name(version)}"
         else:
             target = self.shared_dir / self._name(version)
@@ -72,6 +71,8 @@ class WeightsStore:
             path.replace(target)
             uri = f"{_FILE_PREFIX}{target.resolve()}"
         self._forget(version - self.cfg.keep_versions)
+        if self._bucket is not None:
+            path.unlink()  # stored (and only now: a publish that failed part-way can be made again from it)
         return WeightsVersion(run_id=self.bus.run_id, side=self.side, version=version, step=step, uri=uri, sha256=digest)
 
     def _forget(self, version: int) -> None:

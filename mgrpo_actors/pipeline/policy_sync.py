@@ -10,7 +10,7 @@ from mgrpo_actors.engines.base import RolloutEngine
 from mgrpo_actors.learner.weights import WeightsStore
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import WEIGHTS, phase
-from mgrpo_actors.runtime import Bus, BusError
+from mgrpo_actors.runtime import Bus, BusError, is_transient
 from protocols import WeightsVersion, decode
 
 __all__ = ["PolicySync", "latest_key"]
@@ -53,4 +53,9 @@ class PolicySync:
         latest = decode(raw) if raw is not None else None
         if not isinstance(latest, WeightsVersion) or latest.version < version:
             raise BusError(f"{self.side} policy version {version} is not announced yet")
-        self.load(latest)
+        try:
+            self.load(latest)
+        except Exception as exc:  # the bus failing meanwhile (a NATS server lost): hand the requests back, do not end the agent
+            if is_transient(exc):
+                raise BusError(f"{self.side} policy version {latest.version} could not be fetched yet: {type(exc).__name__}: {exc}") from exc
+            raise

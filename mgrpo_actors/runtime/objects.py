@@ -18,13 +18,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 from nats.js.api import ObjectStoreConfig
 
 from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
+from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.loop import BusLoop
 
+log = get_logger(__name__)
+
 __all__ = ["ObjectBucket", "open_object_store", "read_object"]
+
+# A read that times out or finds the stream without a leader (a NATS server lost, an election under
+# way) is made again, this far apart, for at most this long: the ordered consumer this replaced rode
+# such a failover out too.
+READ_RETRY_S = 1.0
+READ_PATIENCE_S = 60.0
+
+
+async def _patiently(read: Any, what: str) -> Any:
+    """`await read()`, again after a passing failure for up to READ_PATIENCE_S (NotFoundError at once)."""
+    deadline = asyncio.get_running_loop().time() + READ_PATIENCE_S
+    while True:
+        try:
+            return await read()
+        except nats.js.errors.NotFoundError:
+            raise
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError, nats.errors.ConnectionReconnectingError) as exc:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            log.warning("object read failed; trying again", what=what, error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(READ_RETRY_S)
 
 
 async def open_object_store(js: Any, bucket: str, replicas: int = 1, denials: ApiDenials | None = None) -> Any:
@@ -39,7 +64,7 @@ async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) ->
     """Write object `name` of `bucket` (nats-py's `store`) to the binary file `into`, chunk by chunk,
     without a consumer; returns its size. ObjectNotFoundError if absent; ValueError if the chunks do
     not add up to the object's size and digest."""
-    info = await store.get_info(name)
+    info = await _patiently(lambda: store.get_info(name), f"{bucket}/{name} info")
     if not info.nuid:
         raise ValueError(f"object {name!r} in bucket {bucket!r} has no chunks recorded (a broken meta entry)")
     if not info.size:
@@ -49,7 +74,7 @@ async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) ->
     loop = asyncio.get_running_loop()
     for _ in range(info.chunks or 0):
         # The first chunk of this object at or after `seq`: the chunks of one object are in stream order.
-        msg = await js._jsm.get_msg(stream, seq=seq, subject=subject, next=True)
+        msg = await _patiently(lambda: js._jsm.get_msg(stream, seq=seq, subject=subject, next=True), f"{bucket}/{name} chunk")
         data = msg.data or b""
         await loop.run_in_executor(None, into.write, data)  # off the bus thread's loop: a chunk is up to 128 KiB
         digest.update(data)
