@@ -20,7 +20,7 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.batch_rows import split_batch
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import resend_later
+from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from protocols import BatchReady, StepPlan
 
@@ -187,6 +187,5 @@ class AlignerActor(BusActor):
     def _announce(self, step: int, record: dict[str, Any], figures: dict[str, float]) -> None:
         ready = BatchReady(run_id=self.bus.run_id, side=self.side, step=step, batch_id=record["batch_id"], num_samples=record["num_samples"],
                            stats=figures, num_chunks=record["num_chunks"])  # fmt: skip
-        self.bus.js_publish(self.bus.subjects.step_aligned(self.side), ready, msg_id=f"ready-{record['batch_id']}")
-        if self.side == "sub":  # it crosses into MAIN, to the controller (deploy/accounts.py)
-            resend_later(self.bus, self.bus.subjects.step_aligned(self.side), ready, f"ready-{record['batch_id']}")
+        # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
+        publish_crossing(self.bus, self.bus.subjects.step_aligned(self.side), ready, f"ready-{record['batch_id']}", crosses=self.side == "sub")

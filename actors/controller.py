@@ -25,7 +25,7 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event
 from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
 from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import resend_later
+from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
 
@@ -91,8 +91,7 @@ class ControllerActor(BusActor):
         versions = self.cursor["versions"]  # the newest policies: sync mode rolls step n+1 out with step n's weights
         plan = StepPlan(run_id=self.bus.run_id, step=step, query_ids=[q.id for q in questions], num_rollouts=k, main_version=versions["main"],
                         sub_version=versions["sub"], started_at=self.started_at[step])  # fmt: skip
-        self.bus.js_publish(subjects.step_start, plan, msg_id=f"plan-{step}")
-        resend_later(self.bus, subjects.step_start, plan, f"plan-{step}")  # it crosses into SUB (deploy/accounts.py)
+        publish_crossing(self.bus, subjects.step_start, plan, f"plan-{step}")  # it crosses into SUB (deploy/accounts.py)
         for q in questions:
             request = RolloutRequest(run_id=self.bus.run_id, step=step, query_id=q.id, question=q.question, answers=q.answers, num_rollouts=k,
                                      main_version=versions["main"], sub_version=versions["sub"], metadata={"kind": q.kind, "level": q.level})  # fmt: skip

@@ -40,7 +40,7 @@ from mgrpo_actors.pipeline.batch_rows import join_chunks
 from mgrpo_actors.pipeline.policy_sync import latest_key
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import resend_later
+from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 
@@ -218,9 +218,8 @@ class LearnerActor(BusActor):
         publish_event(self.bus, f"{self.side}.learned", f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
                       self.role, step=batch.step, version=version, **figures)  # fmt: skip
         done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
-        self._after_step("step done", lambda: self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{batch_id}"))
-        if self.side == "sub":  # it crosses into MAIN, to the controller (deploy/accounts.py)
-            resend_later(self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}")
+        # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
+        self._after_step("step done", lambda: publish_crossing(self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side == "sub"))
 
 
 def write_after_step(write: Callable[[], T], what: str, log: Any, attempts: int = AFTER_STEP_ATTEMPTS, pause_s: float = AFTER_STEP_PAUSE_S) -> T:

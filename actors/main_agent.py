@@ -27,7 +27,7 @@ from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
 from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import resend_later
+from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
@@ -116,8 +116,7 @@ class MainAgentActor(AgentActor):
                 self.bus.js_publish(subjects.trajectories("main"), trajectory)
             for stats in outcome.stats:
                 msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
-                self.bus.js_publish(subjects.reward_stats, stats, msg_id=msg_id)
-                resend_later(self.bus, subjects.reward_stats, stats, msg_id)  # they cross into SUB (deploy/accounts.py)
+                publish_crossing(self.bus, subjects.reward_stats, stats, msg_id)  # they cross into SUB (deploy/accounts.py)
             self.bus.publish(subjects.rollout_done, outcome.done)
         except Exception as exc:
             self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")

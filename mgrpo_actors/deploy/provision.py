@@ -8,6 +8,7 @@ config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
 
 from __future__ import annotations
 
+from mgrpo_actors.config.node import STREAM_NAMES
 from mgrpo_actors.deploy.accounts import AccountResources
 from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus, StreamLimits, ensure_durable
@@ -26,8 +27,7 @@ def weights_buckets() -> list[str]:
 
 def everything(bus: Bus) -> AccountResources:
     """Every stream, KV bucket, object store and durable of the bus's run (a server without accounts keeps them all in one)."""
-    prefix = f"mgrpo-{bus.run_id}-"
-    return AccountResources(tuple(name.removeprefix(prefix) for name in bus.subjects.streams()), RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
+    return AccountResources(STREAM_NAMES, RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
 
 
 def provision_run(bus: Bus, limits: StreamLimits, ack_wait_s: float, resources: AccountResources | None = None) -> dict[str, list[str]]:

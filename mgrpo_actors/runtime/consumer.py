@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.delivery import Delivery
+from mgrpo_actors.runtime.jetstream import consumer_config, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 
@@ -218,10 +220,6 @@ def ensure_durable(bus: Any, stream: str, durable: str, subject: str | None, ack
     """Make the durable pull consumer `durable` on `stream` with the settings `Bus.consume` would give
     it (`mgrpo deploy provision`, before any node binds to it); False when it exists already (its
     settings are kept, as `Bus.consume` keeps them)."""
-    import nats.js.errors
-
-    from mgrpo_actors.runtime.jetstream import consumer_config, with_api_retries
-
     config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
     config.name, config.filter_subject = durable, subject or ">"  # what nats-py's pull_subscribe sets when it creates one
 

@@ -17,7 +17,7 @@ from typing import Any
 from mgrpo_actors.log import get_logger
 from protocols import Message
 
-__all__ = ["RESEND_AFTER_S", "resend_later"]
+__all__ = ["RESEND_AFTER_S", "publish_crossing", "resend_later"]
 
 log = get_logger(__name__)
 
@@ -45,3 +45,12 @@ def resend_later(bus: Any, subject: str, message: Message | bytes, msg_id: str, 
 
     bus.loop.call_soon(schedule)
     return len(delays)
+
+
+def publish_crossing(bus: Any, subject: str, message: Message, msg_id: str, crosses: bool = True) -> int:
+    """`bus.js_publish` with `msg_id`, then (if the message `crosses` accounts) its resends; returns the
+    stream sequence. Nothing is scheduled when the publish itself fails: the caller publishes again."""
+    seq = bus.js_publish(subject, message, msg_id=msg_id)
+    if crosses:
+        resend_later(bus, subject, message, msg_id)
+    return seq
