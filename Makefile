@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast run run-tiny run-learn compare compare-tiny bench clean
+.PHONY: install lint format test test-fast run run-tiny run-learn compare compare-tiny bench clean
 
 install: $(STAMP)
 
@@ -20,6 +20,15 @@ $(STAMP): pyproject.toml constraints.txt
 	# DeepSpeed's CPU all-reduce op is compiled on a learner's first start (~25 s): do it once, here.
 	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
 	touch $(STAMP)
+
+# ruff (pinned in pyproject.toml): the formatter and the linter; tests/unit/test_lint.py runs the same checks.
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider tests

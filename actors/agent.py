@@ -33,7 +33,9 @@ class AgentActor(BusActor):
         super().__init__(bus, name=f"{self.role}-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
-        self.pending: PendingBatch[tuple[Any, Delivery]] = PendingBatch(self.actor_ref, batch_size, gather_s=self.pipeline.batch_gather_s)
+        self.pending: PendingBatch[tuple[Any, Delivery]] = PendingBatch(
+            self.actor_ref, batch_size, gather_s=self.pipeline.batch_gather_s
+        )
         self.batches = 0
         self.calls = CallStats()
 
@@ -41,7 +43,12 @@ class AgentActor(BusActor):
         """Load the side's model on its engine and follow the side's weight announcements (from on_start)."""
         torch.set_num_threads(self.config.agents.torch_threads)
         self.model = load_agent(getattr(self.config.agents, self.side))
-        store = WeightsStore(self.bus, self.side, self.config.learners.weights, Path(tempfile.mkdtemp(prefix=f"mgrpo-{self.side}-weights-")))
+        store = WeightsStore(
+            self.bus,
+            self.side,
+            self.config.learners.weights,
+            Path(tempfile.mkdtemp(prefix=f"mgrpo-{self.side}-weights-")),
+        )
         self.policy = PolicySync(self.bus, self.side, self.model.engine, store)
         self.listen(self.bus.subjects.weights(self.side))
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.pipeline.batch_rows import split_batch
-from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import publish_crossing
+from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
+from mgrpo_actors.runtime.resend import publish_crossing
 from protocols import BatchReady, StepPlan
 
 __all__ = ["AlignerActor", "HeldStep"]
@@ -83,7 +83,12 @@ class AlignerActor(BusActor):
     def consume_side(self, durable: str) -> None:
         # Held pieces stay unacked until their step is published: a whole step's worth in flight (DURABLES).
         spec = DURABLES[durable]
-        self.consume(*spec.where(self.bus.subjects), batch=spec.max_ack_pending, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
+        self.consume(
+            *spec.where(self.bus.subjects),
+            batch=spec.max_ack_pending,
+            max_ack_pending=spec.max_ack_pending,
+            ack_wait_s=self.pipeline.ack_wait_s,
+        )
 
     # ---- wiring ------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -151,7 +156,9 @@ class AlignerActor(BusActor):
             if held.publish_failures and self.complete(held):
                 self.publish(held, timed_out=False)  # a complete step whose publish failed: again
             elif now - held.plan_seen_at > self.pipeline.rollout_timeout_s:
-                self.log.warning("step timed out: publishing what arrived", step=held.step, timeout_s=self.pipeline.rollout_timeout_s)
+                self.log.warning(
+                    "step timed out: publishing what arrived", step=held.step, timeout_s=self.pipeline.rollout_timeout_s
+                )
                 self.publish(held, timed_out=True)
 
     # ---- publishing --------------------------------------------------------------------------
@@ -163,17 +170,40 @@ class AlignerActor(BusActor):
             batch, figures = self.build(held)
             chunks = split_batch(batch, self.bus.max_bytes)
             for chunk in chunks:
-                self.bus.js_publish(self.bus.subjects.batches(self.side), chunk, timeout_s=30.0, msg_id=f"{batch.batch_id}#{chunk.chunk}")
-            figures = {**figures, **{k: float(v) for k, v in held.counts.items()}, "late": float(self.late), "timed_out": float(timed_out), "chunks": float(len(chunks))}
+                self.bus.js_publish(
+                    self.bus.subjects.batches(self.side),
+                    chunk,
+                    timeout_s=30.0,
+                    msg_id=f"{batch.batch_id}#{chunk.chunk}",
+                )
+            figures = {
+                **figures,
+                **{k: float(v) for k, v in held.counts.items()},
+                "late": float(self.late),
+                "timed_out": float(timed_out),
+                "chunks": float(len(chunks)),
+            }
             record = {"batch_id": batch.batch_id, "num_samples": len(batch.sample_ids), "num_chunks": len(chunks)}
             if not held.publish_failures:  # the batch is stored: say so (before the controller moves on)
                 publish_metrics(self.bus, self.side, figures, held.step, self.role)
-                publish_event(self.bus, f"{self.side}.batch", f"{self.side} batch of step {held.step}: {record['num_samples']} samples", self.role, step=held.step, **figures)
+                publish_event(
+                    self.bus,
+                    f"{self.side}.batch",
+                    f"{self.side} batch of step {held.step}: {record['num_samples']} samples",
+                    self.role,
+                    step=held.step,
+                    **figures,
+                )
             self._announce(held.step, record, figures)
             self.state.put(f"aligned.{self.side}.{held.step}", json.dumps(record).encode())
         except Exception as exc:
             held.publish_failures += 1
-            self.log.error("batch not published; retrying on the next tick", step=held.step, attempt=held.publish_failures, error=f"{type(exc).__name__}: {exc}")
+            self.log.error(
+                "batch not published; retrying on the next tick",
+                step=held.step,
+                attempt=held.publish_failures,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             return
         self.published[held.step] = record
         del self.steps[held.step]
@@ -185,7 +215,20 @@ class AlignerActor(BusActor):
         """What a subclass updates only once a step's batch is out (the sub side's D estimate)."""
 
     def _announce(self, step: int, record: dict[str, Any], figures: dict[str, float]) -> None:
-        ready = BatchReady(run_id=self.bus.run_id, side=self.side, step=step, batch_id=record["batch_id"], num_samples=record["num_samples"],
-                           stats=figures, num_chunks=record["num_chunks"])  # fmt: skip
+        ready = BatchReady(
+            run_id=self.bus.run_id,
+            side=self.side,
+            step=step,
+            batch_id=record["batch_id"],
+            num_samples=record["num_samples"],
+            stats=figures,
+            num_chunks=record["num_chunks"],
+        )
         # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
-        publish_crossing(self.bus, self.bus.subjects.step_aligned(self.side), ready, f"ready-{record['batch_id']}", crosses=self.side == "sub")
+        publish_crossing(
+            self.bus,
+            self.bus.subjects.step_aligned(self.side),
+            ready,
+            f"ready-{record['batch_id']}",
+            crosses=self.side == "sub",
+        )

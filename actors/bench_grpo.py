@@ -56,7 +56,12 @@ BENCH_ONLY = ("learners.main.checkpoint_every=0",)
 RUN_ID = "bench-grpo"
 STEPS, QUICK_STEPS = 6, 2
 # The step's categories (bench/step_split.py), grouped as the issue names them.
-GROUPS = {"generation": ("generate",), "scoring": ("score",), "learner": ("learn", "weights", "align", "checkpoint"), "messaging": (OTHER,)}
+GROUPS = {
+    "generation": ("generate",),
+    "scoring": ("score",),
+    "learner": ("learn", "weights", "align", "checkpoint"),
+    "messaging": (OTHER,),
+}
 LABELS = {"generation": "gen", "scoring": "score", "learner": "learner", "messaging": "msg"}
 
 
@@ -72,8 +77,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     quiet_libraries()
     console = Console(highlight=False)
     steps = QUICK_STEPS if quick else STEPS
-    console.print(f"grpo bench: plain single-turn GRPO for {steps} steps through the pipeline (controller, single agent, main aligner, "
-                  "main learner; an embedded nats-server), in this process…", markup=False)  # fmt: skip
+    console.print(
+        f"grpo bench: plain single-turn GRPO for {steps} steps through the pipeline (controller, single agent, main aligner, "
+        "main learner; an embedded nats-server), in this process…",
+        markup=False,
+    )
     model_dir = bench_model_dir()  # the first time: the warm-up (~20 s on one core), then cached
     with tempfile.TemporaryDirectory(prefix="mgrpo-bench-grpo-data-") as data_dir:
         dataset = Path(data_dir) / "arithmetic.jsonl"
@@ -91,14 +99,20 @@ def print_configuration(results: dict[str, Any], model_dir: Path, console: Conso
     config = results["config"]
     agent, learner, pipeline = config.agents.main, config.learners.main, config.pipeline
     shape = json.loads((model_dir / "config.json").read_text())
-    console.print(f"model: {shape['architectures'][0]}, hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
-                  f"{shape['num_attention_heads']} heads ({shape['num_key_value_heads']} KV), intermediate {shape['intermediate_size']}, "
-                  f"{shape['vocab_size']} ids (byte-level BPE of {TINY_PRESETS['grpo'].vocab_size} trained locally + {len(FORMAT_TOKENS)} format tags), "
-                  f"{agent.dtype} on {agent.device}, warmed up {WARMUP.steps} steps on the answer format", markup=False)  # fmt: skip
-    console.print(f"step: {pipeline.queries_per_step} prompts × {pipeline.rollouts_per_query} completions × ≤ {agent.max_new_tokens_per_turn} "
-                  f"new tokens, temperature {agent.temperature:g}, no tools, {agent.max_turns} turn, {config.agents.correct_judge} scoring; "
-                  f"one AdamW step per batch (lr {learner.lr:g}, micro-batch {learner.micro_batch_samples}, {learner.device} {learner.dtype}), "
-                  f"KL coefficient {config.algo.objective.kl_coef:g}, no checkpoints; {config.agents.torch_threads} torch thread(s) (agents.torch_threads; one process)", markup=False)  # fmt: skip
+    console.print(
+        f"model: {shape['architectures'][0]}, hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
+        f"{shape['num_attention_heads']} heads ({shape['num_key_value_heads']} KV), intermediate {shape['intermediate_size']}, "
+        f"{shape['vocab_size']} ids (byte-level BPE of {TINY_PRESETS['grpo'].vocab_size} trained locally + {len(FORMAT_TOKENS)} format tags), "
+        f"{agent.dtype} on {agent.device}, warmed up {WARMUP.steps} steps on the answer format",
+        markup=False,
+    )
+    console.print(
+        f"step: {pipeline.queries_per_step} prompts × {pipeline.rollouts_per_query} completions × ≤ {agent.max_new_tokens_per_turn} "
+        f"new tokens, temperature {agent.temperature:g}, no tools, {agent.max_turns} turn, {config.agents.correct_judge} scoring; "
+        f"one AdamW step per batch (lr {learner.lr:g}, micro-batch {learner.micro_batch_samples}, {learner.device} {learner.dtype}), "
+        f"KL coefficient {config.algo.objective.kl_coef:g}, no checkpoints; {config.agents.torch_threads} torch thread(s) (agents.torch_threads; one process)",
+        markup=False,
+    )
 
 
 def _tokens(results: dict[str, Any], step: int) -> float:
@@ -117,12 +131,24 @@ def print_results(results: dict[str, Any], console: Console) -> None:
     if not splits:
         console.print("[red]no step finished: nothing measured[/]")
         return
-    table = Table(title="seconds per step, each instant counted once (* warm-up)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = Table(
+        title="seconds per step, each instant counted once (* warm-up)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for column in ("step", "s/step", "tokens", "tok/s", *(LABELS[g] for g in GROUPS), "trained"):
         table.add_column(column, justify="right")
     trained = {step: sides.get("main", 0) for step, sides in results["trained"].items()}
     for split in splits:
-        table.add_row(*_row(f"{split.step}{'*' if split.step == 0 else ''}", split, _tokens(results, split.step), str(trained.get(split.step, "-"))))
+        table.add_row(
+            *_row(
+                f"{split.step}{'*' if split.step == 0 else ''}",
+                split,
+                _tokens(results, split.step),
+                str(trained.get(split.step, "-")),
+            )
+        )
     steady = splits[1:] or splits  # step 0 holds the warm-up (first generation, DeepSpeed's first step)
     mean: StepSplit = results["mean"] or splits[0]
     tokens = sum(_tokens(results, s.step) for s in steady) / len(steady)
@@ -131,12 +157,20 @@ def print_results(results: dict[str, Any], console: Console) -> None:
     groups = group_seconds(mean)
     table.add_row("share", "100%", "", "", *(f"{groups[g] / mean.wall:.1%}" if mean.wall else "" for g in GROUPS), "")
     console.print(table)
-    console.print("tokens: the completions' tokens; tok/s: tokens / s/step; gen: rollout generation; score: judging the completions "
-                  "(R_M); learner: forward, backward and optimizer step, new weights published, fetched and loaded, advantages and batch; "
-                  "msg (messaging): the rest (NATS and JetStream round trips, serialisation, the actors' own work, waiting); trained: "
-                  "samples the learner trained on", markup=False)  # fmt: skip
-    console.print("each alone (may overlap), mean: " + ", ".join(f"{k} {mean.busy[k]:.3f} s" for k in mean.busy), markup=False)
+    console.print(
+        "tokens: the completions' tokens; tok/s: tokens / s/step; gen: rollout generation; score: judging the completions "
+        "(R_M); learner: forward, backward and optimizer step, new weights published, fetched and loaded, advantages and batch; "
+        "msg (messaging): the rest (NATS and JetStream round trips, serialisation, the actors' own work, waiting); trained: "
+        "samples the learner trained on",
+        markup=False,
+    )
+    console.print(
+        "each alone (may overlap), mean: " + ", ".join(f"{k} {mean.busy[k]:.3f} s" for k in mean.busy), markup=False
+    )
     generation = groups["generation"]
     which = "steps after step 0 (warm-up)" if results["mean"] is not None else "step 0 only, warm-up included"
-    console.print(f"plain GRPO: {mean.wall:.3f} s/step, {tokens / mean.wall:.1f} generated tokens/s "
-                  f"({tokens:.0f} tokens a step; generation alone {tokens / generation if generation else 0:.1f} tokens/s); mean of {which}", markup=False)  # fmt: skip
+    console.print(
+        f"plain GRPO: {mean.wall:.3f} s/step, {tokens / mean.wall:.1f} generated tokens/s "
+        f"({tokens:.0f} tokens a step; generation alone {tokens / generation if generation else 0:.1f} tokens/s); mean of {which}",
+        markup=False,
+    )

@@ -22,11 +22,11 @@ from typing import Any
 
 from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event
 from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
+from mgrpo_actors.runtime.resend import publish_crossing
 from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
 
 __all__ = ["ControllerActor", "start_controller", "step_schedule"]
@@ -55,14 +55,24 @@ class ControllerActor(BusActor):
         self.schedule = step_schedule(self.config)
         self.state = self.bus.kv(self.bus.subjects.bucket("state"))
         raw = self.state.get(CURSOR_KEY)
-        self.cursor = _cursor(json.loads(raw)) if raw else {"next": 0, "open": {}, "finished": False, "versions": {side: 0 for side in SIDES}}
+        self.cursor = (
+            _cursor(json.loads(raw))
+            if raw
+            else {"next": 0, "open": {}, "finished": False, "versions": {side: 0 for side in SIDES}}
+        )
         subjects = self.bus.subjects
         spec = DURABLES["controller"]  # step.aligned.<side> and step.done.<side>
         self.consume(*spec.where(subjects), max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
         self.listen(subjects.rollout_done)
         if self.cursor["finished"]:
             self.log.info("run already finished", steps=self.cursor["next"])
-            publish_event(self.bus, RUN_FINISHED, f"run {self.bus.run_id} finished after {self.cursor['next']} steps", self.role, steps=self.cursor["next"])
+            publish_event(
+                self.bus,
+                RUN_FINISHED,
+                f"run {self.bus.run_id} finished after {self.cursor['next']} steps",
+                self.role,
+                steps=self.cursor["next"],
+            )
             return
         for step in self._open_steps():
             self.started_at[step] = time.time()
@@ -89,25 +99,58 @@ class ControllerActor(BusActor):
         questions = self.schedule.step(step)
         subjects, k = self.bus.subjects, self.pipeline.rollouts_per_query
         versions = self.cursor["versions"]  # the newest policies: sync mode rolls step n+1 out with step n's weights
-        plan = StepPlan(run_id=self.bus.run_id, step=step, query_ids=[q.id for q in questions], num_rollouts=k, main_version=versions["main"],
-                        sub_version=versions["sub"], started_at=self.started_at[step])  # fmt: skip
-        publish_crossing(self.bus, subjects.step_start, plan, f"plan-{step}")  # it crosses into SUB (deploy/accounts.py)
+        plan = StepPlan(
+            run_id=self.bus.run_id,
+            step=step,
+            query_ids=[q.id for q in questions],
+            num_rollouts=k,
+            main_version=versions["main"],
+            sub_version=versions["sub"],
+            started_at=self.started_at[step],
+        )
+        # it crosses into SUB (deploy/accounts.py)
+        publish_crossing(self.bus, subjects.step_start, plan, f"plan-{step}")
         for q in questions:
-            request = RolloutRequest(run_id=self.bus.run_id, step=step, query_id=q.id, question=q.question, answers=q.answers, num_rollouts=k,
-                                     main_version=versions["main"], sub_version=versions["sub"], metadata={"kind": q.kind, "level": q.level})  # fmt: skip
+            request = RolloutRequest(
+                run_id=self.bus.run_id,
+                step=step,
+                query_id=q.id,
+                question=q.question,
+                answers=q.answers,
+                num_rollouts=k,
+                main_version=versions["main"],
+                sub_version=versions["sub"],
+                metadata={"kind": q.kind, "level": q.level},
+            )
             self.bus.js_publish(subjects.rollout_requests, request, msg_id=f"request-{step}-{q.id}")
         self.cursor["open"][str(step)] = []
         self.cursor["next"] = step + 1
         self._save()
         stage = f", stage {self.schedule.stage(step)}" if self.pipeline.stage1_steps else ""
-        publish_event(self.bus, "step.started", f"step {step}: {len(questions)} queries × {k} rollouts{stage}" + (" (resumed)" if resumed else ""),
-                      self.role, step=step, queries=plan.query_ids, stage=self.schedule.stage(step), versions=dict(versions))  # fmt: skip
+        publish_event(
+            self.bus,
+            "step.started",
+            f"step {step}: {len(questions)} queries × {k} rollouts{stage}" + (" (resumed)" if resumed else ""),
+            self.role,
+            step=step,
+            queries=plan.query_ids,
+            stage=self.schedule.stage(step),
+            versions=dict(versions),
+        )
 
     def on_query_done(self, done: QueryDone, delivery: Delivery) -> None:
         if str(done.step) in self.cursor["open"]:
             seen = self.queries_done.setdefault(done.step, set())
             seen.add(done.query_id)
-            self.log.info("query done", step=done.step, query=done.query_id, done=len(seen), of=self.pipeline.queries_per_step, sub_calls=done.sub_calls, failed=done.failed_rollouts)
+            self.log.info(
+                "query done",
+                step=done.step,
+                query=done.query_id,
+                done=len(seen),
+                of=self.pipeline.queries_per_step,
+                sub_calls=done.sub_calls,
+                failed=done.failed_rollouts,
+            )
 
     def gate(self, side: str) -> type:
         """What ends a step for a side: its learner's StepDone, or its BatchReady (an agent that does not train, or no learners)."""
@@ -138,9 +181,17 @@ class ControllerActor(BusActor):
         del self.cursor["open"][str(step)]
         self.cursor["finished"] = self.cursor["next"] >= self.pipeline.steps and not self.cursor["open"]
         self._save()
-        publish_event(self.bus, "step.finished", f"step {step} finished in {seconds:.1f} s", self.role, step=step, seconds=seconds)
+        publish_event(
+            self.bus, "step.finished", f"step {step} finished in {seconds:.1f} s", self.role, step=step, seconds=seconds
+        )
         if self.cursor["finished"]:
-            publish_event(self.bus, RUN_FINISHED, f"run {self.bus.run_id} finished after {self.cursor['next']} steps", self.role, steps=self.cursor["next"])
+            publish_event(
+                self.bus,
+                RUN_FINISHED,
+                f"run {self.bus.run_id} finished after {self.cursor['next']} steps",
+                self.role,
+                steps=self.cursor["next"],
+            )
             self.log.info("run finished", steps=self.cursor["next"])
 
 
@@ -149,8 +200,12 @@ def _cursor(saved: dict[str, Any]) -> dict[str, Any]:
     if "next" in saved:
         return saved
     step, published = saved["step"], saved["published"]
-    return {"next": step + 1 if published else step, "open": {str(step): saved["ready"]} if published else {},
-            "finished": saved["finished"], "versions": saved["versions"]}  # fmt: skip
+    return {
+        "next": step + 1 if published else step,
+        "open": {str(step): saved["ready"]} if published else {},
+        "finished": saved["finished"],
+        "versions": saved["versions"],
+    }
 
 
 def step_schedule(config: NodeConfig) -> CurriculumSchedule:
@@ -158,7 +213,11 @@ def step_schedule(config: NodeConfig) -> CurriculumSchedule:
     cannot fill a step."""
     pipeline, seed = config.pipeline, config.run.seed
     questions = load_task_questions(pipeline, config.tools)
-    stage1 = StepSchedule(questions.training(pipeline, stage=1), pipeline.queries_per_step, seed, pipeline.shuffle) if pipeline.stage1_steps else None
+    stage1 = (
+        StepSchedule(questions.training(pipeline, stage=1), pipeline.queries_per_step, seed, pipeline.shuffle)
+        if pipeline.stage1_steps
+        else None
+    )
     stage2 = StepSchedule(questions.training(pipeline), pipeline.queries_per_step, seed, pipeline.shuffle)
     return CurriculumSchedule(stage1, pipeline.stage1_steps, stage2)
 

@@ -52,7 +52,10 @@ def demo_learn(args: argparse.Namespace, console: Console) -> int:
     main_dir, sub_dir = warmed_models(base.tools)
     Path(base.run.dir).mkdir(parents=True, exist_ok=True)  # beside the run directory, which a fresh run clears
     questions = write_questions(Path(base.run.dir) / "colour-rule-questions.jsonl")
-    data = _merged(data, {"run": {"id": args.run_id}, **demo_config(main_dir, sub_dir, questions, args.steps, -1 if args.flip else 1)})
+    data = _merged(
+        data,
+        {"run": {"id": args.run_id}, **demo_config(main_dir, sub_dir, questions, args.steps, -1 if args.flip else 1)},
+    )
     try:
         config = from_dict(NodeConfig, apply_overrides(data, list(args.overrides)))
     except ConfigError as exc:
@@ -70,12 +73,32 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("demo", help="small runs that show learning on a CPU (make run-learn)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "demo",
+        help="small runs that show learning on a CPU (make run-learn)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     demos = p.add_subparsers(dest="demo", required=True, metavar="DEMO")
     learn = demos.add_parser("learn", help="two tiny models learn the colour rule through the whole pipeline (~1 min)")
     learn.add_argument("--steps", type=int, default=12, help="M-GRPO steps (default 12)")
-    learn.add_argument("--flip", action="store_true", help="flip every advantage's sign: the control run, which must not learn")
-    learn.add_argument("--run-id", default="colour-rule", help="run id (default colour-rule; its directory is <run.dir>/<run id>)")
-    learn.add_argument("--config", metavar="FILE", help="base YAML config (e.g. run.dir, nats limits); the demo sets agents, pipeline, learners")
-    learn.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help="override a config key (after the demo's)")
+    learn.add_argument(
+        "--flip", action="store_true", help="flip every advantage's sign: the control run, which must not learn"
+    )
+    learn.add_argument(
+        "--run-id", default="colour-rule", help="run id (default colour-rule; its directory is <run.dir>/<run id>)"
+    )
+    learn.add_argument(
+        "--config",
+        metavar="FILE",
+        help="base YAML config (e.g. run.dir, nats limits); the demo sets agents, pipeline, learners",
+    )
+    learn.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="override a config key (after the demo's)",
+    )
     learn.set_defaults(func=_run)

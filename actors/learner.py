@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -37,11 +38,11 @@ from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.learner.weights import WeightsStore, save_weights
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.pipeline.batch_rows import join_chunks
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.pipeline.policy_sync import latest_key
 from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
+from mgrpo_actors.runtime.resend import publish_crossing
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 
 T = TypeVar("T")
@@ -87,13 +88,16 @@ class LearnerActor(BusActor):
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
         model, self.tokenizer = load_model(getattr(self.config.agents, self.side).model)
         self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)
-        self.exports = Path(self.config.run.dir) / self.bus.run_id / "exports" / self.side  # learners.<side>.export_every
+        # learners.<side>.export_every
+        self.exports = Path(self.config.run.dir) / self.bus.run_id / "exports" / self.side
         if self.checkpoints.latest() is None:
             self._resume(model)
         elif self.state.get(f"learner.{self.side}") is None:
             # Every checkpoint follows a KV record in the same NATS store: this one is an earlier run's.
-            raise RuntimeError(f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, but this run's "
-                               "NATS state is new: use another run.id or run.dir, or delete that directory")  # fmt: skip
+            raise RuntimeError(
+                f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, but this run's "
+                "NATS state is new: use another run.id or run.dir, or delete that directory"
+            )
         self.trainer = PolicyTrainer(model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
         record = self.checkpoints.load(self.trainer)
         if record is not None:
@@ -101,7 +105,12 @@ class LearnerActor(BusActor):
             self.log.info("learner resumed from its checkpoint", step=record["step"], version=record["version"])
         lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
         spec = DURABLES[f"{self.side}-learner"]
-        self.consume(*spec.where(subjects), batch=spec.max_ack_pending, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.config.pipeline.ack_wait_s)
+        self.consume(
+            *spec.where(subjects),
+            batch=spec.max_ack_pending,
+            max_ack_pending=spec.max_ack_pending,
+            ack_wait_s=self.config.pipeline.ack_wait_s,
+        )
 
     def on_stop(self) -> None:
         super().on_stop()
@@ -148,7 +157,15 @@ class LearnerActor(BusActor):
         must still tell the controller (the de-duplication id drops the repeat of a report that went out).
         Steps are applied in order, one version each, so step s made version `version - (step - s)`."""
         version = self.applied["version"] - (self.applied["step"] - chunk.step)
-        done = StepDone(run_id=self.bus.run_id, side=self.side, step=chunk.step, batch_id=chunk.batch_id, version=version, loss=0.0, stats={"reported_again": 1.0})
+        done = StepDone(
+            run_id=self.bus.run_id,
+            side=self.side,
+            step=chunk.step,
+            batch_id=chunk.batch_id,
+            version=version,
+            loss=0.0,
+            stats={"reported_again": 1.0},
+        )
         self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{chunk.batch_id}")
 
     def _apply_due(self) -> None:
@@ -158,7 +175,9 @@ class LearnerActor(BusActor):
             if not self._try_apply(self.complete.pop(step)):
                 return
         if self.complete:
-            self.log.info("batches wait for an earlier step", waiting=sorted(self.complete), next_step=self.applied["step"] + 1)
+            self.log.info(
+                "batches wait for an earlier step", waiting=sorted(self.complete), next_step=self.applied["step"] + 1
+            )
 
     def _try_apply(self, batch_id: str) -> bool:
         """Apply a complete batch; if that fails, hand every chunk back (False). A failure that is not the
@@ -191,7 +210,9 @@ class LearnerActor(BusActor):
     def _apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> None:
         batch = join_chunks([c for c, _ in held])
         pipeline = self.config.pipeline
-        batch, stale = drop_stale(batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None)
+        batch, stale = drop_stale(
+            batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None
+        )
         stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
         self.stepped = True
         version = self.applied["version"] + 1
@@ -202,8 +223,15 @@ class LearnerActor(BusActor):
         announced = self._after_step("weights", lambda: self.store.publish(path, version, batch.step))
         self._after_step("weights version", lambda: self.versions.put(latest_key(self.side), encode(announced)))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)
-        self.applied = {"step": batch.step, "batch_id": batch_id, "version": version, "history": [*self.applied["history"], batch_id]}
-        self._after_step("learner record", lambda: self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode()))
+        self.applied = {
+            "step": batch.step,
+            "batch_id": batch_id,
+            "version": version,
+            "history": [*self.applied["history"], batch_id],
+        }
+        self._after_step(
+            "learner record", lambda: self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
+        )
         self.unacked += [delivery for _, delivery in held]
         every = self.cfg.checkpoint_every
         if every == 0 or len(self.applied["history"]) % every == 0:
@@ -215,14 +243,41 @@ class LearnerActor(BusActor):
         figures = {**stats.as_dict(), "stale_dropped": stale}
         # The figures go out before StepDone: whoever shows the step finished has the learner's figures.
         publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)
-        publish_event(self.bus, f"{self.side}.learned", f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
-                      self.role, step=batch.step, version=version, **figures)  # fmt: skip
-        done = StepDone(run_id=self.bus.run_id, side=self.side, step=batch.step, batch_id=batch_id, version=version, loss=stats.loss, stats=figures, duration_s=stats.seconds)
+        publish_event(
+            self.bus,
+            f"{self.side}.learned",
+            f"{self.side} learner applied step {batch.step}: version {version}, loss {stats.loss:.4f}",
+            self.role,
+            step=batch.step,
+            version=version,
+            **figures,
+        )
+        done = StepDone(
+            run_id=self.bus.run_id,
+            side=self.side,
+            step=batch.step,
+            batch_id=batch_id,
+            version=version,
+            loss=stats.loss,
+            stats=figures,
+            duration_s=stats.seconds,
+        )
         # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
-        self._after_step("step done", lambda: publish_crossing(self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side == "sub"))
+        self._after_step(
+            "step done",
+            lambda: publish_crossing(
+                self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side == "sub"
+            ),
+        )
 
 
-def write_after_step(write: Callable[[], T], what: str, log: Any, attempts: int = AFTER_STEP_ATTEMPTS, pause_s: float = AFTER_STEP_PAUSE_S) -> T:
+def write_after_step(
+    write: Callable[[], T],
+    what: str,
+    log: Any,
+    attempts: int = AFTER_STEP_ATTEMPTS,
+    pause_s: float = AFTER_STEP_PAUSE_S,
+) -> T:
     """A write after the optimizer step, which the learner's process may not redo: a passing bus failure
     (a NATS server lost, a stream electing its leader) is waited out here, up to `attempts` tries,
     rather than ending the learner (each write is idempotent: the same object, key and id again). A
@@ -233,7 +288,13 @@ def write_after_step(write: Callable[[], T], what: str, log: Any, attempts: int 
         except Exception as exc:
             if not is_transient(exc) or attempt == attempts:
                 raise
-            log.warning("write after the step failed; trying again", what=what, attempt=attempt, of=attempts, error=f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "write after the step failed; trying again",
+                what=what,
+                attempt=attempt,
+                of=attempts,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             time.sleep(pause_s)
     raise AssertionError("unreachable")
 

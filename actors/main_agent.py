@@ -19,16 +19,16 @@ from typing import Any
 from actors.agent import AgentActor
 from mgrpo_actors.agents.driver import ToolExecutor, registry_executor
 from mgrpo_actors.agents.main_agent import main_tools
-from mgrpo_actors.agents.single_agent import single_tool_names, single_tools
 from mgrpo_actors.agents.setup import reason_tool, rollout_config
+from mgrpo_actors.agents.single_agent import single_tool_names, single_tools
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.pipeline.reporting import publish_metrics
 from mgrpo_actors.pipeline.subtask_client import BusSubtasks
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.runtime import Bus, BusError, Delivery
+from mgrpo_actors.runtime.resend import publish_crossing
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import RolloutRequest, WeightsVersion
@@ -58,12 +58,23 @@ class MainAgentActor(AgentActor):
         if "sub" in self.config.sides:
             self.tools = main_tools(registry)
             self.execute_tools = registry_executor(self.tools)
-            self.subtasks: BusSubtasks | None = BusSubtasks(self.bus, self.pipeline.subtask_timeout_s, self.pipeline.call_retries, self.calls, sub_version=lambda: self.sub_version)
+            self.subtasks: BusSubtasks | None = BusSubtasks(
+                self.bus,
+                self.pipeline.subtask_timeout_s,
+                self.pipeline.call_retries,
+                self.calls,
+                sub_version=lambda: self.sub_version,
+            )
         else:  # the single-agent baseline
             self.tools, self.execute_tools = self._single_agent_tools(registry)
             self.subtasks = None
         spec = DURABLES["main-agents"]
-        self.consume(*spec.where(self.bus.subjects), batch=self.pipeline.main_queries_in_flight, max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
+        self.consume(
+            *spec.where(self.bus.subjects),
+            batch=self.pipeline.main_queries_in_flight,
+            max_ack_pending=spec.max_ack_pending,
+            ack_wait_s=self.pipeline.ack_wait_s,
+        )
 
     def _single_agent_tools(self, registry: ToolRegistry) -> tuple[ToolRegistry, ToolExecutor]:
         """The single agent's tools (agents.main.tools; none: plain GRPO): search and visit go to the tool
@@ -75,8 +86,15 @@ class MainAgentActor(AgentActor):
         for name in remote:
             registry.register(served.get(name), name)
         pipeline = self.pipeline
-        execute = bus_tool_executor(self.bus, remote, local=registry_executor(registry), timeout_s=pipeline.tool_timeout_s,
-                                    caller=self.name, retries=pipeline.call_retries, stats=self.calls)  # fmt: skip
+        execute = bus_tool_executor(
+            self.bus,
+            remote,
+            local=registry_executor(registry),
+            timeout_s=pipeline.tool_timeout_s,
+            caller=self.name,
+            retries=pipeline.call_retries,
+            stats=self.calls,
+        )
         return single_tools(registry, names), execute
 
     def run_batch(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
@@ -89,13 +107,24 @@ class MainAgentActor(AgentActor):
         self.sub_version = max(r.sub_version for r, _ in batch)
         seed = self.batch_seed(batch[0][0].step)
         try:
-            outcomes = run_main_rollouts([r for r, _ in batch], self.model, self.tools, self.rollout_cfg, self.subtasks, self.execute_tools, seed, self.bus.node)
+            outcomes = run_main_rollouts(
+                [r for r, _ in batch],
+                self.model,
+                self.tools,
+                self.rollout_cfg,
+                self.subtasks,
+                self.execute_tools,
+                seed,
+                self.bus.node,
+            )
         except Exception as exc:
             self._failed(batch, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3))
             return
         for outcome, (_, delivery) in zip(outcomes, batch, strict=True):
             self._publish(outcome, delivery)
-        publish_metrics(self.bus, "main_agent", {**self.calls.take(), "queries": len(batch)}, batch[0][0].step, self.role)
+        publish_metrics(
+            self.bus, "main_agent", {**self.calls.take(), "queries": len(batch)}, batch[0][0].step, self.role
+        )
 
     def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:
         """Retry the batch's requests (JetStream redelivers them, maybe elsewhere); record them failed when out of retries."""
@@ -116,7 +145,8 @@ class MainAgentActor(AgentActor):
                 self.bus.js_publish(subjects.trajectories("main"), trajectory)
             for stats in outcome.stats:
                 msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
-                publish_crossing(self.bus, subjects.reward_stats, stats, msg_id)  # they cross into SUB (deploy/accounts.py)
+                # they cross into SUB (deploy/accounts.py)
+                publish_crossing(self.bus, subjects.reward_stats, stats, msg_id)
             self.bus.publish(subjects.rollout_done, outcome.done)
         except Exception as exc:
             self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")

@@ -19,13 +19,12 @@ from rich.console import Console
 
 from actors.run_view import RunView
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED, publish_event
 from mgrpo_actors.monitoring.exporters import exporters_for
+from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED, publish_event
 from mgrpo_actors.runtime import Bus, BusActor, Delivery, replay_stream
 from protocols import ProtocolError, decode
 
 __all__ = ["MonitorActor", "start_monitor"]
-
 
 
 class MonitorActor(BusActor):
@@ -45,7 +44,11 @@ class MonitorActor(BusActor):
         for exporter in self.exporters:
             self.view.console.print(f"monitor: exporting to {exporter.where}", markup=False, soft_wrap=True)
         stream = self.bus.subjects.stream("metrics")
-        self.view.console.print(f"monitor of run {self.bus.run_id!r}: replaying {stream} from its start, then following it live", markup=False, soft_wrap=True)
+        self.view.console.print(
+            f"monitor of run {self.bus.run_id!r}: replaying {stream} from its start, then following it live",
+            markup=False,
+            soft_wrap=True,
+        )
         self._subscriptions.append(replay_stream(self.bus, stream, self.actor_ref))
 
     def on_receive(self, message: Any) -> Any:
@@ -90,7 +93,9 @@ class MonitorActor(BusActor):
         except Exception as exc:  # a full disk or a broken plot must not take the view down
             error = f"{type(exc).__name__}: {exc}"
             self.view.console.print(f"run report not written: {error}", markup=False, soft_wrap=True)
-        message = f"monitor {self.bus.node} reported run {self.bus.run_id}" + (f": {', '.join(files)}" if files else f" (no files: {error})")
+        message = f"monitor {self.bus.node} reported run {self.bus.run_id}" + (
+            f": {', '.join(files)}" if files else f" (no files: {error})"
+        )
         publish_event(self.bus, MONITOR_REPORTED, message, self.role, files=files, error=error)
 
 

@@ -24,13 +24,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from actors.node_info import NodeInfoActor
 from actors.health import HealthFile
+from actors.node_info import NodeInfoActor
 from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
@@ -55,17 +56,47 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"roles:\n{roles_help}\n  all           every role but the monitor in one process (embedded NATS unless --nats), until the run is finished",
     )
-    parser.add_argument("--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)")
-    parser.add_argument("--config", action="append", metavar="FILE",
-                        help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning (e.g. the run's config, then the role's rendered nats section)")  # fmt: skip
+    parser.add_argument(
+        "--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)"
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning (e.g. the run's config, then the role's rendered nats section)",
+    )
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
     parser.add_argument("--run-id", metavar="ID", help="run id (overrides run.id)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", help="override a config key, e.g. --set tools.actors_per_tool=4")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override a config key, e.g. --set tools.actors_per_tool=4",
+    )
     parser.add_argument("--name", help="node name in logs and pings (default: host-pid)")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)")
-    parser.add_argument("--resume", action="store_true", help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh")
-    parser.add_argument("--until-finished", action="store_true", help="stop gracefully once the controller reports the run finished (the default with --role all); with --role monitor: once the monitor has shown it and written its report")
-    parser.add_argument("--health-file", metavar="PATH", help="while the node runs and is connected, write the time into PATH every 5 s (removed on stop): for liveness/readiness probes")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="stop gracefully after S seconds (default: run until SIGINT/SIGTERM)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh",
+    )
+    parser.add_argument(
+        "--until-finished",
+        action="store_true",
+        help="stop gracefully once the controller reports the run finished (the default with --role all); with --role monitor: once the monitor has shown it and written its report",
+    )
+    parser.add_argument(
+        "--health-file",
+        metavar="PATH",
+        help="while the node runs and is connected, write the time into PATH every 5 s (removed on stop): for liveness/readiness probes",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     return parser
@@ -113,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    configure_logging(run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json)
-    for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns) if "sub" in config.sides else []:
+    configure_logging(
+        run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json
+    )
+    for warning in (
+        timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns)
+        if "sub" in config.sides
+        else []
+    ):
         get_logger("mgrpo.node").warning(warning)
     if follows is not None:  # rank > 0 of a learner: no NATS, rank 0 leads
         from mgrpo_actors.learner.ranks import run_follower  # torch and DeepSpeed: only for learners
@@ -122,8 +159,16 @@ def main(argv: list[str] | None = None) -> int:
         return run_follower(config, follows)
     everything = "all" in args.role
     until_finished = args.until_finished or everything
-    return run_node(config, roles, name, embedded=everything and not args.nats, duration_s=args.duration, until_finished=until_finished, resume=args.resume,
-                    health_file=args.health_file)  # fmt: skip
+    return run_node(
+        config,
+        roles,
+        name,
+        embedded=everything and not args.nats,
+        duration_s=args.duration,
+        until_finished=until_finished,
+        resume=args.resume,
+        health_file=args.health_file,
+    )
 
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
@@ -134,7 +179,11 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
             raise ValueError(f"run.method is single-agent: there is no sub-agent, so no {role} runs")
     for side in ("main", "sub"):
         if f"{side}-learner" in roles and not config.trains(side):
-            why = f"learners.{side}.frozen is true" if getattr(config.learners, side).frozen else f"run.method is {config.run.method}"
+            why = (
+                f"learners.{side}.frozen is true"
+                if getattr(config.learners, side).frozen
+                else f"run.method is {config.run.method}"
+            )
             raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
     if "controller" in roles:
         from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
@@ -149,7 +198,9 @@ def follower_side(roles: list[str]) -> str | None:
     if world <= 1:
         return None
     if len(roles) != 1 or not roles[0].endswith("-learner"):
-        raise ValueError(f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), not {', '.join(roles)}")
+        raise ValueError(
+            f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), not {', '.join(roles)}"
+        )
     return roles[0].removesuffix("-learner") if int(os.environ.get("RANK", "0")) > 0 else None
 
 
@@ -158,7 +209,10 @@ def embedded_store(config: NodeConfig, resume: bool) -> Path:
     (store and checkpoints of an earlier run under this id) is cleared for a fresh run."""
     run_dir = Path(config.run.dir) / config.run.id
     if not resume and run_dir.exists():
-        get_logger("mgrpo.node").warning("starting a fresh run: removing the earlier one's directory (use --resume to continue it)", run_dir=str(run_dir))
+        get_logger("mgrpo.node").warning(
+            "starting a fresh run: removing the earlier one's directory (use --resume to continue it)",
+            run_dir=str(run_dir),
+        )
         shutil.rmtree(run_dir)
     return run_dir / "nats"
 
@@ -181,7 +235,11 @@ def run_node(
     log = get_logger("mgrpo.node")
     stop = ShutdownSignal().install()
     lost = threading.Event()
-    server = EmbeddedNats(store_dir=str(embedded_store(config, resume)), max_payload=config.nats.max_message_bytes).start() if embedded else None
+    server = (
+        EmbeddedNats(store_dir=str(embedded_store(config, resume)), max_payload=config.nats.max_message_bytes).start()
+        if embedded
+        else None
+    )
     url = server.url if server else config.nats.url
     try:
         security = None if server else config.nats.security(url)  # an embedded server has no users and no TLS
@@ -237,17 +295,31 @@ def run_node(
             code = EXIT_NATS  # the start failed because NATS went away meanwhile
         if code == 0:
             log.info("node started", nats=url, embedded=bool(server), actors=len(actors))
-            bus.publish(bus.subjects.events, Event(kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)))
+            bus.publish(
+                bus.subjects.events,
+                Event(
+                    kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)
+                ),
+            )
             _wait(stop, duration_s, HealthFile(health_file, lambda: bus.connected) if health_file else None)
             code = EXIT_NATS if lost.is_set() else EXIT_FAILED if failed else 0
-            reason = "NATS connection lost" if lost.is_set() else f"actor failed: {failed[0]}" if failed else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
+            reason = (
+                "NATS connection lost"
+                if lost.is_set()
+                else f"actor failed: {failed[0]}"
+                if failed
+                else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
+            )
             log.info("node stopping", reason=reason)
     finally:
         bus.stop_fetching()  # no new stream work; request/reply servers stay up for the clients still finishing
         stop_actors(actors, config.run.stop_timeout_s)
         bus.stop_intake()
         if bus.connected:
-            bus.publish(bus.subjects.events, Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)))
+            bus.publish(
+                bus.subjects.events,
+                Event(kind="node.stopped", message=f"{name} stopped", node=name, role=",".join(roles)),
+            )
         bus.drain()
         if server:
             server.stop()

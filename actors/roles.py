@@ -4,16 +4,26 @@ its actors (each role's start function lives in its own module, actors/<role>.py
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable
-
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.deploy.access import RoleAccess
 from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
 
-__all__ = ["ROLES", "START_ORDER", "SUB_SIDE_ROLES", "RoleSpec", "expand_roles", "role_streams", "roles_of_all", "unused_roles"]
+__all__ = [
+    "ROLES",
+    "START_ORDER",
+    "SUB_SIDE_ROLES",
+    "RoleSpec",
+    "expand_roles",
+    "role_streams",
+    "roles_of_all",
+    "unused_roles",
+]
 
 # start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
 # leaves nothing running that the node does not know about), raises on failure.
@@ -52,44 +62,131 @@ def _durables(*names: str) -> tuple[tuple[str, str], ...]:
 
 
 _ACCESS = {
-    "controller": RoleAccess("MAIN", publish=("step.start", "rollout.request"), subscribe=("rollout.done",), durables=_durables("controller"),
-                             kv_write=(("state", "controller.cursor"),)),
-    "main-agent": RoleAccess("MAIN", publish=("traj.main", "stats", "rollout.done"), requests=("subtask.request", "tool.*"), subscribe=("weights.main",),
-                             durables=_durables("main-agents"), kv_read=("versions-main",), objects_read=("weights-main",)),
-    "sub-agent": RoleAccess("SUB", publish=("traj.sub",), requests=("tool.*",), subscribe=("subtask.request", "weights.sub"), kv_read=("versions-sub",),
-                            objects_read=("weights-sub",)),
+    "controller": RoleAccess(
+        "MAIN",
+        publish=("step.start", "rollout.request"),
+        subscribe=("rollout.done",),
+        durables=_durables("controller"),
+        kv_write=(("state", "controller.cursor"),),
+    ),
+    "main-agent": RoleAccess(
+        "MAIN",
+        publish=("traj.main", "stats", "rollout.done"),
+        requests=("subtask.request", "tool.*"),
+        subscribe=("weights.main",),
+        durables=_durables("main-agents"),
+        kv_read=("versions-main",),
+        objects_read=("weights-main",),
+    ),
+    "sub-agent": RoleAccess(
+        "SUB",
+        publish=("traj.sub",),
+        requests=("tool.*",),
+        subscribe=("subtask.request", "weights.sub"),
+        kv_read=("versions-sub",),
+        objects_read=("weights-sub",),
+    ),
     "tool": RoleAccess("TOOLS", subscribe=("tool.*",)),
-    "main-aligner": RoleAccess("MAIN", publish=("batch.main", "step.aligned.main"), durables=_durables("main-aligner-plans", "main-aligner"),
-                               kv_write=(("state-main", "aligned.main.>"),)),
-    "sub-aligner": RoleAccess("SUB", publish=("batch.sub", "step.aligned.sub"),
-                              durables=_durables("sub-aligner-plans", "sub-aligner-stats", "sub-aligner"),
-                              kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub"))),
-    "main-learner": RoleAccess("MAIN", publish=("weights.main", "step.done.main"), durables=_durables("main-learner"),
-                               kv_write=(("state-main", "learner.main"), ("versions-main", "latest.main")), objects_write=("weights-main",)),
-    "sub-learner": RoleAccess("SUB", publish=("weights.sub", "step.done.sub"), durables=_durables("sub-learner"),
-                              kv_write=(("state-sub", "learner.sub"), ("versions-sub", "latest.sub")), objects_write=("weights-sub",)),
+    "main-aligner": RoleAccess(
+        "MAIN",
+        publish=("batch.main", "step.aligned.main"),
+        durables=_durables("main-aligner-plans", "main-aligner"),
+        kv_write=(("state-main", "aligned.main.>"),),
+    ),
+    "sub-aligner": RoleAccess(
+        "SUB",
+        publish=("batch.sub", "step.aligned.sub"),
+        durables=_durables("sub-aligner-plans", "sub-aligner-stats", "sub-aligner"),
+        kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub")),
+    ),
+    "main-learner": RoleAccess(
+        "MAIN",
+        publish=("weights.main", "step.done.main"),
+        durables=_durables("main-learner"),
+        kv_write=(("state-main", "learner.main"), ("versions-main", "latest.main")),
+        objects_write=("weights-main",),
+    ),
+    "sub-learner": RoleAccess(
+        "SUB",
+        publish=("weights.sub", "step.done.sub"),
+        durables=_durables("sub-learner"),
+        kv_write=(("state-sub", "learner.sub"), ("versions-sub", "latest.sub")),
+        objects_write=("weights-sub",),
+    ),
     "monitor": RoleAccess("MONITOR", replays=("metrics",)),
-}  # fmt: skip
+}
 
 ROLES: dict[str, RoleSpec] = {
     spec.name: dataclasses.replace(spec, access=_ACCESS[spec.name])
     for spec in (
-        RoleSpec("controller", "publishes rollout requests, starts the next step when both sides are done (one per run)", start="actors.controller:start_controller", streams=("rollouts", "steps")),
-        RoleSpec("main-agent", "runs the main agent's rollouts on its engine", start="actors.main_agent:start_main_agents", streams=("rollouts", "traj-main", "stats")),
-        RoleSpec("sub-agent", "answers subtask requests with sub-agent rollouts", start="actors.sub_agent:start_sub_agents", streams=("traj-sub",)),
-        RoleSpec("tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"),
-        RoleSpec("main-aligner", "groups main trajectories into batches of B*K with advantages (one per run)", start="actors.main_aligner:start_main_aligner", streams=("steps", "traj-main", "batch-main")),
-        RoleSpec("sub-aligner", "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)", start="actors.sub_aligner:start_sub_aligner", streams=("steps", "stats", "traj-sub", "batch-sub")),
-        RoleSpec("main-learner", "DeepSpeed learner of the main agent (one per run)", start="actors.learner:start_main_learner", streams=("batch-main", "steps")),
-        RoleSpec("sub-learner", "DeepSpeed learner of the sub-agent (one per run)", start="actors.learner:start_sub_learner", streams=("batch-sub", "steps")),
-        RoleSpec("monitor", "live terminal view of a run: replays its metrics and events from the start, then follows them", start="actors.monitor:start_monitor", in_all=False),
+        RoleSpec(
+            "controller",
+            "publishes rollout requests, starts the next step when both sides are done (one per run)",
+            start="actors.controller:start_controller",
+            streams=("rollouts", "steps"),
+        ),
+        RoleSpec(
+            "main-agent",
+            "runs the main agent's rollouts on its engine",
+            start="actors.main_agent:start_main_agents",
+            streams=("rollouts", "traj-main", "stats"),
+        ),
+        RoleSpec(
+            "sub-agent",
+            "answers subtask requests with sub-agent rollouts",
+            start="actors.sub_agent:start_sub_agents",
+            streams=("traj-sub",),
+        ),
+        RoleSpec(
+            "tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"
+        ),
+        RoleSpec(
+            "main-aligner",
+            "groups main trajectories into batches of B*K with advantages (one per run)",
+            start="actors.main_aligner:start_main_aligner",
+            streams=("steps", "traj-main", "batch-main"),
+        ),
+        RoleSpec(
+            "sub-aligner",
+            "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)",
+            start="actors.sub_aligner:start_sub_aligner",
+            streams=("steps", "stats", "traj-sub", "batch-sub"),
+        ),
+        RoleSpec(
+            "main-learner",
+            "DeepSpeed learner of the main agent (one per run)",
+            start="actors.learner:start_main_learner",
+            streams=("batch-main", "steps"),
+        ),
+        RoleSpec(
+            "sub-learner",
+            "DeepSpeed learner of the sub-agent (one per run)",
+            start="actors.learner:start_sub_learner",
+            streams=("batch-sub", "steps"),
+        ),
+        RoleSpec(
+            "monitor",
+            "live terminal view of a run: replays its metrics and events from the start, then follows them",
+            start="actors.monitor:start_monitor",
+            in_all=False,
+        ),
     )
 }
 
 
 # Servers before their clients, so in one process every request finds someone listening: tools, then
 # the sub side, then the main side, the controller last (its first step starts as it starts).
-START_ORDER = ("tool", "sub-agent", "sub-aligner", "main-aligner", "main-agent", "main-learner", "sub-learner", "monitor", "controller")
+START_ORDER = (
+    "tool",
+    "sub-agent",
+    "sub-aligner",
+    "main-aligner",
+    "main-agent",
+    "main-learner",
+    "sub-learner",
+    "monitor",
+    "controller",
+)
 
 
 # Every node writes metrics, events and dead letters.
@@ -130,4 +227,3 @@ def expand_roles(requested: list[str], config: NodeConfig | None = None) -> list
         raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join([*ROLES, 'all'])}")
     wanted = set(roles_of_all(config)) if "all" in requested else set(requested)
     return [r for r in START_ORDER if r in wanted]
-

@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 
 from actors.node import run_node
-from actors.roles import ROLES, expand_roles
+from actors.roles import expand_roles
 from actors.run_view import RunView
 from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
@@ -47,14 +47,18 @@ def run_job(config: NodeConfig, console: Console, resume: bool = False) -> int:
     if config.run.method == "single-agent":
         console.print(f"run {config.run.id!r} (single-agent): {_single_agent(config)}, {config.agents.main.model}")
     else:
-        console.print(f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}")
+        console.print(
+            f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}"
+        )
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
     shape = f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts"
     if "sub" in config.sides:
         shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
     console.print(f"{shape}; loading models…")
     started = time.perf_counter()
-    code = run_node(config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume)
+    code = run_node(
+        config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume
+    )
     seconds = time.perf_counter() - started
     view.summary(seconds)
     if view.log.steps:
@@ -75,7 +79,11 @@ def _single_agent(config: NodeConfig) -> str:
     tools, turns = config.agents.main.tools, config.agents.main.max_turns
     if tools is None:
         return "one agent with every tool"
-    return f"one agent with {', '.join(tools)}" if tools else f"plain GRPO, one agent without tools, {turns} turn{'s' if turns > 1 else ''}"
+    return (
+        f"one agent with {', '.join(tools)}"
+        if tools
+        else f"plain GRPO, one agent without tools, {turns} turn{'s' if turns > 1 else ''}"
+    )
 
 
 def quiet_libraries() -> None:
@@ -106,9 +114,26 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("run", help="run the main job on an embedded nats-server (make run)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, "YAML config (same format as mgrpo-node)", "main agent's model (agents.main.model; default smollm2)",
-                         "sub-agent's model (agents.sub.model; default smollm2, a separate instance)")  # fmt: skip
-    p.add_argument("--method", choices=METHODS, help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)")
-    p.add_argument("--resume", action="store_true", help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh")
+    p = subparsers.add_parser(
+        "run",
+        help="run the main job on an embedded nats-server (make run)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(
+        p,
+        "YAML config (same format as mgrpo-node)",
+        "main agent's model (agents.main.model; default smollm2)",
+        "sub-agent's model (agents.sub.model; default smollm2, a separate instance)",
+    )
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh",
+    )
     p.set_defaults(func=_run)

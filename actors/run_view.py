@@ -67,7 +67,9 @@ class RunView:
 
     def _query_done(self, done: QueryDone) -> None:
         failed = f", {done.failed_rollouts} failed" if done.failed_rollouts else ""
-        self._print(f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)")
+        self._print(
+            f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)"
+        )
 
     def _event(self, event: Event, sent_at: float) -> None:
         data = event.data
@@ -78,8 +80,10 @@ class RunView:
         elif event.kind in ("main.batch", "sub.batch"):
             self._print(_batch_line(event.kind.split(".")[0], data))
         elif event.kind in ("main.learned", "sub.learned"):
-            self._print(f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
-                               f"{_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, {_f(data.get('seconds'), 1)} s")  # fmt: skip
+            self._print(
+                f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
+                f"{_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, {_f(data.get('seconds'), 1)} s"
+            )
         elif event.kind == "step.finished":
             self._print(event.message, style="bold")
             if record is not None:
@@ -96,13 +100,37 @@ class RunView:
             rows = self.log.rows()
             seconds = self.log.run_seconds if seconds is None else seconds
         took = f" in {seconds:.1f} s" if seconds is not None else ""
-        rewards = _table(escape(f"run {self.config.run.id!r}: {len(rows)} steps{took}"), ("step", "R_M", "M correct", "M format ok", "R_S", "D", "d_k", "dup/ph/drop"))
-        learning = _table("learners; M's generated tokens/s; seconds per phase", ("step", "loss M", "loss S", "clip M", "clip S", "M tok/s", "rollout", "align", "learn", "total"))
+        rewards = _table(
+            escape(f"run {self.config.run.id!r}: {len(rows)} steps{took}"),
+            ("step", "R_M", "M correct", "M format ok", "R_S", "D", "d_k", "dup/ph/drop"),
+        )
+        learning = _table(
+            "learners; M's generated tokens/s; seconds per phase",
+            ("step", "loss M", "loss S", "clip M", "clip S", "M tok/s", "rollout", "align", "learn", "total"),
+        )
         for row in rows:
-            rewards.add_row(str(row["step"]), _f(row["main_reward_mean"]), _f(row["main_correct"]), _f(row["main_format_ok"]), _f(row["sub_reward_mean"]),
-                            _i(row["d"]), _f(row["dk_mean"], 2), f"{_i(row['duplicates'])}/{_i(row['placeholders'])}/{_i(row['dropped'])}")  # fmt: skip
-            learning.add_row(str(row["step"]), _f(row["main_loss"], 4), _f(row["sub_loss"], 4), _f(row["main_clip_fraction"]), _f(row["sub_clip_fraction"]),
-                             _f(row["main_gen_tokens_per_s"], 0), _f(row["rollout_s"], 1), _f(row["align_s"], 1), _f(row["learn_s"], 1), _f(row["seconds"], 1))  # fmt: skip
+            rewards.add_row(
+                str(row["step"]),
+                _f(row["main_reward_mean"]),
+                _f(row["main_correct"]),
+                _f(row["main_format_ok"]),
+                _f(row["sub_reward_mean"]),
+                _i(row["d"]),
+                _f(row["dk_mean"], 2),
+                f"{_i(row['duplicates'])}/{_i(row['placeholders'])}/{_i(row['dropped'])}",
+            )
+            learning.add_row(
+                str(row["step"]),
+                _f(row["main_loss"], 4),
+                _f(row["sub_loss"], 4),
+                _f(row["main_clip_fraction"]),
+                _f(row["sub_clip_fraction"]),
+                _f(row["main_gen_tokens_per_s"], 0),
+                _f(row["rollout_s"], 1),
+                _f(row["align_s"], 1),
+                _f(row["learn_s"], 1),
+                _f(row["seconds"], 1),
+            )
         self.console.print(rewards)
         self.console.print(learning)
 
@@ -120,12 +148,14 @@ class RunView:
 def step_line(record: StepRecord) -> str:
     """A finished step in three lines of about 80 characters (figures not published show as -)."""
     r = record.row()
-    return (f"  step {r['step']}: R_M {_f(r['main_reward_mean'], d='-')}, R_S {_f(r['sub_reward_mean'], d='-')}, M correct {_f(r['main_correct'], d='-')}; "
-            f"d_k {_f(r['dk_mean'], 2, '-')}, D {_i(r['d'], '-')}\n"
-            f"    clip M {_f(r['main_clip_fraction'], d='-')}, S {_f(r['sub_clip_fraction'], d='-')}; tokens/s: M generated "
-            f"{_f(r['main_gen_tokens_per_s'], 1, '-')}, learners M {_f(r['main_learner_tokens_per_s'], 0, '-')}, S {_f(r['sub_learner_tokens_per_s'], 0, '-')}\n"
-            f"    seconds: rollout {_f(r['rollout_s'], 1, '-')}, alignment {_f(r['align_s'], 1, '-')}, learners {_f(r['learn_s'], 1, '-')}, "
-            f"step {_f(r['seconds'], 1, '-')}")  # fmt: skip
+    return (
+        f"  step {r['step']}: R_M {_f(r['main_reward_mean'], d='-')}, R_S {_f(r['sub_reward_mean'], d='-')}, M correct {_f(r['main_correct'], d='-')}; "
+        f"d_k {_f(r['dk_mean'], 2, '-')}, D {_i(r['d'], '-')}\n"
+        f"    clip M {_f(r['main_clip_fraction'], d='-')}, S {_f(r['sub_clip_fraction'], d='-')}; tokens/s: M generated "
+        f"{_f(r['main_gen_tokens_per_s'], 1, '-')}, learners M {_f(r['main_learner_tokens_per_s'], 0, '-')}, S {_f(r['sub_learner_tokens_per_s'], 0, '-')}\n"
+        f"    seconds: rollout {_f(r['rollout_s'], 1, '-')}, alignment {_f(r['align_s'], 1, '-')}, learners {_f(r['learn_s'], 1, '-')}, "
+        f"step {_f(r['seconds'], 1, '-')}"
+    )
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -145,8 +175,12 @@ def _i(value: Any, d: str = "") -> str:
 
 def _batch_line(side: str, data: dict[str, Any]) -> str:
     if side == "main":
-        return (f"  main batch: {_i(data.get('samples'))} samples, R_M mean {_f(data.get('reward_mean'))}, "
-                f"correct {_f(data.get('r_correct_mean'))}, format ok {_f(data.get('format_ok_rate'))}, failed {_i(data.get('failed'))}")  # fmt: skip
-    return (f"  sub batch: {_i(data.get('samples'))} samples (D = {_i(data.get('d'))}), R_S mean {_f(data.get('reward_mean'))} over "
-            f"{_i(data.get('calls'))} calls, d_k mean {_f(data.get('dk_mean'))}, duplicates {_i(data.get('duplicates'))}, "
-            f"placeholders {_i(data.get('placeholders'))}, dropped {_i(data.get('dropped'))}")  # fmt: skip
+        return (
+            f"  main batch: {_i(data.get('samples'))} samples, R_M mean {_f(data.get('reward_mean'))}, "
+            f"correct {_f(data.get('r_correct_mean'))}, format ok {_f(data.get('format_ok_rate'))}, failed {_i(data.get('failed'))}"
+        )
+    return (
+        f"  sub batch: {_i(data.get('samples'))} samples (D = {_i(data.get('d'))}), R_S mean {_f(data.get('reward_mean'))} over "
+        f"{_i(data.get('calls'))} calls, d_k mean {_f(data.get('dk_mean'))}, duplicates {_i(data.get('duplicates'))}, "
+        f"placeholders {_i(data.get('placeholders'))}, dropped {_i(data.get('dropped'))}"
+    )

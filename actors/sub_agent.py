@@ -43,7 +43,14 @@ class SubAgentActor(AgentActor):
         # S's prompt lists search and visit with their schemas; the calls themselves go to tool actors.
         self.tools = build_tool_registry(self.config.tools, names=list(SUB_TOOLS))
         pipeline = self.pipeline
-        self.execute_tools = bus_tool_executor(self.bus, SUB_TOOLS, timeout_s=pipeline.tool_timeout_s, caller=self.name, retries=pipeline.call_retries, stats=self.calls)
+        self.execute_tools = bus_tool_executor(
+            self.bus,
+            SUB_TOOLS,
+            timeout_s=pipeline.tool_timeout_s,
+            caller=self.name,
+            retries=pipeline.call_retries,
+            stats=self.calls,
+        )
         self.listen(self.bus.subjects.subtask_requests, queue="sub-agents")
 
     def run_batch(self, batch: list[tuple[SubtaskRequest, Delivery]]) -> None:
@@ -55,9 +62,13 @@ class SubAgentActor(AgentActor):
             return
         seed = self.batch_seed(batch[0][0].step)
         try:
-            outcomes = run_subtasks([r for r, _ in batch], self.model, self.tools, self.config.agents.sub, self.execute_tools, seed)
+            outcomes = run_subtasks(
+                [r for r, _ in batch], self.model, self.tools, self.config.agents.sub, self.execute_tools, seed
+            )
         except Exception as exc:
-            self.log.error("subtask batch failed", error=f"{type(exc).__name__}: {exc}", where=traceback.format_exc(limit=3))
+            self.log.error(
+                "subtask batch failed", error=f"{type(exc).__name__}: {exc}", where=traceback.format_exc(limit=3)
+            )
             for _, delivery in batch:  # M retries on another instance, then records the call as failed
                 self._fail(delivery, f"{type(exc).__name__}: {exc}")
             return
@@ -70,8 +81,9 @@ class SubAgentActor(AgentActor):
                 continue
             if delivery.reply:
                 self.bus.publish(delivery.reply, outcome.result)
-        publish_metrics(self.bus, "sub_agent", {**self.calls.take(), "subtasks": len(batch)}, batch[0][0].step, self.role)
-
+        publish_metrics(
+            self.bus, "sub_agent", {**self.calls.take(), "subtasks": len(batch)}, batch[0][0].step, self.role
+        )
 
     def _fail(self, delivery: Delivery, reason: str) -> None:
         if delivery.reply:

@@ -82,9 +82,13 @@ class SubAlignerActor(AlignerActor):
         if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)
             self.log.error("questions unknown to the sub aligner", queries=unknown[:5], count=len(unknown))
         if self.config.algo.alignment.mode == "none":  # the ablation: first-in-first-out, no alignment
-            batch, figures = build_unaligned_sub_batch(held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions)
+            batch, figures = build_unaligned_sub_batch(
+                held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions
+            )
         else:
-            batch, figures, _ = build_sub_batch(held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions)
+            batch, figures, _ = build_sub_batch(
+                held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions
+            )
         used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
         figures["unused"] = float(sum(1 for c in trajectories if c not in used))
         figures["unknown_questions"] = float(len(unknown))

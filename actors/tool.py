@@ -40,7 +40,10 @@ class ToolActor(BusActor):
     def on_request(self, request: ToolRequest, delivery: Delivery) -> ToolResult:
         # The subject says which tool; a request naming another one is a caller bug worth telling.
         if request.tool != self.tool:
-            return tool_output_to_wire(request.call_id, ToolOutput.failure(f"request for tool {repr(request.tool)[:100]} sent to {self.tool!r}"))
+            return tool_output_to_wire(
+                request.call_id,
+                ToolOutput.failure(f"request for tool {repr(request.tool)[:100]} sent to {self.tool!r}"),
+            )
         return tool_output_to_wire(request.call_id, self.registry.call(self.tool, request.arguments))
 
 

@@ -27,7 +27,23 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["ALIGN", "CHECKPOINT", "COMPUTE", "GENERATE", "KINDS", "LEARN", "SCORE", "WEIGHTS", "Interval", "PhaseRecorder", "disable", "enable", "phase", "recorder", "timed"]
+__all__ = [
+    "ALIGN",
+    "CHECKPOINT",
+    "COMPUTE",
+    "GENERATE",
+    "KINDS",
+    "LEARN",
+    "SCORE",
+    "WEIGHTS",
+    "Interval",
+    "PhaseRecorder",
+    "disable",
+    "enable",
+    "phase",
+    "recorder",
+    "timed",
+]
 
 GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN, SCORE = "generate", "learn", "weights", "checkpoint", "align", "score"
 KINDS = (GENERATE, LEARN, WEIGHTS, CHECKPOINT, ALIGN, SCORE)

@@ -20,7 +20,16 @@ from protocols.errors import ProtocolError
 from protocols.messages import MESSAGE_TYPES, Message
 from protocols.schema import RAW_ARRAY_DECODER, RawArray
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_ARRAY_ITEMS", "MAX_MAP_ENTRIES", "SCHEMA_VERSION", "Envelope", "decode", "decode_envelope", "encode"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_ARRAY_ITEMS",
+    "MAX_MAP_ENTRIES",
+    "SCHEMA_VERSION",
+    "Envelope",
+    "decode",
+    "decode_envelope",
+    "encode",
+]
 
 SCHEMA_VERSION = 1
 # 32 MiB: an aligned batch of 8x8x8 samples of 2k tokens is ~10 MB. The embedded nats-server is
@@ -78,7 +87,9 @@ def _decode_array(path: str, code: int, data: bytes) -> np.ndarray:
         raise ProtocolError(path, f"unknown array dtype code {dtype_code}")
     body = memoryview(data)[_HEADER.size :]
     if len(body) != length * dtype.itemsize:
-        raise ProtocolError(path, f"array of {length} x {dtype.name} needs {length * dtype.itemsize} bytes, got {len(body)}")
+        raise ProtocolError(
+            path, f"array of {length} x {dtype.name} needs {length * dtype.itemsize} bytes, got {len(body)}"
+        )
     if dtype.name == "bool" and np.frombuffer(body, dtype=np.uint8).max(initial=0) > 1:
         raise ProtocolError(path, "bool array holds bytes other than 0 and 1")
     return np.frombuffer(body, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
@@ -95,9 +106,7 @@ def encode(message: Message, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     fields = {c.name: c(getattr(message, c.name)) for c in type(message)._checks}
     try:
         data = msgpack.packb(
-            {"v": SCHEMA_VERSION, "t": type_name, "ts": time.time(), "d": fields},
-            default=_default,
-            use_bin_type=True,
+            {"v": SCHEMA_VERSION, "t": type_name, "ts": time.time(), "d": fields}, default=_default, use_bin_type=True
         )
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(type_name, f"cannot encode: {exc}") from None
@@ -113,8 +122,14 @@ def _unpack(data: Any, max_bytes: int) -> dict:
     if size > max_bytes:
         raise ProtocolError("<payload>", f"size {size} bytes exceeds the limit of {max_bytes}")
     try:
-        obj = msgpack.unpackb(data if isinstance(data, bytes) else bytes(data), raw=False, ext_hook=_ext_hook, strict_map_key=False,
-                              max_map_len=MAX_MAP_ENTRIES, max_array_len=MAX_ARRAY_ITEMS)  # fmt: skip
+        obj = msgpack.unpackb(
+            data if isinstance(data, bytes) else bytes(data),
+            raw=False,
+            ext_hook=_ext_hook,
+            strict_map_key=False,
+            max_map_len=MAX_MAP_ENTRIES,
+            max_array_len=MAX_ARRAY_ITEMS,
+        )
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, UnicodeDecodeError, ...)

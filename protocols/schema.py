@@ -7,10 +7,12 @@ Kept separate from the message definitions so messages.py reads as the list of c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -176,13 +178,18 @@ class FieldCheck:
         return value
 
 
+def _same(value: Any) -> Any:
+    """A field's plain default, as a factory."""
+    return value
+
+
 def build_checks(cls: type) -> tuple[FieldCheck, ...]:
     """One FieldCheck per dataclass field of `cls`, from its annotations and field metadata."""
     hints = typing.get_type_hints(cls)
     checks = []
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
-            default: Callable[[], Any] | None = (lambda v=f.default: v)
+            default: Callable[[], Any] | None = functools.partial(_same, f.default)
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory
         else:

@@ -61,11 +61,14 @@ def sub_script(question: Question) -> ScriptedEngine:
     """S done right: search the subject, visit its page, answer the fact as JSON."""
     (chain,) = question.evidence
     findings = json.dumps({"findings": f"{chain.subject}: {chain.fact}.", "evidence": list(chain.urls)})
-    return ScriptedEngine(tiny_tokenizer(), by_turn(
-        format_tool_call("search", {"query": chain.subject}),
-        format_tool_call("visit", {"url": chain.urls[0], "goal": "the fact"}),
-        format_answer(findings),
-    ))  # fmt: skip
+    return ScriptedEngine(
+        tiny_tokenizer(),
+        by_turn(
+            format_tool_call("search", {"query": chain.subject}),
+            format_tool_call("visit", {"url": chain.urls[0], "goal": "the fact"}),
+            format_answer(findings),
+        ),
+    )
 
 
 def main_script(question: Question, answer: str, delegations: int = 1) -> ScriptedEngine:

@@ -8,8 +8,8 @@ of the suite draws the same examples.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,7 +34,7 @@ def venv_bin() -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="module")
-def nats_server() -> Iterator["EmbeddedNats"]:  # noqa: F821
+def nats_server() -> Iterator[EmbeddedNats]:  # noqa: F821
     """One real nats-server (JetStream on, temporary store) per test module; tests isolate by run id."""
     from mgrpo_actors.runtime import EmbeddedNats
 
@@ -52,14 +52,16 @@ def run_id() -> str:
 
 
 @pytest.fixture
-def make_bus(nats_server, run_id) -> Iterator[Callable[..., "Bus"]]:  # noqa: F821
+def make_bus(nats_server, run_id) -> Iterator[Callable[..., Bus]]:  # noqa: F821
     """Factory of extra connected buses on the test's server and run; all closed after the test."""
     from mgrpo_actors.runtime import Bus
 
     buses = []
 
     def make(node: str = "", **kwargs) -> Bus:
-        b = Bus(nats_server.url, run_id=kwargs.pop("run_id", run_id), node=node or f"test-{len(buses)}", **kwargs).connect()
+        b = Bus(
+            nats_server.url, run_id=kwargs.pop("run_id", run_id), node=node or f"test-{len(buses)}", **kwargs
+        ).connect()
         buses.append(b)
         return b
 

@@ -18,9 +18,20 @@ def render(tmp: Path, run_id: str, **settings: object) -> Path:
     """certs + nats-config for one loopback server and `run_id` (and description `settings`); returns the output directory."""
     out = tmp / "deploy"
     description = tmp / "deployment.yaml"
-    description.write_text(yaml.safe_dump({"servers": [{"name": "n1", "host": "127.0.0.1"}], "run_ids": [run_id], "jetstream": {"store_dir": str(tmp / "js")}, **settings}))
-    for args in (["certs", "--out", str(out / "certs"), "--host", "127.0.0.1", "--host", "localhost"],
-                 ["nats-config", "--description", str(description), "--out", str(out)]):  # fmt: skip
+    description.write_text(
+        yaml.safe_dump(
+            {
+                "servers": [{"name": "n1", "host": "127.0.0.1"}],
+                "run_ids": [run_id],
+                "jetstream": {"store_dir": str(tmp / "js")},
+                **settings,
+            }
+        )
+    )
+    for args in (
+        ["certs", "--out", str(out / "certs"), "--host", "127.0.0.1", "--host", "localhost"],
+        ["nats-config", "--description", str(description), "--out", str(out)],
+    ):
         done = run_script("mgrpo", "deploy", *args, timeout_s=60)
         assert done.returncode == 0, done.stderr
     return out

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -17,7 +18,9 @@ def venv_script(name: str) -> Path:
     for candidate in (REPO / ".venv" / "bin" / name, Path(sys.executable).parent / name):
         if candidate.exists():
             return candidate
-    raise FileNotFoundError(f"{name} not found in {REPO / '.venv' / 'bin'} nor beside {sys.executable}: run `make install`")
+    raise FileNotFoundError(
+        f"{name} not found in {REPO / '.venv' / 'bin'} nor beside {sys.executable}: run `make install`"
+    )
 
 
 def subprocess_env() -> dict[str, str]:
@@ -30,7 +33,9 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02, what: str | Callable[[], str] = "") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02, what: str | Callable[[], str] = ""
+) -> Any:
     """Poll `predicate` until it returns something truthy (returned) or fail after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -43,7 +48,9 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s
         time.sleep(interval_s)
 
 
-def run_script(name: str, *args: str, timeout_s: float = 30.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_script(
+    name: str, *args: str, timeout_s: float = 30.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run `.venv/bin/NAME ARGS...` to completion (text output captured) from the repo root; `env` adds variables."""
     return subprocess.run(
         [str(venv_script(name)), *args],
@@ -56,7 +63,9 @@ def run_script(name: str, *args: str, timeout_s: float = 30.0, env: dict[str, st
     )
 
 
-def start_script(name: str, *args: str, env: dict[str, str] | None = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
+def start_script(
+    name: str, *args: str, env: dict[str, str] | None = None, stdout: Any = subprocess.PIPE
+) -> subprocess.Popen:
     """Start `.venv/bin/NAME ARGS...` in the background with piped text output (or into `stdout`)."""
     return subprocess.Popen(
         [str(venv_script(name)), *args],

@@ -25,17 +25,78 @@ def fake_run(run_id: str, steps: int = 2, queries: int = 2) -> list[tuple[Messag
     for step in range(steps):
         r_m, correct, r_s, dk, clip_m, clip_s = FIGURES[step % len(FIGURES)]
         t = 10.0 * step
-        event("step.started", f"step {step}: {queries} queries × 2 rollouts", t, step=step, queries=[f"q{i}" for i in range(queries)])
+        event(
+            "step.started",
+            f"step {step}: {queries} queries × 2 rollouts",
+            t,
+            step=step,
+            queries=[f"q{i}" for i in range(queries)],
+        )
         for i in range(queries):
-            out.append((QueryDone(run_id=run_id, step=step, query_id=f"q{i}", attempt="a0", num_rollouts=2, sub_calls=3, seconds=2.0 * (i + 1)), t + 2.0 * (i + 1)))
-        event("main.batch", f"main batch of step {step}: 4 samples", t + 5.0, step=step, reward_mean=r_m, r_correct_mean=correct, format_ok_rate=1.0,
-              samples=4.0, failed=0.0, tokens=400.0)  # fmt: skip
-        event("sub.batch", f"sub batch of step {step}: 32 samples", t + 5.5, step=step, reward_mean=r_s, calls=6.0, d=8.0, dk_mean=dk, samples=32.0,
-              duplicates=10.0, placeholders=16.0, dropped=0.0)  # fmt: skip
-        event("main.learned", f"main learner applied step {step}", t + 7.0, step=step, version=step + 1, loss=0.01, clip_fraction=clip_m, samples=4.0,
-              seconds=2.0, tokens=400.0)  # fmt: skip
-        event("sub.learned", f"sub learner applied step {step}", t + 8.0, step=step, version=step + 1, loss=0.02, clip_fraction=clip_s, samples=16.0,
-              seconds=4.0, tokens=1200.0)  # fmt: skip
+            out.append(
+                (
+                    QueryDone(
+                        run_id=run_id,
+                        step=step,
+                        query_id=f"q{i}",
+                        attempt="a0",
+                        num_rollouts=2,
+                        sub_calls=3,
+                        seconds=2.0 * (i + 1),
+                    ),
+                    t + 2.0 * (i + 1),
+                )
+            )
+        event(
+            "main.batch",
+            f"main batch of step {step}: 4 samples",
+            t + 5.0,
+            step=step,
+            reward_mean=r_m,
+            r_correct_mean=correct,
+            format_ok_rate=1.0,
+            samples=4.0,
+            failed=0.0,
+            tokens=400.0,
+        )
+        event(
+            "sub.batch",
+            f"sub batch of step {step}: 32 samples",
+            t + 5.5,
+            step=step,
+            reward_mean=r_s,
+            calls=6.0,
+            d=8.0,
+            dk_mean=dk,
+            samples=32.0,
+            duplicates=10.0,
+            placeholders=16.0,
+            dropped=0.0,
+        )
+        event(
+            "main.learned",
+            f"main learner applied step {step}",
+            t + 7.0,
+            step=step,
+            version=step + 1,
+            loss=0.01,
+            clip_fraction=clip_m,
+            samples=4.0,
+            seconds=2.0,
+            tokens=400.0,
+        )
+        event(
+            "sub.learned",
+            f"sub learner applied step {step}",
+            t + 8.0,
+            step=step,
+            version=step + 1,
+            loss=0.02,
+            clip_fraction=clip_s,
+            samples=16.0,
+            seconds=4.0,
+            tokens=1200.0,
+        )
         event("step.finished", f"step {step} finished in 9.0 s", t + 9.0, step=step, seconds=9.0)
     event("run.finished", f"run {run_id} finished after {steps} steps", 10.0 * steps, steps=steps)
     return out

@@ -29,10 +29,18 @@ def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> 
         "log": {"level": "warning", "json": True, "deliveries_dir": str(tmp_path / "deliveries")},
         "tools": {"web_entities": 150, "actors_per_tool": 1},
         "agents": {"main": {**agent, "model": "tiny:main"}, "sub": {**agent, "model": "tiny:sub"}},
-        "pipeline": {"steps": 2, "queries_per_step": 3, "rollouts_per_query": 2, "subtask_timeout_s": 20, "tool_timeout_s": 10,
-                     "ack_wait_s": 30, "rollout_timeout_s": 120, "advance_on": "batches"},
+        "pipeline": {
+            "steps": 2,
+            "queries_per_step": 3,
+            "rollouts_per_query": 2,
+            "subtask_timeout_s": 20,
+            "tool_timeout_s": 10,
+            "ack_wait_s": 30,
+            "rollout_timeout_s": 120,
+            "advance_on": "batches",
+        },
         "algo": {"alignment": {"d": 2}},
-    }  # fmt: skip
+    }
     for name, values in sections.items():
         config.setdefault(name, {}).update(values)
     path = tmp_path / "node.yaml"
@@ -49,12 +57,30 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         logs.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, *roles: str, env: dict[str, str] | None = None, extra: tuple[str, ...] = (), config: Path | None = None) -> subprocess.Popen:
+    def start(
+        self,
+        name: str,
+        *roles: str,
+        env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
+        config: Path | None = None,
+    ) -> subprocess.Popen:
         """Start node `name` with `roles` (and its own `config`, else the shared one)."""
         args = [*(a for role in roles for a in ("--role", role)), *extra]
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - the process owns it
         env = {**self.env, **(env or {})}
-        proc = start_script("mgrpo-node", *args, "--config", str(config or self.config), "--nats", self.url, "--name", name, env=env, stdout=out)
+        proc = start_script(
+            "mgrpo-node",
+            *args,
+            "--config",
+            str(config or self.config),
+            "--nats",
+            self.url,
+            "--name",
+            name,
+            env=env,
+            stdout=out,
+        )
         self.procs[name] = proc
         return proc
 
@@ -118,7 +144,7 @@ def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:
         sub = await follow_stream(bus._nc, stream, subject, on_msg)
         try:
             await asyncio.wait_for(done.wait(), 30)  # a loaded machine may take a while
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             await sub.unsubscribe()

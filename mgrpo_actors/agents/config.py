@@ -57,7 +57,9 @@ class AgentConfig:
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
         unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
         if unknown:
-            raise ValueError(f"agent tools names unknown tool(s) {unknown}: the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)")
+            raise ValueError(
+                f"agent tools names unknown tool(s) {unknown}: the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
+            )
 
     def sampling_params(
         self, max_new_tokens: int, seed: int | None, stop_token_ids: tuple[int, ...] = ()

@@ -60,14 +60,21 @@ class DelegateTool(SchemaTool):
     parameters = {
         "type": "object",
         "properties": {
-            "task": {"type": "string", "minLength": 1, "maxLength": MAX_TASK_CHARS,
-                     "description": "what to find out, as one self-contained request"},
-            "context": {"type": "string", "maxLength": MAX_CONTEXT_CHARS,
-                        "description": "facts you already know that the sub-agent may need"},
+            "task": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_TASK_CHARS,
+                "description": "what to find out, as one self-contained request",
+            },
+            "context": {
+                "type": "string",
+                "maxLength": MAX_CONTEXT_CHARS,
+                "description": "facts you already know that the sub-agent may need",
+            },
         },
         "required": ["task"],
         "additionalProperties": False,
-    }  # fmt: skip
+    }
 
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
         return ToolOutput.failure("delegate is answered by a sub-agent through the rollout driver, not called directly")

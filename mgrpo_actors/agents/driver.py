@@ -81,7 +81,9 @@ def step_seed(seed: int | None, *path: int) -> int | None:
     return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0])
 
 
-def _generate(episodes: Sequence[AgentEpisode], engine: RolloutEngine, seed: int | None, stats: DriverStats) -> list[Action]:
+def _generate(
+    episodes: Sequence[AgentEpisode], engine: RolloutEngine, seed: int | None, stats: DriverStats
+) -> list[Action]:
     """One turn of every episode: one generate call per distinct sampling setting."""
     groups: dict[SamplingParams, list[int]] = {}
     for index, episode in enumerate(episodes):

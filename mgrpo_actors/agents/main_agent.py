@@ -34,6 +34,12 @@ def main_episode(
     """M's episode for rollout `rollout_index` of `question`; its id is `episode_id` (default "r<rollout_index>")."""
     own_tools = main_tools(tools)
     return question_episode(
-        question, tokenizer, cfg, rollout_index, main_system_prompt(own_tools), MAIN_DEMONSTRATION,
-        (*own_tools.names, DELEGATE_TOOL_NAME), episode_id,
-    )  # fmt: skip
+        question,
+        tokenizer,
+        cfg,
+        rollout_index,
+        main_system_prompt(own_tools),
+        MAIN_DEMONSTRATION,
+        (*own_tools.names, DELEGATE_TOOL_NAME),
+        episode_id,
+    )

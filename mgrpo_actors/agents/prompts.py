@@ -124,6 +124,8 @@ def sub_user_message(task: str, context: str) -> str:
     return f"Task: {task}" if not context else f"Task: {task}\n\nContext: {context}"
 
 
-def opening_messages(system_prompt: str, user: str, demonstration: Sequence[dict[str, str]] = ()) -> list[dict[str, str]]:
+def opening_messages(
+    system_prompt: str, user: str, demonstration: Sequence[dict[str, str]] = ()
+) -> list[dict[str, str]]:
     """The messages an episode starts from: system prompt, demonstration (if any), the real user message."""
     return [{"role": "system", "content": system_prompt}, *demonstration, _user(user)]

@@ -29,7 +29,16 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.tools.registry import ToolRegistry
 
-__all__ = ["Rollout", "RolloutConfig", "RolloutGroup", "expert_for", "run_rollout_groups", "run_rollouts", "run_single_agent_groups", "run_single_agent_rollouts"]
+__all__ = [
+    "Rollout",
+    "RolloutConfig",
+    "RolloutGroup",
+    "expert_for",
+    "run_rollout_groups",
+    "run_rollouts",
+    "run_single_agent_groups",
+    "run_single_agent_rollouts",
+]
 
 log = get_logger("mgrpo.agents.rollout")
 
@@ -135,38 +144,65 @@ def run_rollout_groups(
     execute_tools = execute_tools or registry_executor(tools)
     sub_agents = LocalSubAgents(sub, tools, execute_tools, cfg.sub, seed=step_seed(seed, 1))
     prefix, episodes = _question_episodes(main_episode, questions, k, main, tools, cfg)
-    main_stats = run_episodes([e for batch in episodes for e in batch], main.engine, execute_tools, delegate=sub_agents, seed=step_seed(seed, 0))
+    main_stats = run_episodes(
+        [e for batch in episodes for e in batch],
+        main.engine,
+        execute_tools,
+        delegate=sub_agents,
+        seed=step_seed(seed, 0),
+    )
     seconds = time.perf_counter() - started
     groups = []
     for i, question in enumerate(questions):
         calls = [call for call in sub_agents.calls if call.request.call_id.startswith(f"{prefix[i]}r")]
-        groups.append(_scored_group(question, [e.record() for e in episodes[i]], calls, cfg, main_stats, sub_agents.stats, seconds))
+        groups.append(
+            _scored_group(
+                question, [e.record() for e in episodes[i]], calls, cfg, main_stats, sub_agents.stats, seconds
+            )
+        )
     return groups
 
 
 def _question_episodes(
-    make: Callable[..., AgentEpisode], questions: Sequence[Question], k: int, model: AgentModel, tools: ToolRegistry, cfg: RolloutConfig
+    make: Callable[..., AgentEpisode],
+    questions: Sequence[Question],
+    k: int,
+    model: AgentModel,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
 ) -> tuple[list[str], list[list[AgentEpisode]]]:
     """K episodes per question by `make` (main_episode or single_episode), ids "<prefix>r<k>" with the
     prefix "q<i>." when there are several questions (so their call ids stay apart), "" for one."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     prefix = [f"q{i}." if len(questions) > 1 else "" for i in range(len(questions))]
-    episodes = [[make(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}") for index in range(k)]
-                for i, q in enumerate(questions)]  # fmt: skip
+    episodes = [
+        [
+            make(q.question, model.tokenizer, tools, cfg.main, index, episode_id=f"{prefix[i]}r{index}")
+            for index in range(k)
+        ]
+        for i, q in enumerate(questions)
+    ]
     return prefix, episodes
 
 
 def _scored_group(
-    question: Question, records: list[EpisodeRecord], calls: list[SubCall], cfg: RolloutConfig, main_stats: DriverStats, sub_stats: DriverStats, seconds: float
+    question: Question,
+    records: list[EpisodeRecord],
+    calls: list[SubCall],
+    cfg: RolloutConfig,
+    main_stats: DriverStats,
+    sub_stats: DriverStats,
+    seconds: float,
 ) -> RolloutGroup:
     """One question's rollouts scored (m-grpo.md §Rewards); `calls` are its sub calls in call order."""
     expert, weights = expert_for(question, cfg)
     main_scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
     calls = sorted(calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
+    # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
     main_correct = main_correct_for_sub([m.format.ok for m in main_scores], [m.r_correct for m in main_scores])[
         [call.request.rollout_index for call in calls]
-    ]  # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
+    ]
     sub_scores = score_sub(calls, main_correct, expert, weights, cfg.sub.max_turns)
     rollouts = tuple(
         Rollout(
@@ -174,7 +210,9 @@ def _scored_group(
             main=record,
             main_score=main_scores[index],
             sub_calls=tuple(call for call in calls if call.request.rollout_index == index),
-            sub_scores=tuple(s for call, s in zip(calls, sub_scores, strict=True) if call.request.rollout_index == index),
+            sub_scores=tuple(
+                s for call, s in zip(calls, sub_scores, strict=True) if call.request.rollout_index == index
+            ),
         )
         for index, record in enumerate(records)
     )
@@ -207,7 +245,13 @@ def run_single_agent_groups(
     """K rollouts of each question by the single agent, generated as one batch (as run_rollout_groups)."""
     started = time.perf_counter()
     _, episodes = _question_episodes(single_episode, questions, k, model, tools, cfg)
-    stats = run_episodes([e for batch in episodes for e in batch], model.engine, execute_tools or registry_executor(tools), delegate=None, seed=step_seed(seed, 0))
+    stats = run_episodes(
+        [e for batch in episodes for e in batch],
+        model.engine,
+        execute_tools or registry_executor(tools),
+        delegate=None,
+        seed=step_seed(seed, 0),
+    )
     seconds = time.perf_counter() - started
     groups = []
     for question, batch in zip(questions, episodes, strict=True):

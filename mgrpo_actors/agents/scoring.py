@@ -112,8 +112,12 @@ def score_sub(
         # S's transcript; a local rule pays nothing for what the subtask already says (m-grpo.md §Rewards).
         # A call that returned nothing has nothing to judge.
         scores = np.array(
-            [best_score(judge, subtask_text(c.request.task, c.request.context), c.result.findings, references)
-             if c.result.ok else 0.0 for c in calls],
+            [
+                best_score(judge, subtask_text(c.request.task, c.request.context), c.result.findings, references)
+                if c.result.ok
+                else 0.0
+                for c in calls
+            ],
             dtype=np.float64,
         )
     rewards = sub_reward(ok, correct, scores, weights)

@@ -44,13 +44,19 @@ __all__ = [
 def load_agent(cfg: AgentConfig) -> AgentModel:
     """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`)."""
     model, tokenizer = load_model(cfg.model, dtype=getattr(torch, cfg.dtype), device=cfg.device)
-    return AgentModel(make_engine(cfg.engine, model, tokenizer, EngineConfig(device=cfg.device, dtype=cfg.dtype)), tokenizer)
+    return AgentModel(
+        make_engine(cfg.engine, model, tokenizer, EngineConfig(device=cfg.device, dtype=cfg.dtype)), tokenizer
+    )
 
 
 def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
     """(M's r_correct judge, S's r_expert judge or None when β3 is folded), m-grpo.md §Rewards."""
     llm = OpenAICompatibleJudge(agents.llm_judge) if agents.llm_judge is not None else None
-    rules: dict[str, Judge] = {"exact-match": ExactMatchJudge(), "numeric-match": NumericMatchJudge(), "token-f1": TokenF1Judge()}
+    rules: dict[str, Judge] = {
+        "exact-match": ExactMatchJudge(),
+        "numeric-match": NumericMatchJudge(),
+        "token-f1": TokenF1Judge(),
+    }
     correct: Judge = rules.get(agents.correct_judge) or llm  # type: ignore[assignment]
     expert = {"contains-reference": ContainsReferenceJudge(), "llm": llm, "none": None}[agents.expert_judge]
     return correct, expert
@@ -68,7 +74,9 @@ def reason_tool(reasoner: AgentModel, max_new_tokens: int) -> ReasonTool:
     return ReasonTool(generate=engine_text_generator(reasoner, greedy))
 
 
-def agent_tools(tools: ToolsConfig, reasoner: AgentModel, max_new_tokens: int, pages: Sequence[Page] | None = None) -> ToolRegistry:
+def agent_tools(
+    tools: ToolsConfig, reasoner: AgentModel, max_new_tokens: int, pages: Sequence[Page] | None = None
+) -> ToolRegistry:
     """Every tool either agent may call, in this process: search and visit (as the tool role serves
     them) and reason on `reasoner`. The pipeline runs search/visit in tool actors instead; this
     registry still gives the agents' prompts their tool schemas."""
@@ -79,7 +87,9 @@ def agent_tools(tools: ToolsConfig, reasoner: AgentModel, max_new_tokens: int, p
 
 def synthetic_web(tools: ToolsConfig) -> SyntheticWeb:
     """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` (questions and pages)."""
-    return build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))
+    return build_synthetic_web(
+        SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities))
+    )
 
 
 class TaskQuestions:
@@ -92,13 +102,17 @@ class TaskQuestions:
     def training(self, pipeline: PipelineConfig, stage: int = 2) -> list[Question]:
         """The questions the controller draws from: the configured split, filtered by the stage's levels
         (`pipeline.stage1_levels` for stage 1 of a curriculum, `pipeline.levels` otherwise)."""
-        key, levels = ("pipeline.stage1_levels", pipeline.stage1_levels) if stage == 1 else ("pipeline.levels", pipeline.levels)
+        key, levels = (
+            ("pipeline.stage1_levels", pipeline.stage1_levels) if stage == 1 else ("pipeline.levels", pipeline.levels)
+        )
         questions = self.splits.get(pipeline.split, [])
         if levels is not None:
             questions = [q for q in questions if q.level in levels]
         if not questions:
             named = "" if levels is None else f" with {key} {levels}"
-            raise ValueError(f"pipeline.split {pipeline.split!r}{named} selects no questions of pipeline.dataset {pipeline.dataset!r}")
+            raise ValueError(
+                f"pipeline.split {pipeline.split!r}{named} selects no questions of pipeline.dataset {pipeline.dataset!r}"
+            )
         return questions
 
 

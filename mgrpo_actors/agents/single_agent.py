@@ -47,5 +47,12 @@ def single_episode(
         return question_episode(question, tokenizer, cfg, rollout_index, PLAIN_PROMPT, (), (), episode_id)
     own_tools = single_tools(tools, names)
     return question_episode(
-        question, tokenizer, cfg, rollout_index, single_system_prompt(own_tools), SINGLE_DEMONSTRATION, own_tools.names, episode_id
+        question,
+        tokenizer,
+        cfg,
+        rollout_index,
+        single_system_prompt(own_tools),
+        SINGLE_DEMONSTRATION,
+        own_tools.names,
+        episode_id,
     )

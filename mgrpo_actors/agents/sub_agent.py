@@ -38,7 +38,9 @@ def sub_episode(
     return AgentEpisode(
         tokenizer,
         opening_messages(
-            system_prompt, sub_user_message(request.task, request.context), SUB_DEMONSTRATION if cfg.demonstration else ()
+            system_prompt,
+            sub_user_message(request.task, request.context),
+            SUB_DEMONSTRATION if cfg.demonstration else (),
         ),
         cfg,
         episode_id=request.call_id,

@@ -25,7 +25,14 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.engines.base import Generation
 
-__all__ = ["ChatTurnWrapping", "TokenTrajectory", "TrajectoryBuilder", "encode_opening", "encode_plain", "encode_template"]
+__all__ = [
+    "ChatTurnWrapping",
+    "TokenTrajectory",
+    "TrajectoryBuilder",
+    "encode_opening",
+    "encode_plain",
+    "encode_template",
+]
 
 Message = Mapping[str, str]
 

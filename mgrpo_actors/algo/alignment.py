@@ -31,7 +31,6 @@ import torch
 
 from mgrpo_actors.algo.config import AlignmentConfig, AlignmentMode
 
-
 MaskT = TypeVar("MaskT", np.ndarray, torch.Tensor)
 
 
@@ -185,10 +184,7 @@ def _validate(sub_ids: Sequence[Sequence[Sequence[Hashable]]]) -> int:
 
 
 def align(
-    sub_ids: Sequence[Sequence[Sequence[Hashable]]],
-    d: int,
-    rng: np.random.Generator,
-    mode: AlignmentMode = "duplicate",
+    sub_ids: Sequence[Sequence[Sequence[Hashable]]], d: int, rng: np.random.Generator, mode: AlignmentMode = "duplicate"
 ) -> AlignmentPlan:
     """Align each rollout's sub-trajectories to exactly `d` slots (m-grpo.md §Trajectory alignment).
 

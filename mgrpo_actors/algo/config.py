@@ -104,10 +104,7 @@ class AlignmentConfig:
         _require(0.0 < self.quantile <= 1.0, f"alignment.quantile must be in (0, 1], got {self.quantile!r}")
         _require(self.window >= 1, f"alignment.window must be >= 1, got {self.window!r}")
         _require(self.d_min >= 1, f"alignment.d_min must be >= 1, got {self.d_min!r}")
-        _require(
-            self.d_min <= self.d_max,
-            f"alignment.d_min ({self.d_min}) must be <= alignment.d_max ({self.d_max})",
-        )
+        _require(self.d_min <= self.d_max, f"alignment.d_min ({self.d_min}) must be <= alignment.d_max ({self.d_max})")
         _require(
             self.d_min <= self.d_initial <= self.d_max,
             f"alignment.d_initial ({self.d_initial}) must be within [d_min, d_max] = [{self.d_min}, {self.d_max}]",
@@ -142,11 +139,11 @@ class ObjectiveConfig:
         _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
         _require(self.eps_high > 0.0, f"objective.eps_high must be > 0, got {self.eps_high!r}")
         _require_choice("objective.ratio", self.ratio, ("token", "sequence", "sequence-mean"))
-        _require(self.advantage_sign in (1, -1), f"objective.advantage_sign must be 1 or -1, got {self.advantage_sign!r}")
+        _require(
+            self.advantage_sign in (1, -1), f"objective.advantage_sign must be 1 or -1, got {self.advantage_sign!r}"
+        )
         _require_choice(
-            "objective.aggregation",
-            self.aggregation,
-            ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+            "objective.aggregation", self.aggregation, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
         )
         # m-grpo.md §Objective: the paper's sequence ratio counts each sequence's loss once; any other
         # aggregation weights it by its length. sequence-mean takes any aggregation (objective.py says why).
@@ -214,8 +211,12 @@ class AlgoConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> AlgoConfig:
         """Build from a plain mapping (e.g. parsed YAML); unknown sections or keys are a ValueError."""
-        sections = {"rewards": RewardConfig, "advantages": AdvantageConfig,
-                    "alignment": AlignmentConfig, "objective": ObjectiveConfig}
+        sections = {
+            "rewards": RewardConfig,
+            "advantages": AdvantageConfig,
+            "alignment": AlignmentConfig,
+            "objective": ObjectiveConfig,
+        }
         unknown = set(raw) - set(sections)
         _require(not unknown, f"algo config: unknown section(s) {sorted(unknown)}; known: {sorted(sections)}")
         built = {}

@@ -53,10 +53,10 @@ ROLLOUTS = (
         answer="Castor Bay",
         turn_errors=(None, None, None),
         calls=(
-            SubCall("t0", "Who founded Vantorine Labs?",
-                    "Vantorine Labs was founded by Orlen Vasque.", (None, None, None)),
-            SubCall("t1", "Where was Orlen Vasque born?",
-                    "Orlen Vasque was born in Castor Bay.", (None, None)),
+            SubCall(
+                "t0", "Who founded Vantorine Labs?", "Vantorine Labs was founded by Orlen Vasque.", (None, None, None)
+            ),
+            SubCall("t1", "Where was Orlen Vasque born?", "Orlen Vasque was born in Castor Bay.", (None, None)),
         ),
     ),
     # k = 2: five subtasks, two that only echo their task, one badly formatted; right answer (normalised match).
@@ -64,16 +64,18 @@ ROLLOUTS = (
         answer="castor bay.",
         turn_errors=(None,) * 6,
         calls=(
-            SubCall("t0", "Who founded Vantorine Labs?",
-                    "Founder: Orlen Vasque.", (None, None)),
-            SubCall("t1", "Where was Orlen Vasque born?",
-                    "I could not find where Orlen Vasque was born.", (None, None, None)),
-            SubCall("t2", "Search Orlen Vasque biography",
-                    "", (None, "tool_call is not valid JSON")),
-            SubCall("t3", "Which town did Orlen Vasque grow up in?",
-                    "He was born and raised in Castor Bay.", (None, None)),
-            SubCall("t4", "Is Castor Bay a city?",
-                    "Yes, Castor Bay is a port city.", (None,)),
+            SubCall("t0", "Who founded Vantorine Labs?", "Founder: Orlen Vasque.", (None, None)),
+            SubCall(
+                "t1",
+                "Where was Orlen Vasque born?",
+                "I could not find where Orlen Vasque was born.",
+                (None, None, None),
+            ),
+            SubCall("t2", "Search Orlen Vasque biography", "", (None, "tool_call is not valid JSON")),
+            SubCall(
+                "t3", "Which town did Orlen Vasque grow up in?", "He was born and raised in Castor Bay.", (None, None)
+            ),
+            SubCall("t4", "Is Castor Bay a city?", "Yes, Castor Bay is a port city.", (None,)),
         ),
     ),
 )

@@ -96,8 +96,13 @@ class OpenAICompatibleJudge:
         except JudgeError as error:
             if self.cfg.fallback_score is None:
                 raise
-            log.warning("judge_fallback", judge=self.name, url=self.url, error=str(error),
-                        fallback_score=self.cfg.fallback_score)
+            log.warning(
+                "judge_fallback",
+                judge=self.name,
+                url=self.url,
+                error=str(error),
+                fallback_score=self.cfg.fallback_score,
+            )
             return Verdict(score=self.cfg.fallback_score, judge=self.name, used_fallback=True, error=str(error))
 
     def _ask(self, question: str, response: str, reference: str) -> float:

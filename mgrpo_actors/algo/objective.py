@@ -78,8 +78,12 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
 def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy) -> None:
     if logprobs.ndim != 2:
         raise ValueError(f"logprobs must be 2-D (sequences, tokens), got shape {tuple(logprobs.shape)}")
-    for name, tensor in (("old_logprobs", old_logprobs), ("loss_mask", loss_mask),
-                         ("ref_logprobs", ref_logprobs), ("entropy", entropy)):
+    for name, tensor in (
+        ("old_logprobs", old_logprobs),
+        ("loss_mask", loss_mask),
+        ("ref_logprobs", ref_logprobs),
+        ("entropy", entropy),
+    ):
         if tensor is not None and tensor.shape != logprobs.shape:
             raise ValueError(
                 f"{name} shape {tuple(tensor.shape)} does not match logprobs shape {tuple(logprobs.shape)}"

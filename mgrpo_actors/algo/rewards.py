@@ -88,10 +88,7 @@ def main_reward(format_ok: npt.ArrayLike, r_correct: npt.ArrayLike, cfg: RewardC
 
 
 def sub_reward(
-    format_ok: npt.ArrayLike,
-    main_correct: npt.ArrayLike,
-    r_expert: npt.ArrayLike | None,
-    weights: SubRewardWeights,
+    format_ok: npt.ArrayLike, main_correct: npt.ArrayLike, r_expert: npt.ArrayLike | None, weights: SubRewardWeights
 ) -> np.ndarray:
     """R_S = β1·r_format(S) + β2·r_correct(M) + β3·r_expert if S's own format is valid, else 0.
 

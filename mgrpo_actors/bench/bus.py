@@ -24,7 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import nats
 from rich.console import Console
@@ -108,7 +109,9 @@ def serve(url: str, path: str) -> None:
 
 
 # ---- requesters -------------------------------------------------------------------------------
-async def _raw_requests(url: str, data: bytes, n_latency: int, n_throughput: int, window: int, decode_replies: bool) -> tuple[list[float], float]:
+async def _raw_requests(
+    url: str, data: bytes, n_latency: int, n_throughput: int, window: int, decode_replies: bool
+) -> tuple[list[float], float]:
     # Connect after the responder subscribed and round-trip once: nats-server may answer "no
     # responders" to a connection's first publish when that connection predates the subscription.
     client = await nats.connect(url)
@@ -123,7 +126,9 @@ async def _raw_requests(url: str, data: bytes, n_latency: int, n_throughput: int
             latencies.append(time.perf_counter() - t)
         t = time.perf_counter()
         for start in range(0, n_throughput, window):
-            replies = await asyncio.gather(*(client.request(SUBJECT, data, timeout=10) for _ in range(min(window, n_throughput - start))))
+            replies = await asyncio.gather(
+                *(client.request(SUBJECT, data, timeout=10) for _ in range(min(window, n_throughput - start)))
+            )
             if decode_replies:
                 for r in replies:
                     decode(r.data)
@@ -132,7 +137,9 @@ async def _raw_requests(url: str, data: bytes, n_latency: int, n_throughput: int
         await client.close()
 
 
-def _runtime_requests(url: str, message: ToolRequest, n_latency: int, n_throughput: int, window: int) -> tuple[list[float], float]:
+def _runtime_requests(
+    url: str, message: ToolRequest, n_latency: int, n_throughput: int, window: int
+) -> tuple[list[float], float]:
     client = Bus(url, run_id=RUN_ID, node="bench-client").connect()
     try:
         client.request(SUBJECT, message)  # warm-up
@@ -177,7 +184,9 @@ def _in_process(url: str, path: str, message: ToolRequest, counts: tuple[int, in
     return asyncio.run(both())
 
 
-def _cross_process(url: str, path: str, message: ToolRequest, counts: tuple[int, int, int]) -> tuple[list[float], float]:
+def _cross_process(
+    url: str, path: str, message: ToolRequest, counts: tuple[int, int, int]
+) -> tuple[list[float], float]:
     child = subprocess.Popen(
         [sys.executable, "-c", f"from mgrpo_actors.bench.bus import serve; serve({url!r}, {path!r})"],
         stdin=subprocess.PIPE,
@@ -198,7 +207,10 @@ def run(quick: bool = False, url: str | None = None, rounds: int | None = None) 
     counts = (200, 1000, 32) if quick else (2000, 10000, 64)
     rounds = rounds or (1 if quick else 3)
     message = _payload(1024)
-    topologies: dict[str, Callable[..., tuple[list[float], float]]] = {"in-process": _in_process, "cross-process": _cross_process}
+    topologies: dict[str, Callable[..., tuple[list[float], float]]] = {
+        "in-process": _in_process,
+        "cross-process": _cross_process,
+    }
     lat = {(t, p): [] for t in TOPOLOGIES for p in PATHS}  # type: dict[tuple[str, str], list[float]]
     rates = {(t, p): [] for t in TOPOLOGIES for p in PATHS}  # type: dict[tuple[str, str], list[float]]
     server = None if url else EmbeddedNats().start()
@@ -213,7 +225,13 @@ def run(quick: bool = False, url: str | None = None, rounds: int | None = None) 
     finally:
         if server:
             server.stop()
-    results: dict[str, Any] = {"message_bytes": len(encode(message)), "rounds": rounds, "requests_latency": counts[0] * rounds, "requests_throughput": counts[1] * rounds, "window": counts[2]}
+    results: dict[str, Any] = {
+        "message_bytes": len(encode(message)),
+        "rounds": rounds,
+        "requests_latency": counts[0] * rounds,
+        "requests_throughput": counts[1] * rounds,
+        "window": counts[2],
+    }
     for topology in TOPOLOGIES:
         per_path = {}
         for path in PATHS:
@@ -233,7 +251,9 @@ def run(quick: bool = False, url: str | None = None, rounds: int | None = None) 
 
 def _print(results: dict[str, Any]) -> None:
     console = Console()
-    table = Table(title=f"bus: request/reply of {results['message_bytes']} B messages ({results['rounds']} rounds, window {results['window']})")
+    table = Table(
+        title=f"bus: request/reply of {results['message_bytes']} B messages ({results['rounds']} rounds, window {results['window']})"
+    )
     for col in ("topology", "path", "p50 µs", "p99 µs", "msg/s"):
         table.add_column(col, justify="right")
     for topology in TOPOLOGIES:

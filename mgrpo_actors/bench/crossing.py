@@ -46,9 +46,38 @@ def count_bytes(audit: list[dict[str, Any]]) -> Counter:
 
 def _job(url: str, audit_dir: Path, quick: bool, steps: int) -> list[str]:
     node = Path(sys.executable).parent / "mgrpo-node"
-    models = ["--set", "agents.main.model=tiny:main", "--set", "agents.sub.model=tiny:sub", "--set", "tools.web_entities=150"] if quick else []
-    return [str(node), "--role", "all", "--nats", url, "--run-id", RUN_ID, "--name", "bench", "--set", f"log.deliveries_dir={audit_dir}",
-            "--set", "log.level=warning", "--set", f"pipeline.steps={steps}", "--set", f"run.dir={audit_dir / 'runs'}", *models]  # fmt: skip
+    models = (
+        [
+            "--set",
+            "agents.main.model=tiny:main",
+            "--set",
+            "agents.sub.model=tiny:sub",
+            "--set",
+            "tools.web_entities=150",
+        ]
+        if quick
+        else []
+    )
+    return [
+        str(node),
+        "--role",
+        "all",
+        "--nats",
+        url,
+        "--run-id",
+        RUN_ID,
+        "--name",
+        "bench",
+        "--set",
+        f"log.deliveries_dir={audit_dir}",
+        "--set",
+        "log.level=warning",
+        "--set",
+        f"pipeline.steps={steps}",
+        "--set",
+        f"run.dir={audit_dir / 'runs'}",
+        *models,
+    ]
 
 
 def run(quick: bool = False, steps: int = 1) -> dict[str, Any]:
@@ -61,11 +90,23 @@ def run(quick: bool = False, steps: int = 1) -> dict[str, Any]:
         seconds = time.perf_counter() - started
         audit = [json.loads(line) for line in (Path(tmp) / "bench.jsonl").read_text().splitlines()]
         with Bus(server.url, run_id=RUN_ID, node="bench-crossing") as bus:
-            stored = {side: bus.stream_info(bus.subjects.stream(f"batch-{side}")).state.bytes for side in ("main", "sub")}
+            stored = {
+                side: bus.stream_info(bus.subjects.stream(f"batch-{side}")).state.bytes for side in ("main", "sub")
+            }
     totals = count_bytes(audit)
-    per_step = {"crossed": totals["crossed"] / steps, "main": (totals["main"] + stored["main"]) / steps, "sub": (totals["sub"] + stored["sub"]) / steps}
+    per_step = {
+        "crossed": totals["crossed"] / steps,
+        "main": (totals["main"] + stored["main"]) / steps,
+        "sub": (totals["sub"] + stored["sub"]) / steps,
+    }
     messages = Counter(r["type"] for r in audit if r["type"] in CROSSING_TYPES)
-    results = {"steps": steps, "quick": quick, "seconds": seconds, "bytes_per_step": per_step, "crossing_messages": dict(messages)}
+    results = {
+        "steps": steps,
+        "quick": quick,
+        "seconds": seconds,
+        "bytes_per_step": per_step,
+        "crossing_messages": dict(messages),
+    }
     _print(results)
     return results
 
@@ -73,11 +114,21 @@ def run(quick: bool = False, steps: int = 1) -> dict[str, Any]:
 def _print(results: dict[str, Any]) -> None:
     per_step = results["bytes_per_step"]
     stayed = per_step["main"] + per_step["sub"]
-    table = Table(title=f"bytes per step ({results['steps']} step(s), {'tiny models' if results['quick'] else 'SmolLM2'}, {results['seconds']:.0f} s)")
+    table = Table(
+        title=f"bytes per step ({results['steps']} step(s), {'tiny models' if results['quick'] else 'SmolLM2'}, {results['seconds']:.0f} s)"
+    )
     for column in ("where", "bytes per step", "share"):
         table.add_column(column, justify="right" if column != "where" else "left")
     total = stayed + per_step["crossed"]
-    for where, label in (("crossed", "crossed sides (subtasks, results, scalar stats)"), ("main", "stayed on the main side"), ("sub", "stayed on the sub side")):
+    for where, label in (
+        ("crossed", "crossed sides (subtasks, results, scalar stats)"),
+        ("main", "stayed on the main side"),
+        ("sub", "stayed on the sub side"),
+    ):
         table.add_row(label, f"{per_step[where]:,.0f}", f"{per_step[where] / total:.1%}" if total else "")
     Console().print(table)
-    Console().print(f"crossing messages: {results['crossing_messages']}; crossed / stayed = {per_step['crossed'] / stayed:.4f}" if stayed else "")
+    Console().print(
+        f"crossing messages: {results['crossing_messages']}; crossed / stayed = {per_step['crossed'] / stayed:.4f}"
+        if stayed
+        else ""
+    )

@@ -71,7 +71,12 @@ class HostileTraffic:
     def map_bomb(self) -> None:
         """A request whose arguments map has one entry more than the codec decodes (MAX_MAP_ENTRIES)."""
         arguments = {i: None for i in range(MAX_MAP_ENTRIES + 1)}
-        envelope = {"v": SCHEMA_VERSION, "t": "ToolRequest", "ts": time.time(), "d": {"call_id": "bomb", "tool": self.tool, "arguments": arguments}}
+        envelope = {
+            "v": SCHEMA_VERSION,
+            "t": "ToolRequest",
+            "ts": time.time(),
+            "d": {"call_id": "bomb", "tool": self.tool, "arguments": arguments},
+        }
         self.bus.publish(self.tool_subject, msgpack.packb(envelope), reply=self._inbox())
         self.sent["map_bomb"] += 1
 

@@ -160,10 +160,18 @@ def _print(result: dict) -> None:
     table.add_column("tokens", justify="right")
     table.add_column("seconds", justify="right")
     table.add_column("tokens/s (median run)", justify="right")
-    table.add_row("hf engine (+ behaviour logprobs)", str(result["engine_tokens"]), f"{result['engine_s']:.2f}",
-                  f"{result['engine_tokens_per_s']:.0f}")
-    table.add_row("plain model.generate", str(result["generate_tokens"]), f"{result['generate_s']:.2f}",
-                  f"{result['generate_tokens_per_s']:.0f}")
+    table.add_row(
+        "hf engine (+ behaviour logprobs)",
+        str(result["engine_tokens"]),
+        f"{result['engine_s']:.2f}",
+        f"{result['engine_tokens_per_s']:.0f}",
+    )
+    table.add_row(
+        "plain model.generate",
+        str(result["generate_tokens"]),
+        f"{result['generate_s']:.2f}",
+        f"{result['generate_tokens_per_s']:.0f}",
+    )
     verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
     label = f"engine / generate, median of paired runs ({verdict} target {result['target_ratio']}×)"
     table.add_row(label, "", "", f"{result['ratio']:.2f}×")

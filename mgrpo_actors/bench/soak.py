@@ -93,7 +93,9 @@ def _worker(bus: Bus, index: int, stop_at: float, load: ValidLoad) -> None:
     while time.monotonic() < stop_at:
         n += 1
         text = f"valid {index}-{n}"
-        outcome = request_retrying(bus, subject, ToolRequest(call_id=text, tool="delay", arguments={"text": text}), TIMEOUT_S, RETRIES)
+        outcome = request_retrying(
+            bus, subject, ToolRequest(call_id=text, tool="delay", arguments={"text": text}), TIMEOUT_S, RETRIES
+        )
         reply = outcome.reply
         ok = isinstance(reply, ToolResult) and reply.ok and reply.content == text
         error = outcome.error or ("" if ok else f"wrong reply: {reply!r}")
@@ -121,7 +123,9 @@ def _memory(nodes: list[ToolNode], stop: threading.Event, samples: dict[str, lis
         stop.wait(0.25)
 
 
-def run(quick: bool = False, url: str | None = None, duration_s: float | None = None, deafen: bool = True) -> dict[str, Any]:
+def run(
+    quick: bool = False, url: str | None = None, duration_s: float | None = None, deafen: bool = True
+) -> dict[str, Any]:
     """Soak for `duration_s` (default 60 s, 20 s quick), print the report, return its figures."""
     duration_s = duration_s or (20.0 if quick else 60.0)
     server = None if url else EmbeddedNats().start()
@@ -132,7 +136,12 @@ def run(quick: bool = False, url: str | None = None, duration_s: float | None = 
         attacker = Bus(target, run_id="bench-soak", node="soak-attacker")
         try:
             attacker.connect()
-            nodes = start_tool_nodes(client, target, [f"soak-tool-{i}" for i in range(NODES)], delay_tool_settings(LATENCY_S, actors_per_tool=2))
+            nodes = start_tool_nodes(
+                client,
+                target,
+                [f"soak-tool-{i}" for i in range(NODES)],
+                delay_tool_settings(LATENCY_S, actors_per_tool=2),
+            )
             results = _soak(client, attacker, target, nodes, duration_s, deafen)
         finally:
             stop_tool_nodes(nodes)
@@ -145,16 +154,27 @@ def run(quick: bool = False, url: str | None = None, duration_s: float | None = 
     return results
 
 
-def _soak(client: Bus, attacker: Bus, url: str, nodes: list[ToolNode], duration_s: float, deafen: bool) -> dict[str, Any]:
+def _soak(
+    client: Bus, attacker: Bus, url: str, nodes: list[ToolNode], duration_s: float, deafen: bool
+) -> dict[str, Any]:
     watch = Watch()
-    subs = [client.subscribe(client.subjects.dlq(), watch.on_dead_letter), client.subscribe(client.subjects.metrics(SLOW_CONSUMER_METRIC), watch.on_drops)]
+    subs = [
+        client.subscribe(client.subjects.dlq(), watch.on_dead_letter),
+        client.subscribe(client.subjects.metrics(SLOW_CONSUMER_METRIC), watch.on_drops),
+    ]
     samples: dict[str, list[int]] = {node.name: [] for node in nodes}
     before = {node.name: node.memory_kib("VmRSS") or 0 for node in nodes}
     load, hostile, stop = ValidLoad(), HostileTraffic(attacker, url, "delay"), threading.Event()
     started = time.monotonic()
     stop_at = started + duration_s
     threads = [threading.Thread(target=_worker, args=(client, i, stop_at, load), daemon=True) for i in range(WORKERS)]
-    threads.append(threading.Thread(target=_attack, args=(hostile, stop_at, started + DEAFEN_AT * duration_s if deafen else None, stop), daemon=True))
+    threads.append(
+        threading.Thread(
+            target=_attack,
+            args=(hostile, stop_at, started + DEAFEN_AT * duration_s if deafen else None, stop),
+            daemon=True,
+        )
+    )
     sampler = threading.Thread(target=_memory, args=(nodes, stop, samples), daemon=True)
     for thread in [*threads, sampler]:
         thread.start()
@@ -168,21 +188,42 @@ def _soak(client: Bus, attacker: Bus, url: str, nodes: list[ToolNode], duration_
         sub.stop()
     for node in nodes:
         if node.proc.poll() is not None:
-            raise RuntimeError(f"tool node {node.name} died during the soak (exit {node.proc.returncode}): {node.log_text(3000)}")
+            raise RuntimeError(
+                f"tool node {node.name} died during the soak (exit {node.proc.returncode}): {node.log_text(3000)}"
+            )
     memory = {
-        node.name: {"before_mib": before[node.name] / 1024, "peak_mib": max(samples[node.name], default=0) / 1024,
-                    "end_mib": (samples[node.name] or [0])[-1] / 1024, "reconnects": node.log_text().count("nats disconnected")}
+        node.name: {
+            "before_mib": before[node.name] / 1024,
+            "peak_mib": max(samples[node.name], default=0) / 1024,
+            "end_mib": (samples[node.name] or [0])[-1] / 1024,
+            "reconnects": node.log_text().count("nats disconnected"),
+        }
         for node in nodes
-    }  # fmt: skip
+    }
     return {
-        "duration_s": duration_s, "seconds": time.monotonic() - started, "workers": WORKERS, "nodes": len(nodes),
-        "timeout_s": TIMEOUT_S, "retries": RETRIES, "unfinished_workers": sum(t.is_alive() for t in threads[:-1]),
-        "valid": {"sent": load.sent, "served": load.served, "lost": load.lost, "retried": load.retried,
-                  "extra_attempts": load.extra_attempts, "slowest_s": load.slowest_s, "errors": dict(load.errors)},
-        "hostile": dict(hostile.sent), "dead_letters": dict(watch.dead_letters), "slow_consumer_drops": sum(watch.drops.values()),
-        "memory": memory, "memory_bound_mib": MEMORY_BOUND_MIB,
+        "duration_s": duration_s,
+        "seconds": time.monotonic() - started,
+        "workers": WORKERS,
+        "nodes": len(nodes),
+        "timeout_s": TIMEOUT_S,
+        "retries": RETRIES,
+        "unfinished_workers": sum(t.is_alive() for t in threads[:-1]),
+        "valid": {
+            "sent": load.sent,
+            "served": load.served,
+            "lost": load.lost,
+            "retried": load.retried,
+            "extra_attempts": load.extra_attempts,
+            "slowest_s": load.slowest_s,
+            "errors": dict(load.errors),
+        },
+        "hostile": dict(hostile.sent),
+        "dead_letters": dict(watch.dead_letters),
+        "slow_consumer_drops": sum(watch.drops.values()),
+        "memory": memory,
+        "memory_bound_mib": MEMORY_BOUND_MIB,
         "memory_bounded": all(m["peak_mib"] - m["before_mib"] <= MEMORY_BOUND_MIB for m in memory.values()),
-    }  # fmt: skip
+    }
 
 
 def _print(results: dict[str, Any]) -> None:
@@ -195,18 +236,28 @@ def _print(results: dict[str, Any]) -> None:
     table = Table(title="valid requests")
     for col in ("sent", "served", "lost", "retried", "extra attempts", "slowest s"):
         table.add_column(col, justify="right")
-    table.add_row(*(str(valid[k]) for k in ("sent", "served", "lost", "retried", "extra_attempts")), f"{valid['slowest_s']:.2f}")
+    table.add_row(
+        *(str(valid[k]) for k in ("sent", "served", "lost", "retried", "extra_attempts")), f"{valid['slowest_s']:.2f}"
+    )
     console.print(table)
     for error, count in valid["errors"].items():
         console.print(f"  lost or retried-then-lost: {count} × {error}")
     console.print("hostile sent: " + ", ".join(f"{k} {v}" for k, v in sorted(results["hostile"].items())))
-    console.print("dead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(results["dead_letters"].items())) or "none"))
+    console.print(
+        "dead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(results["dead_letters"].items())) or "none")
+    )
     console.print(f"slow-consumer drops: {results['slow_consumer_drops']:g}")
     memory = Table(title=f"tool nodes (memory bound: +{results['memory_bound_mib']} MiB)")
     for col in ("node", "RSS before MiB", "peak MiB", "end MiB", "reconnects"):
         memory.add_column(col, justify="right")
     for name, m in results["memory"].items():
-        memory.add_row(name, f"{m['before_mib']:.0f}", f"{m['peak_mib']:.0f}", f"{m['end_mib']:.0f}", str(m["reconnects"]))
+        memory.add_row(
+            name, f"{m['before_mib']:.0f}", f"{m['peak_mib']:.0f}", f"{m['end_mib']:.0f}", str(m["reconnects"])
+        )
     console.print(memory)
-    verdict = "met" if valid["lost"] == 0 and results["memory_bounded"] and not results["unfinished_workers"] else "NOT met"
-    console.print(f"soak: {valid['lost']} of {valid['sent']} valid requests lost, memory bounded: {results['memory_bounded']} (target 0 lost, bounded: {verdict})")
+    verdict = (
+        "met" if valid["lost"] == 0 and results["memory_bounded"] and not results["unfinished_workers"] else "NOT met"
+    )
+    console.print(
+        f"soak: {valid['lost']} of {valid['sent']} valid requests lost, memory bounded: {results['memory_bounded']} (target 0 lost, bounded: {verdict})"
+    )

@@ -26,7 +26,14 @@ def delay_tool_settings(latency_s: float, serve: tuple[str, ...] = ("delay",), a
     """`--set` arguments for a node serving the `delay` tool (tools/delay.py) with `latency_s`, plus
     whatever else `serve` names, `actors_per_tool` actors each."""
     extra = f'[{{name: delay, factory: "mgrpo_actors.tools.delay:DelayTool", args: {{latency_s: {latency_s}}}}}]'
-    return ["--set", f"tools.actors_per_tool={actors_per_tool}", "--set", f"tools.serve=[{', '.join(serve)}]", "--set", f"tools.extra={extra}"]
+    return [
+        "--set",
+        f"tools.actors_per_tool={actors_per_tool}",
+        "--set",
+        f"tools.serve=[{', '.join(serve)}]",
+        "--set",
+        f"tools.extra={extra}",
+    ]
 
 
 @dataclass
@@ -57,7 +64,20 @@ def _command(url: str, run_id: str, name: str, settings: list[str]) -> list[str]
     node = Path(sys.executable).parent / "mgrpo-node"
     if not node.exists():
         raise FileNotFoundError(f"{node} not found: run `make install`")
-    return [str(node), "--role", "tool", "--nats", url, "--run-id", run_id, "--name", name, *settings, "--set", "log.level=warning"]
+    return [
+        str(node),
+        "--role",
+        "tool",
+        "--nats",
+        url,
+        "--run-id",
+        run_id,
+        "--name",
+        name,
+        *settings,
+        "--set",
+        "log.level=warning",
+    ]
 
 
 def start_tool_nodes(bus: Bus, url: str, names: list[str], settings: list[str]) -> list[ToolNode]:
@@ -82,15 +102,24 @@ def start_tool_nodes(bus: Bus, url: str, names: list[str], settings: list[str]) 
     try:
         for name in names:
             log = tempfile.TemporaryFile()
-            proc = subprocess.Popen(_command(url, bus.run_id, name, settings), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+            proc = subprocess.Popen(
+                _command(url, bus.run_id, name, settings),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
             nodes.append(ToolNode(name, proc, log))
         deadline = time.monotonic() + START_TIMEOUT_S
         while missing():
             for node in nodes:
                 if node.proc.poll() is not None:
-                    raise RuntimeError(f"tool node {node.name} exited with {node.proc.returncode}: {node.log_text(3000)}")
+                    raise RuntimeError(
+                        f"tool node {node.name} exited with {node.proc.returncode}: {node.log_text(3000)}"
+                    )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(missing())} of {len(names)} tool nodes did not start within {START_TIMEOUT_S:g} s")
+                raise RuntimeError(
+                    f"{len(missing())} of {len(names)} tool nodes did not start within {START_TIMEOUT_S:g} s"
+                )
             time.sleep(0.05)
     except BaseException:
         stop_tool_nodes(nodes)

@@ -50,7 +50,9 @@ def _drive(bus: Bus, in_flight: int, warmup_s: float, measure_s: float) -> dict[
     def send() -> None:
         nonlocal sent
         sent += 1
-        pending.add(bus.request_future(subject, ToolRequest(call_id=str(sent), tool="delay", arguments={"text": str(sent)}), 30))
+        pending.add(
+            bus.request_future(subject, ToolRequest(call_id=str(sent), tool="delay", arguments={"text": str(sent)}), 30)
+        )
 
     for _ in range(in_flight):
         send()
@@ -104,21 +106,35 @@ def run(quick: bool = False, url: str | None = None) -> dict[str, Any]:
             figures["of_ideal"] = figures["throughput_req_s"] / figures["ideal_req_s"]
             figures["scaling_ratio"] = figures["throughput_req_s"] / (n * per_n[1][load]["throughput_req_s"])
     results = {
-        "latency_s": LATENCY_S, "measure_s": measure_s, "loads": LOADS, "target_ratio": TARGET_RATIO, "processes": per_n,
+        "latency_s": LATENCY_S,
+        "measure_s": measure_s,
+        "loads": LOADS,
+        "target_ratio": TARGET_RATIO,
+        "processes": per_n,
         "min_scaling_ratio": min(per_n[n][SATURATED]["scaling_ratio"] for n in per_n),
-    }  # fmt: skip
+    }
     _print(results)
     return results
 
 
 def _print(results: dict[str, Any]) -> None:
     console = Console()
-    table = Table(title=f"tools: `delay` tool ({results['latency_s'] * 1000:.0f} ms) served by N tool processes, 1 actor each ({results['measure_s']:g} s per row)")
+    table = Table(
+        title=f"tools: `delay` tool ({results['latency_s'] * 1000:.0f} ms) served by N tool processes, 1 actor each ({results['measure_s']:g} s per row)"
+    )
     for col in ("N", "in flight", "replies", "req/s", "ideal req/s", "of ideal", "ratio vs N·(N=1)"):
         table.add_column(col, justify="right")
     for n, loads in results["processes"].items():
         for r in loads.values():
-            table.add_row(str(n), str(r["in_flight"]), str(r["replies"]), f"{r['throughput_req_s']:.1f}", f"{r['ideal_req_s']:.0f}", f"{r['of_ideal']:.3f}", f"{r['scaling_ratio']:.3f}")
+            table.add_row(
+                str(n),
+                str(r["in_flight"]),
+                str(r["replies"]),
+                f"{r['throughput_req_s']:.1f}",
+                f"{r['ideal_req_s']:.0f}",
+                f"{r['of_ideal']:.3f}",
+                f"{r['scaling_ratio']:.3f}",
+            )
     console.print(table)
     verdict = "met" if results["min_scaling_ratio"] >= results["target_ratio"] else "NOT met"
     console.print(

@@ -13,7 +13,9 @@ __all__ = ["DEFAULT_URL", "add_config_arguments", "add_connection_arguments", "c
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
-def add_config_arguments(p: argparse.ArgumentParser, config_help: str, main_help: str, sub_help: str, set_help: str = "override a config key") -> None:
+def add_config_arguments(
+    p: argparse.ArgumentParser, config_help: str, main_help: str, sub_help: str, set_help: str = "override a config key"
+) -> None:
     """--config FILE, --set KEY=VALUE (repeatable, into `args.overrides`), --main SPEC, --sub SPEC."""
     p.add_argument("--config", metavar="FILE", help=config_help)
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE", help=set_help)
@@ -23,13 +25,23 @@ def add_config_arguments(p: argparse.ArgumentParser, config_help: str, main_help
 
 def model_overrides(args: Any) -> list[str]:
     """`agents.<side>.model=SPEC` for each of --main / --sub given (after --set, so they win)."""
-    return [f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec is not None]
+    return [
+        f"agents.{side}.model={spec}" for side, spec in (("main", args.main), ("sub", args.sub)) if spec is not None
+    ]
 
 
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """--nats URL and --config FILE (its `nats` section: url, auth, tls)."""
-    p.add_argument("--nats", metavar="URL", help=f"NATS server URL(s), comma-separated (default: nats.url of --config, else {DEFAULT_URL})")
-    p.add_argument("--config", metavar="FILE", help="a node config whose `nats` section (url; auth: user, password_file or password_env; tls) this command connects with")
+    p.add_argument(
+        "--nats",
+        metavar="URL",
+        help=f"NATS server URL(s), comma-separated (default: nats.url of --config, else {DEFAULT_URL})",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a node config whose `nats` section (url; auth: user, password_file or password_env; tls) this command connects with",
+    )
 
 
 def connection(args: Any) -> tuple[str, Any, Any]:

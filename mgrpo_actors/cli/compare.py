@@ -46,7 +46,12 @@ def _mgrpo(out: Path, name: str, *args: str) -> float:
     started = time.perf_counter()
     print(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})", flush=True)
     with open(log, "w") as f:
-        code = subprocess.run([str(Path(sys.executable).parent / "mgrpo"), *args], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        code = subprocess.run(
+            [str(Path(sys.executable).parent / "mgrpo"), *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ).returncode
     seconds = time.perf_counter() - started
     if code != 0:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
@@ -62,8 +67,21 @@ def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
 def _evaluate(out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool) -> Path:
     report = out / "evals" / f"{name}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    args = ["eval", *config, *_sets([*cfg.extra, *(f"agents.{side}.model={path}" for side, path in models.items())]),
-            "--split", "validation", "--limit", str(cfg.eval_questions), "--runs", str(cfg.eval_runs), "--seed", str(cfg.seed), "--out", str(report)]  # fmt: skip
+    args = [
+        "eval",
+        *config,
+        *_sets([*cfg.extra, *(f"agents.{side}.model={path}" for side, path in models.items())]),
+        "--split",
+        "validation",
+        "--limit",
+        str(cfg.eval_questions),
+        "--runs",
+        str(cfg.eval_runs),
+        "--seed",
+        str(cfg.seed),
+        "--out",
+        str(report),
+    ]
     _mgrpo(out, f"eval-{name}", *args, *(["--single-agent"] if single else []))
     return report
 
@@ -91,8 +109,16 @@ def compare(args: argparse.Namespace) -> int:
 
     extra = (*args.overrides, *model_overrides(args))
     try:
-        cfg = CompareConfig(methods=tuple(args.methods.split(",")), steps=args.steps, eval_every=args.eval_every, stage1_steps=args.stage1_steps,
-                            eval_questions=args.eval_questions, eval_runs=args.eval_runs, seed=args.seed, extra=extra)  # fmt: skip
+        cfg = CompareConfig(
+            methods=tuple(args.methods.split(",")),
+            steps=args.steps,
+            eval_every=args.eval_every,
+            stage1_steps=args.stage1_steps,
+            eval_questions=args.eval_questions,
+            eval_runs=args.eval_runs,
+            seed=args.seed,
+            extra=extra,
+        )
         base = load_config(NodeConfig, args.config, list(extra))
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
@@ -100,9 +126,17 @@ def compare(args: argparse.Namespace) -> int:
     out, config = Path(args.out), (["--config", args.config] if args.config else [])
     run_dir = out / "runs"
     layouts = sorted({layout_of(m) for m in cfg.methods})
-    starts = {layout: {"main": base.agents.main.model} if layout == "single" else {"main": base.agents.main.model, "sub": base.agents.sub.model} for layout in layouts}
-    print(f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
-          f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs", flush=True)  # fmt: skip
+    starts = {
+        layout: {"main": base.agents.main.model}
+        if layout == "single"
+        else {"main": base.agents.main.model, "sub": base.agents.sub.model}
+        for layout in layouts
+    }
+    print(
+        f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
+        f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs",
+        flush=True,
+    )
     try:
         for layout in layouts:
             if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
@@ -111,45 +145,110 @@ def compare(args: argparse.Namespace) -> int:
                 if (warmed / "warmup.json").is_file():  # finished by an earlier compare into this --out: reused
                     print(f"  warmup-{layout}: reusing {warmed} (delete it to warm up again)", flush=True)
                 else:
-                    _mgrpo(out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(warmed))
+                    _mgrpo(
+                        out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(warmed)
+                    )
                 starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             if cfg.stage1_steps:
-                _mgrpo(out, f"stage1-{layout}", "run", *config, *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])))
-                starts[layout] = _exported(run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout]))
-        start_evals = {layout: _evaluate(out, f"start-{layout}", config, cfg, starts[layout], layout == "single") for layout in layouts}
+                _mgrpo(
+                    out,
+                    f"stage1-{layout}",
+                    "run",
+                    *config,
+                    *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])),
+                )
+                starts[layout] = _exported(
+                    run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout])
+                )
+        start_evals = {
+            layout: _evaluate(out, f"start-{layout}", config, cfg, starts[layout], layout == "single")
+            for layout in layouts
+        }
         results = {}
         for run in method_runs(cfg, starts, str(run_dir)):
             seconds = _mgrpo(out, f"run-{run.method}", "run", *config, *_sets(run.overrides))
             start = starts[layout_of(run.method)]
             evals = {0: start_evals[layout_of(run.method)]}
             for step in cfg.eval_steps[1:]:
-                evals[step] = _evaluate(out, f"{run.method}-step{step}", config, cfg, _exported(run_dir, run.run_id, step, start, trained_sides(run.method)), run.method == "single-agent")
+                evals[step] = _evaluate(
+                    out,
+                    f"{run.method}-step{step}",
+                    config,
+                    cfg,
+                    _exported(run_dir, run.run_id, step, start, trained_sides(run.method)),
+                    run.method == "single-agent",
+                )
             results[run.method] = method_result(run_dir / run.run_id / "summary.json", evals, seconds)
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
-    document = {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "warmup": args.warmup}, "eval_steps": cfg.eval_steps,
-                "starts": starts, "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv), "methods": results}  # fmt: skip
+    document = {
+        "config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "warmup": args.warmup},
+        "eval_steps": cfg.eval_steps,
+        "starts": starts,
+        "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv),
+        "methods": results,
+    }
     (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "compare.md").write_text(markdown_table(results))
-    write_compare_png(results, out / "compare.png", title=f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps")
+    write_compare_png(
+        results, out / "compare.png", title=f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps"
+    )
     print(markdown_table(results))
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("compare", help="run the methods side by side with the same budget and evaluate them", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    add_config_arguments(p, "base node config YAML for every run and evaluation", "main agent's model (the single agent's too)", "sub-agent's model",
-                         "override a config key in every run and evaluation")  # fmt: skip
-    p.add_argument("--methods", default="m-grpo,main-only,single-agent,m-grpo-unaligned", help="comma-separated methods (default: all four)")
+    p = subparsers.add_parser(
+        "compare",
+        help="run the methods side by side with the same budget and evaluate them",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(
+        p,
+        "base node config YAML for every run and evaluation",
+        "main agent's model (the single agent's too)",
+        "sub-agent's model",
+        "override a config key in every run and evaluation",
+    )
+    p.add_argument(
+        "--methods",
+        default="m-grpo,main-only,single-agent,m-grpo-unaligned",
+        help="comma-separated methods (default: all four)",
+    )
     p.add_argument("--steps", type=int, default=6, metavar="N", help="stage-2 steps per method (default 6)")
-    p.add_argument("--eval-every", type=int, default=2, metavar="N", help="evaluate every N steps, and at the start and the end (default 2)")
-    p.add_argument("--warmup", action="store_true", help="first run `mgrpo warmup` (the optional supervised format warm-up for small models) per layout")
-    p.add_argument("--stage1-steps", type=int, default=2, metavar="N", help="steps of the shared stage-1 warm start; 0 = none (default 2)")
-    p.add_argument("--eval-questions", type=int, default=16, metavar="N", help="validation questions per evaluation (default 16)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=2,
+        metavar="N",
+        help="evaluate every N steps, and at the start and the end (default 2)",
+    )
+    p.add_argument(
+        "--warmup",
+        action="store_true",
+        help="first run `mgrpo warmup` (the optional supervised format warm-up for small models) per layout",
+    )
+    p.add_argument(
+        "--stage1-steps",
+        type=int,
+        default=2,
+        metavar="N",
+        help="steps of the shared stage-1 warm start; 0 = none (default 2)",
+    )
+    p.add_argument(
+        "--eval-questions", type=int, default=16, metavar="N", help="validation questions per evaluation (default 16)"
+    )
     p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="run.seed of every run, base seed of the evaluations (default 0)")
-    p.add_argument("--out", default="runs/compare", metavar="DIR", help="where runs, logs, evaluations and the results go (default runs/compare)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="run.seed of every run, base seed of the evaluations (default 0)"
+    )
+    p.add_argument(
+        "--out",
+        default="runs/compare",
+        metavar="DIR",
+        help="where runs, logs, evaluations and the results go (default runs/compare)",
+    )
     p.set_defaults(func=compare)

@@ -52,13 +52,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_arguments(p, "node config YAML (the same file mgrpo-node reads)", "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
-                         "sub-agent's model (agents.sub.model), a separate instance", "override a config key, e.g. agents.main.model=DIR")  # fmt: skip
-    p.add_argument("--checkpoints", metavar="RUN_DIR", help="both agents' models from the latest checkpoints of the run in RUN_DIR")
+    add_config_arguments(
+        p,
+        "node config YAML (the same file mgrpo-node reads)",
+        "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
+        "sub-agent's model (agents.sub.model), a separate instance",
+        "override a config key, e.g. agents.main.model=DIR",
+    )
+    p.add_argument(
+        "--checkpoints", metavar="RUN_DIR", help="both agents' models from the latest checkpoints of the run in RUN_DIR"
+    )
     p.add_argument("--single-agent", action="store_true", help="the baseline: one agent with every tool, no sub-agent")
     _add_dataset_flags(p)
     p.add_argument("--runs", type=int, default=3, metavar="N", help="sampled runs over every question (default 3)")
-    p.add_argument("--batch", type=int, default=16, metavar="N", help="questions rolled out together as one generate batch (default 16)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        metavar="N",
+        help="questions rolled out together as one generate batch (default 16)",
+    )
     p.add_argument("--seed", type=int, default=0, help="base sampling seed: run r uses seed + r (default 0)")
     p.add_argument("--out", metavar="FILE", help="write the JSON report here")
     p.add_argument("--web-seed", type=int, metavar="N", help="seed of the synthetic web (tools.web_seed)")

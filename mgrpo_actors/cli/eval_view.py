@@ -33,8 +33,13 @@ from mgrpo_actors.models.loader import ModelSpecError
 
 __all__ = ["run_eval_command"]
 
-LABELS = {"accuracy": "accuracy", "format_valid": "format valid", "sub_calls": "sub calls / question",
-          "turns": "turns / question", "reward": "R_M"}  # fmt: skip
+LABELS = {
+    "accuracy": "accuracy",
+    "format_valid": "format valid",
+    "sub_calls": "sub calls / question",
+    "turns": "turns / question",
+    "reward": "R_M",
+}
 _FIELD_FLAGS = ("question_field", "answer_field", "id_field", "aliases_field")
 
 
@@ -53,7 +58,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if given and args.file is None:
         raise EvalError(f"{', '.join(given)} name fields of a --file; the built-in web's questions have their own")
     if args.out is not None and not Path(args.out).resolve().parent.is_dir():
-        raise EvalError(f"--out {args.out}: no directory {str(Path(args.out).resolve().parent)!r} to write the report into")
+        raise EvalError(
+            f"--out {args.out}: no directory {str(Path(args.out).resolve().parent)!r} to write the report into"
+        )
 
 
 def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[str, str | None]]:
@@ -67,11 +74,16 @@ def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[st
     models = checkpoint_models(args.checkpoints, config, sides)
     for entry in models:
         if entry.tag is None:
-            out.print(f"{entry.side}: no checkpoint in {args.checkpoints} (the agent does not train): keeps agents.{entry.side}.model {entry.model}", markup=False)
+            out.print(
+                f"{entry.side}: no checkpoint in {args.checkpoints} (the agent does not train): keeps agents.{entry.side}.model {entry.model}",
+                markup=False,
+            )
     return with_models(config, models), {entry.side: entry.tag for entry in models}
 
 
-def _questions(args: argparse.Namespace, config: NodeConfig) -> tuple[list[Question], dict[str, Any], list[Page] | None]:
+def _questions(
+    args: argparse.Namespace, config: NodeConfig
+) -> tuple[list[Question], dict[str, Any], list[Page] | None]:
     """(the questions, the dataset's description, the pages the tools serve: None for the configured ones)."""
     if args.file is not None:
         defaults = QuestionFields()
@@ -90,12 +102,21 @@ def _questions(args: argparse.Namespace, config: NodeConfig) -> tuple[list[Quest
 
 def _table(report: dict[str, Any]) -> Table:
     runs = report["runs"]
-    table = Table(title=f"{report['setup']['questions']} questions × {len(runs)} runs (seeds {report['setup']['seeds']})")
+    table = Table(
+        title=f"{report['setup']['questions']} questions × {len(runs)} runs (seeds {report['setup']['seeds']})"
+    )
     for column in ("metric", "mean", "± std", "min", "max", *(f"run {run['run']}" for run in runs)):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for name in METRICS:
         s = report["aggregate"][name]
-        table.add_row(LABELS[name], f"{s['mean']:.3f}", f"{s['std']:.3f}", f"{s['min']:.3f}", f"{s['max']:.3f}", *(f"{run[name]:.3f}" for run in runs))
+        table.add_row(
+            LABELS[name],
+            f"{s['mean']:.3f}",
+            f"{s['std']:.3f}",
+            f"{s['min']:.3f}",
+            f"{s['max']:.3f}",
+            *(f"{run[name]:.3f}" for run in runs),
+        )
     return table
 
 
@@ -104,7 +125,12 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     _check_args(args)
     config, tags = _config(args, out)
     torch.set_num_threads(config.agents.torch_threads)
-    eval_cfg = EvalConfig(runs=args.runs, seed=args.seed, single_agent=args.single_agent or config.run.method == "single-agent", batch_questions=args.batch)
+    eval_cfg = EvalConfig(
+        runs=args.runs,
+        seed=args.seed,
+        single_agent=args.single_agent or config.run.method == "single-agent",
+        batch_questions=args.batch,
+    )
     questions, dataset, pages = _questions(args, config)
     available = len(questions)
     questions = questions[: args.limit] if args.limit is not None else questions
@@ -120,12 +146,27 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         dataset=dataset,
         available=available,
         correct_judge=agents.correct_judge,
-        budgets={side: {key: getattr(getattr(agents, side), key) for key in ("max_turns", "max_new_tokens_per_turn", "temperature")} for side in sides},
+        budgets={
+            side: {
+                key: getattr(getattr(agents, side), key)
+                for key in ("max_turns", "max_new_tokens_per_turn", "temperature")
+            }
+            for side in sides
+        },
         checkpoints=tags,
     )
     where = f"split {dataset['split']}" if "split" in dataset else dataset["file"]
-    out.print(f"{setup.mode}: {', '.join(f'{side} {model}' for side, model in setup.models.items())} · {len(questions)} of {available} questions of {where} · {args.runs} runs", markup=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    out.print(
+        f"{setup.mode}: {', '.join(f'{side} {model}' for side, model in setup.models.items())} · {len(questions)} of {available} questions of {where} · {args.runs} runs",
+        markup=False,
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err) as progress:
         task = progress.add_task("rollouts (questions × runs)", total=len(questions) * eval_cfg.runs)
         runs = evaluate(questions, main, sub, tools, cfg, eval_cfg, on_question=lambda: progress.advance(task))

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-from mgrpo_actors.log import configure_logging
 from types import ModuleType
 
 from mgrpo_actors.cli import bench, compare, ping, rollout, tap, warmup, world
 from mgrpo_actors.cli import eval as eval_command  # `eval` alone would shadow the builtin here
+from mgrpo_actors.log import configure_logging
 
 __all__ = ["build_parser", "main"]
 
@@ -23,8 +22,15 @@ COMMANDS = (world, tap, ping, bench, rollout, eval_command, warmup, compare)
 
 def build_parser(first: tuple[ModuleType, ...] = ()) -> argparse.ArgumentParser:
     """The parser with the commands of `first` (listed first), then COMMANDS."""
-    parser = argparse.ArgumentParser(prog="mgrpo", description="Tools of mgrpo-actors (M-GRPO multi-agent training over NATS).")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="log lines (to stderr) at or above this level")
+    parser = argparse.ArgumentParser(
+        prog="mgrpo", description="Tools of mgrpo-actors (M-GRPO multi-agent training over NATS)."
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log lines (to stderr) at or above this level",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (*first, *COMMANDS):
         module.add_parser(subparsers)

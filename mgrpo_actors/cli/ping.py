@@ -7,7 +7,6 @@ import json
 import sys
 from typing import Any
 
-
 from mgrpo_actors.cli.arguments import add_connection_arguments, connection
 from mgrpo_actors.runtime.connect import connect_client
 from protocols import NodeInfo, NodePing, ProtocolError, Subjects, decode, encode, validate_run_id
@@ -51,7 +50,19 @@ def _run(args: Any) -> int:
         print(f"mgrpo ping: error: {exc if 'NATS' in str(exc) else f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
         return 3
     for info in infos:
-        print(json.dumps({"node": info.node, "roles": info.roles, "uptime_s": round(info.uptime_s, 1), "pid": info.pid, "host": info.host, "dead_letters": info.dead_letters, "versions": info.versions}))
+        print(
+            json.dumps(
+                {
+                    "node": info.node,
+                    "roles": info.roles,
+                    "uptime_s": round(info.uptime_s, 1),
+                    "pid": info.pid,
+                    "host": info.host,
+                    "dead_letters": info.dead_letters,
+                    "versions": info.versions,
+                }
+            )
+        )
     if not infos:
         print(f"mgrpo ping: no node of run {args.run_id!r} answered within {args.wait:g} s", file=sys.stderr)
         return 1

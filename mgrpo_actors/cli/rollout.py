@@ -38,8 +38,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_arguments(p, "node config YAML (the same file mgrpo-node reads)", "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
-                         "sub-agent's model (agents.sub.model), a separate instance", "override a config key, e.g. agents.main.top_p=0.9")  # fmt: skip
+    add_config_arguments(
+        p,
+        "node config YAML (the same file mgrpo-node reads)",
+        "main agent's model (agents.main.model): smollm2, tiny:main, or a local HF dir",
+        "sub-agent's model (agents.sub.model), a separate instance",
+        "override a config key, e.g. agents.main.top_p=0.9",
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--question-index", type=int, default=0, metavar="N", help="question N of the split (default 0)")
     which.add_argument("--question-id", metavar="ID", help="the question with this id")
@@ -48,14 +53,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--web-seed", type=int, metavar="N", help="seed of the synthetic web (tools.web_seed)")
     p.add_argument("--entities", type=int, metavar="N", help="entities of the synthetic web (tools.web_entities)")
     p.add_argument("--k", type=int, default=1, help="rollouts of the question (default 1)")
-    p.add_argument("--max-turns", type=int, metavar="N", help="turns per agent (both agents' max_turns; config default 3)")
+    p.add_argument(
+        "--max-turns", type=int, metavar="N", help="turns per agent (both agents' max_turns; config default 3)"
+    )
     p.add_argument("--max-new-tokens", type=int, metavar="N", help="tokens per turn (both agents; config default 64)")
     p.add_argument("--max-context-tokens", type=int, metavar="N", help="context budget per agent (both agents)")
-    p.add_argument("--temperature", type=float,
-                   help="sampling temperature of both agents (config default 0.5: untrained SmolLM2 is incoherent at 1.0)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        help="sampling temperature of both agents (config default 0.5: untrained SmolLM2 is incoherent at 1.0)",
+    )
     p.add_argument("--single-agent", action="store_true", help="the baseline: one agent with every tool, no sub-agent")
     p.add_argument("--result-chars", type=int, default=240, metavar="N", help="show tool results up to N characters")
-    p.add_argument("--threads", type=int, metavar="N",
-                   help="torch CPU threads (agents.torch_threads, default 1: on shared cores more can be ~10x slower)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (agents.torch_threads, default 1: on shared cores more can be ~10x slower)",
+    )
     p.set_defaults(func=_run)
     return p

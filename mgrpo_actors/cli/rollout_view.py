@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich.console import Console, Group
@@ -52,8 +53,12 @@ def rollout_overrides(args: argparse.Namespace) -> list[str]:
     """`--set` overrides, then the ones the shortcut flags stand for (so a flag wins)."""
     overrides = list(args.overrides)
     shortcuts = {"model": {"main": args.main, "sub": args.sub}}
-    both = {"max_turns": args.max_turns, "max_new_tokens_per_turn": args.max_new_tokens,
-            "max_context_tokens": args.max_context_tokens, "temperature": args.temperature}  # fmt: skip
+    both = {
+        "max_turns": args.max_turns,
+        "max_new_tokens_per_turn": args.max_new_tokens,
+        "max_context_tokens": args.max_context_tokens,
+        "temperature": args.temperature,
+    }
     for key, value in both.items():
         shortcuts[key] = {"main": value, "sub": value}
     for key, per_agent in shortcuts.items():
@@ -83,7 +88,9 @@ def _wrapped(text: str, width: int, style: str = "", indent: int = 0) -> Text:
     """`text` wrapped to `width`, indented, without trailing spaces (Rich's own wrapping pads lines)."""
     lines = []
     for line in text.splitlines() or [""]:
-        lines += textwrap.wrap(line, width=max(width - indent, 20), drop_whitespace=True, break_on_hyphens=False) or [""]
+        lines += textwrap.wrap(line, width=max(width - indent, 20), drop_whitespace=True, break_on_hyphens=False) or [
+            ""
+        ]
     return Text("\n".join(f"{' ' * indent}{line}".rstrip() for line in lines), style=style)
 
 
@@ -120,7 +127,9 @@ def _sub_panel(call: SubCall, score: SubScore, width: int, result_chars: int) ->
 
 def _main_transcript(agent: str, rollout: Rollout, width: int, result_chars: int) -> list[Any]:
     """M's turns in order, each delegation followed by the sub-agent's panel, then M's answer."""
-    calls = {call.request.call_id: (call, score) for call, score in zip(rollout.sub_calls, rollout.sub_scores, strict=True)}
+    calls = {
+        call.request.call_id: (call, score) for call, score in zip(rollout.sub_calls, rollout.sub_scores, strict=True)
+    }
     parts: list[Any] = []
     for number, turn in enumerate(rollout.main.turns, start=1):
         call_id = turn.action.call_id if isinstance(turn.action, ToolCall) else None
@@ -155,18 +164,32 @@ def _reward_table(group: RolloutGroup) -> Table:
         table.add_column(column, justify="left" if column in ("agent", "format") else "right")
     for rollout in group.rollouts:
         m = rollout.main_score
-        table.add_row(f"M r{rollout.index}", _clip(m.format.reason or "ok", 60), f"{m.r_format:.0f}",
-                      f"{m.r_correct:.2g}", "", f"R_M {m.reward:.3f}")  # fmt: skip
+        table.add_row(
+            f"M r{rollout.index}",
+            _clip(m.format.reason or "ok", 60),
+            f"{m.r_format:.0f}",
+            f"{m.r_correct:.2g}",
+            "",
+            f"R_M {m.reward:.3f}",
+        )
         for s in rollout.sub_scores:
             expert = "" if s.r_expert is None else f"{s.r_expert:.2g}"  # a judge may give partial credit
-            table.add_row(f"S {s.call_id}", _clip(s.format.reason or "ok", 60), f"{s.r_format:.0f}",
-                          f"{s.main_correct:.2g} (M's)", expert, f"R_S {s.reward:.3f}")  # fmt: skip
+            table.add_row(
+                f"S {s.call_id}",
+                _clip(s.format.reason or "ok", 60),
+                f"{s.r_format:.0f}",
+                f"{s.main_correct:.2g} (M's)",
+                expert,
+                f"R_S {s.reward:.3f}",
+            )
     return table
 
 
 def _rate(stats: DriverStats) -> str:
     rate = stats.generated_tokens / stats.generate_s if stats.generate_s else 0.0
-    return f"{stats.turns} turns, {stats.generated_tokens} tokens, generate {stats.generate_s:.1f} s ({rate:.1f} tokens/s)"
+    return (
+        f"{stats.turns} turns, {stats.generated_tokens} tokens, generate {stats.generate_s:.1f} s ({rate:.1f} tokens/s)"
+    )
 
 
 def print_group(console: Console, group: RolloutGroup, cfg: RolloutConfig, result_chars: int, single: bool) -> None:
@@ -181,7 +204,12 @@ def print_group(console: Console, group: RolloutGroup, cfg: RolloutConfig, resul
     console.print(_reward_table(group))
 
 
-def _run(args: argparse.Namespace, config: NodeConfig, console: Console, make_executor: Callable[[ToolRegistry], ToolExecutor] | None) -> int:
+def _run(
+    args: argparse.Namespace,
+    config: NodeConfig,
+    console: Console,
+    make_executor: Callable[[ToolRegistry], ToolExecutor] | None,
+) -> int:
     started = time.perf_counter()
     web = synthetic_web(config.tools)
     question = _question(web, args.split, args.question_index, args.question_id)
@@ -197,18 +225,28 @@ def _run(args: argparse.Namespace, config: NodeConfig, console: Console, make_ex
     cfg = rollout_config(agents, config.algo)
     console.print(f"question {question.id} ({question.kind}, level {question.level}): {question.question}")
     console.print(f"gold answer: {' | '.join(question.answers)}")
-    models = f"single agent {agents.main.model}" if args.single_agent else f"M {agents.main.model}, S {agents.sub.model} (separate instances)"
+    models = (
+        f"single agent {agents.main.model}"
+        if args.single_agent
+        else f"M {agents.main.model}, S {agents.sub.model} (separate instances)"
+    )
     console.print(f"{models} · policy version {main.engine.policy_version}")
-    console.print(f"K={args.k} · seed {args.seed} · temperature {agents.main.temperature} · "
-                  f"{agents.main.max_turns} turns × {agents.main.max_new_tokens_per_turn} tokens per agent")  # fmt: skip
+    console.print(
+        f"K={args.k} · seed {args.seed} · temperature {agents.main.temperature} · "
+        f"{agents.main.max_turns} turns × {agents.main.max_new_tokens_per_turn} tokens per agent"
+    )
     execute_tools = make_executor(tools) if make_executor else None
     if args.single_agent:
-        group = run_single_agent_rollouts(question, args.k, main, tools, cfg, seed=args.seed, execute_tools=execute_tools)
+        group = run_single_agent_rollouts(
+            question, args.k, main, tools, cfg, seed=args.seed, execute_tools=execute_tools
+        )
     else:
         group = run_rollouts(question, args.k, main, sub, tools, cfg, seed=args.seed, execute_tools=execute_tools)
     print_group(console, group, cfg, args.result_chars, args.single_agent)
-    console.print(f"timings: web and models {ready - started:.1f} s · rollouts {group.seconds:.1f} s · "
-                  f"total {time.perf_counter() - started:.1f} s")  # fmt: skip
+    console.print(
+        f"timings: web and models {ready - started:.1f} s · rollouts {group.seconds:.1f} s · "
+        f"total {time.perf_counter() - started:.1f} s"
+    )
     first = "single agent" if args.single_agent else "main"
     console.print(f"  {first}: {_rate(group.main_stats)}; tools {group.main_stats.tools_s:.1f} s")
     if not args.single_agent:
@@ -216,7 +254,9 @@ def _run(args: argparse.Namespace, config: NodeConfig, console: Console, make_ex
     return 0
 
 
-def run_rollout_command(args: argparse.Namespace, make_executor: Callable[[ToolRegistry], ToolExecutor] | None = None) -> int:
+def run_rollout_command(
+    args: argparse.Namespace, make_executor: Callable[[ToolRegistry], ToolExecutor] | None = None
+) -> int:
     """`mgrpo rollout`; the torch thread count is restored afterwards (the command may run in-process).
 
     `make_executor(tools)` may route tool calls elsewhere (`mgrpo run` sends them over NATS).

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import math
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.js.errors
@@ -67,14 +67,16 @@ def _jsonable(value: Any, cut: Cut = FULL) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         shown = value if cut.max_items is None else value[: cut.max_items]
-        return [_jsonable(v, cut) for v in shown] + ([f"… [+{len(value) - len(shown)} items]"] if len(shown) < len(value) else [])
+        return [_jsonable(v, cut) for v in shown] + (
+            [f"… [+{len(value) - len(shown)} items]"] if len(shown) < len(value) else []
+        )
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")  # JSON has no such numbers
     return value
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def _valid_subject(subject: str) -> bool:
@@ -89,15 +91,32 @@ def message_to_json(subject: str, data: bytes, cut: Cut = FULL) -> str:
     try:
         env = decode_envelope(data)
     except ProtocolError as exc:
-        return json.dumps({"subject": subject, "time": _iso(datetime.now(timezone.utc).timestamp()), "error": str(exc), "size": len(data)})
+        return json.dumps(
+            {"subject": subject, "time": _iso(datetime.now(UTC).timestamp()), "error": str(exc), "size": len(data)}
+        )
     payload = {f.name: _jsonable(getattr(env.message, f.name), cut) for f in dataclasses.fields(env.message)}  # type: ignore[arg-type]
-    return json.dumps({"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload}, allow_nan=False)
+    return json.dumps(
+        {"subject": subject, "time": _iso(env.sent_at), "type": env.type_name, "payload": payload}, allow_nan=False
+    )
 
 
-async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, count: int | None, duration_s: float | None, out: Any = sys.stdout, cut: Cut = Cut(), security: Any = None) -> int:
+async def run_tap(
+    url: str,
+    subject: str,
+    stream: str | None,
+    from_start: bool,
+    count: int | None,
+    duration_s: float | None,
+    out: Any = sys.stdout,
+    cut: Cut = Cut(),
+    security: Any = None,
+) -> int:
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
     if not _valid_subject(subject):
-        print(f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)", file=sys.stderr)
+        print(
+            f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)",
+            file=sys.stderr,
+        )
         return 2
     try:
         nc = await connect_client(url, "mgrpo-tap", security=security)
@@ -120,7 +139,9 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
     try:
         if stream:
             try:
-                follower = await follow_stream(nc, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start)
+                follower = await follow_stream(
+                    nc, stream, subject if subject != "mgrpo.>" else None, on_msg, from_start
+                )
             except nats.js.errors.NotFoundError:
                 print(f"mgrpo tap: error: stream {stream!r} not found", file=sys.stderr)
                 return 2
@@ -132,7 +153,7 @@ async def run_tap(url: str, subject: str, stream: str | None, from_start: bool, 
         await nc.flush()
         try:
             await asyncio.wait_for(done.wait(), timeout=duration_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     finally:
         if follower is not None:
@@ -149,15 +170,32 @@ def _positive_int(text: str) -> int:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("tap", help="print messages of a subject or stream as JSON lines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "tap",
+        help="print messages of a subject or stream as JSON lines",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("subject", nargs="?", default="mgrpo.>", help="subject to listen to (default: mgrpo.>)")
     add_connection_arguments(p)
     p.add_argument("--stream", metavar="NAME", help="read a JetStream stream instead of live core subjects")
     p.add_argument("--from-start", action="store_true", help="with --stream: replay from the first stored message")
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages (N >= 1)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("--max-chars", type=_positive_int, default=Cut.max_chars, metavar="N", help=f"cut string fields after N characters (default {Cut.max_chars})")
-    p.add_argument("--max-items", type=_positive_int, default=Cut.max_items, metavar="N", help=f"cut list and mapping fields after N entries (default {Cut.max_items})")
+    p.add_argument(
+        "--max-chars",
+        type=_positive_int,
+        default=Cut.max_chars,
+        metavar="N",
+        help=f"cut string fields after N characters (default {Cut.max_chars})",
+    )
+    p.add_argument(
+        "--max-items",
+        type=_positive_int,
+        default=Cut.max_items,
+        metavar="N",
+        help=f"cut list and mapping fields after N entries (default {Cut.max_items})",
+    )
     p.add_argument("--full", action="store_true", help="print every field whole (no cut)")
     p.set_defaults(func=_run)
 
@@ -169,4 +207,6 @@ def _run(args: Any) -> int:
         print(f"mgrpo tap: error: {exc}", file=sys.stderr)
         return 2
     cut = FULL if args.full else Cut(args.max_chars, args.max_items)
-    return asyncio.run(run_tap(url, args.subject, args.stream, args.from_start, args.count, args.duration, cut=cut, security=security))
+    return asyncio.run(
+        run_tap(url, args.subject, args.stream, args.from_start, args.count, args.duration, cut=cut, security=security)
+    )

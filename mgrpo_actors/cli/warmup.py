@@ -33,7 +33,9 @@ def _run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *model_overrides(args)]
     try:
         config = load_config(NodeConfig, args.config, overrides)
-        cfg = WebWarmupConfig(questions=args.questions, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+        cfg = WebWarmupConfig(
+            questions=args.questions, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed
+        )
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
@@ -42,25 +44,49 @@ def _run(args: argparse.Namespace) -> int:
         if step % 5 == 0 or step == cfg.steps - 1:
             print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}", flush=True)
 
-    print(f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, {cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}", flush=True)
+    print(
+        f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, {cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}",
+        flush=True,
+    )
     try:
         dirs = warm_up_agents(config, cfg, Path(args.out), progress)
     except ValueError as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
     sets = " ".join(f"--set agents.{side}.model={path}" for side, path in dirs.items())
-    print(f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} (settings and losses in {Path(args.out) / 'warmup.json'})")
+    print(
+        f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} (settings and losses in {Path(args.out) / 'warmup.json'})"
+    )
     print(f"use them: mgrpo run {sets}")
     return 0
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("warmup", help="optional supervised format warm-up of small models before RL", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    add_config_arguments(p, "node config YAML (agents, tools and run.method are read from it)",
-                         "main agent's model (agents.main.model; the single agent's under single-agent)", "sub-agent's model (agents.sub.model)")  # fmt: skip
-    p.add_argument("--out", default="runs/warmup", metavar="DIR", help="where <side>/ model directories and warmup.json go (default runs/warmup)")
-    p.add_argument("--questions", type=int, default=48, metavar="N", help="stage-1 train questions worked by the oracle (default 48)")
+    p = subparsers.add_parser(
+        "warmup",
+        help="optional supervised format warm-up of small models before RL",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(
+        p,
+        "node config YAML (agents, tools and run.method are read from it)",
+        "main agent's model (agents.main.model; the single agent's under single-agent)",
+        "sub-agent's model (agents.sub.model)",
+    )
+    p.add_argument(
+        "--out",
+        default="runs/warmup",
+        metavar="DIR",
+        help="where <side>/ model directories and warmup.json go (default runs/warmup)",
+    )
+    p.add_argument(
+        "--questions",
+        type=int,
+        default=48,
+        metavar="N",
+        help="stage-1 train questions worked by the oracle (default 48)",
+    )
     p.add_argument("--steps", type=int, default=8, metavar="N", help="optimizer steps per agent (default 8)")
     p.add_argument("--batch-size", type=int, default=4, metavar="N", help="episodes per step (default 4)")
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")

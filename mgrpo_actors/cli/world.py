@@ -15,12 +15,7 @@ from rich.table import Table
 
 from mgrpo_actors.envs.dataset import SPLITS
 from mgrpo_actors.envs.questions import QUESTION_KINDS, QuestionConfig
-from mgrpo_actors.envs.synthetic_web import (
-    build_synthetic_web,
-    config_from_args,
-    web_statistics,
-    write_synthetic_web,
-)
+from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args, web_statistics, write_synthetic_web
 from mgrpo_actors.envs.world import ENTITY_TYPES, WorldConfig
 
 __all__ = ["main", "print_statistics", "run_generate"]

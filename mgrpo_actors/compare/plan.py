@@ -31,7 +31,8 @@ class CompareConfig:
     methods: tuple[str, ...] = tuple(METHODS)  # which methods to run, in this order
     steps: int = 6  # stage-2 training steps per method
     eval_every: int = 2  # evaluate each method's models every N steps (and at step 0, the shared start)
-    stage1_steps: int = 2  # steps of the shared stage-1 warm start (one-fact lookups, m-grpo.md §Training schedule); 0 = none
+    # steps of the shared stage-1 warm start (one-fact lookups, m-grpo.md §Training schedule); 0 = none
+    stage1_steps: int = 2
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
     seed: int = 0  # run.seed of every run and the evaluations' base seed
@@ -60,7 +61,7 @@ def trained_sides(method: str) -> tuple[str, ...]:
 
 
 def layout_of(method: str) -> str:
-    """"single" for the single-agent method, "multi" (M delegating to S) for the others."""
+    """ "single" for the single-agent method, "multi" (M delegating to S) for the others."""
     return "single" if method == "single-agent" else "multi"
 
 
@@ -81,22 +82,40 @@ def stage1_overrides(cfg: CompareConfig, layout: str, run_dir: str, start: dict[
     """The stage-1 warm start of a layout from its `start` models ({side: model}): stage-1 questions only,
     both agents train (or the single agent), the result exported at its last step."""
     method = "single-agent" if layout == "single" else "m-grpo"
-    return (*cfg.extra, *_models(start), f"run.method={method}", f"run.id=stage1-{layout}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
-            f"pipeline.steps={cfg.stage1_steps}", f"pipeline.stage1_steps={cfg.stage1_steps}",
-            *_exports(cfg.stage1_steps))  # fmt: skip
+    return (
+        *cfg.extra,
+        *_models(start),
+        f"run.method={method}",
+        f"run.id=stage1-{layout}",
+        f"run.dir={run_dir}",
+        f"run.seed={cfg.seed}",
+        f"pipeline.steps={cfg.stage1_steps}",
+        f"pipeline.stage1_steps={cfg.stage1_steps}",
+        *_exports(cfg.stage1_steps),
+    )
 
 
 def _exports(every: int) -> tuple[str, ...]:
     # Plain HF exports for the evaluations; no DeepSpeed checkpoints (GBs each, and nothing resumes here).
-    return tuple(f"learners.{side}.{key}" for side in ("main", "sub") for key in (f"export_every={every}", "checkpoint_every=0"))
+    return tuple(
+        f"learners.{side}.{key}" for side in ("main", "sub") for key in (f"export_every={every}", "checkpoint_every=0")
+    )
 
 
 def method_runs(cfg: CompareConfig, starts: dict[str, dict[str, str]], run_dir: str) -> list[MethodRun]:
     """Every method's stage-2 run from its layout's start models ({layout: {side: model}})."""
     runs = []
     for method in cfg.methods:
-        overrides = (*cfg.extra, *METHODS[method], f"run.id={method}", f"run.dir={run_dir}", f"run.seed={cfg.seed}",
-                     f"pipeline.steps={cfg.steps}", "pipeline.stage1_steps=0", *_models(starts[layout_of(method)]),
-                     *_exports(cfg.eval_every))  # fmt: skip
+        overrides = (
+            *cfg.extra,
+            *METHODS[method],
+            f"run.id={method}",
+            f"run.dir={run_dir}",
+            f"run.seed={cfg.seed}",
+            f"pipeline.steps={cfg.steps}",
+            "pipeline.stage1_steps=0",
+            *_models(starts[layout_of(method)]),
+            *_exports(cfg.eval_every),
+        )
         runs.append(MethodRun(method, method, overrides))
     return runs

@@ -27,8 +27,10 @@ def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, titl
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, 3)
     for index, (method, result) in enumerate(results.items()):
-        colour = f"C{index}"  # one colour per method in every panel (a panel may lack a method: single-agent has no R_S)
-        steps = [row["step"] for row in result["rewards"]]  # step n is rolled out by the policy after n updates (sync mode)
+        # one colour per method in every panel (a panel may lack a method: single-agent has no R_S)
+        colour = f"C{index}"
+        # step n is rolled out by the policy after n updates (sync mode)
+        steps = [row["step"] for row in result["rewards"]]
         for ax, (key, _) in zip(axes[:2], _PANELS, strict=True):
             values = [_value(row, key) for row in result["rewards"]]
             if not all(math.isnan(v) for v in values):
@@ -37,7 +39,9 @@ def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, titl
         means = [p["accuracy"]["mean"] for p in points]
         low = [p["accuracy"]["mean"] - p["accuracy"]["min"] for p in points]
         high = [p["accuracy"]["max"] - p["accuracy"]["mean"] for p in points]
-        axes[2].errorbar([p["step"] for p in points], means, yerr=[low, high], marker="o", capsize=3, label=method, color=colour)
+        axes[2].errorbar(
+            [p["step"] for p in points], means, yerr=[low, high], marker="o", capsize=3, label=method, color=colour
+        )
     for ax, (_, label) in zip(axes[:2], _PANELS, strict=True):
         ax.set_title(label)
         ax.set_xlabel("steps trained (before the step's rollouts)")

@@ -11,7 +11,17 @@ from typing import Any
 __all__ = ["REWARD_KEYS", "markdown_table", "method_result"]
 
 # Per-step figures kept from a run's summary.json (monitoring/steps.py's rows).
-REWARD_KEYS = ("step", "main_reward_mean", "sub_reward_mean", "main_correct", "main_format_ok", "dk_mean", "main_loss", "sub_loss", "seconds")
+REWARD_KEYS = (
+    "step",
+    "main_reward_mean",
+    "sub_reward_mean",
+    "main_correct",
+    "main_format_ok",
+    "dk_mean",
+    "main_loss",
+    "sub_loss",
+    "seconds",
+)
 
 
 def method_result(summary_path: Path, evals: Mapping[int, Path], seconds: float) -> dict[str, Any]:
@@ -21,7 +31,14 @@ def method_result(summary_path: Path, evals: Mapping[int, Path], seconds: float)
     points = []
     for step, path in sorted(evals.items()):
         report = json.loads(path.read_text())
-        points.append({"step": step, **report["aggregate"], "questions": report["setup"]["questions"], "runs": report["setup"]["runs"]})
+        points.append(
+            {
+                "step": step,
+                **report["aggregate"],
+                "questions": report["setup"]["questions"],
+                "runs": report["setup"]["runs"],
+            }
+        )
     return {"rewards": rewards, "evals": points, "seconds": seconds}
 
 

@@ -25,8 +25,10 @@ class AgentsConfig:
 
     main: AgentConfig = field(default_factory=cpu_agent)  # the main agent M (planner)
     sub: AgentConfig = field(default_factory=cpu_agent)  # the sub-agent S (tool-using executor)
-    correct_judge: Literal["exact-match", "numeric-match", "token-f1", "llm"] = "exact-match"  # r_correct of M's answer against the gold answers
-    expert_judge: Literal["contains-reference", "llm", "none"] = "contains-reference"  # r_expert of S's findings; none folds β3 into β2
+    # r_correct of M's answer against the gold answers
+    correct_judge: Literal["exact-match", "numeric-match", "token-f1", "llm"] = "exact-match"
+    # r_expert of S's findings; none folds β3 into β2
+    expert_judge: Literal["contains-reference", "llm", "none"] = "contains-reference"
     llm_judge: JudgeConfig | None = None  # the OpenAI-compatible endpoint used where a judge is "llm"
     torch_threads: int = 1  # torch CPU threads per process (more is often slower on shared cores)
 
@@ -34,6 +36,8 @@ class AgentsConfig:
         if "llm" in (self.correct_judge, self.expert_judge) and self.llm_judge is None:
             raise ValueError("agents.llm_judge (base_url, model) is required when a judge is 'llm'")
         if self.sub.tools is not None:
-            raise ValueError("agents.sub.tools must stay null: S's tools are search and visit; only the single agent (agents.main under run.method single-agent) chooses its tools")
+            raise ValueError(
+                "agents.sub.tools must stay null: S's tools are search and visit; only the single agent (agents.main under run.method single-agent) chooses its tools"
+            )
         if self.torch_threads < 1:
             raise ValueError(f"agents.torch_threads must be >= 1, got {self.torch_threads}")

@@ -15,7 +15,8 @@ class LearnerConfig:
 
     frozen: bool = False  # this agent does not train (main-only baseline: a frozen sub-agent); its batches go unread
     zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (partitions optimizer state, gradients, parameters over ranks)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # training dtype of the model (the loss is always computed in fp32)
+    # training dtype of the model (the loss is always computed in fp32)
+    dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (nccl)
     lr: float = 1e-6  # AdamW learning rate (reference code: 1e-6)
     weight_decay: float = 0.0  # AdamW weight decay
@@ -36,7 +37,6 @@ class LearnerConfig:
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
 
-
     def export_steps(self, total_steps: int) -> list[int]:
         """After how many applied steps the learner exports its model (export_every): every N and the last."""
         if not self.export_every:
@@ -48,8 +48,10 @@ class LearnerConfig:
 class WeightsConfig:
     """How a learner's new weights reach its side's rollout engines."""
 
-    transport: Literal["object-store", "directory"] = "object-store"  # NATS object store (works across servers) or a shared directory
-    directory: str = "runs/weights"  # where "directory" writes <run>/<side>/v<version>.safetensors (shared by learner and agents)
+    # NATS object store (works across servers) or a shared directory
+    transport: Literal["object-store", "directory"] = "object-store"
+    # where "directory" writes <run>/<side>/v<version>.safetensors (shared by learner and agents)
+    directory: str = "runs/weights"
     keep_versions: int = 2  # versions kept in the store or directory; older ones are deleted
 
 

@@ -154,11 +154,18 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` on top of `base`: mappings merge key by key, anything else is replaced."""
     merged = dict(base)
     for key, value in over.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
-def load_config(cls: type[T], path: str | Path | list[str | Path] | None = None, overrides: list[str] | None = None, section: str = "") -> T:
+def load_config(
+    cls: type[T],
+    path: str | Path | list[str | Path] | None = None,
+    overrides: list[str] | None = None,
+    section: str = "",
+) -> T:
     """Load `cls` from YAML files (optional; several are merged in order, the later winning key by
     key: e.g. a run's config, then a node's rendered `nats` section) plus overrides; with `section`,
     from that top-level section only (e.g. "nats" for a command that only connects)."""

@@ -44,15 +44,23 @@ class NatsAuthConfig:
         if (self.password_file or self.password_env) and not self.user:
             raise ValueError("nats.auth: a password needs nats.auth.user")
         if self.user and not (self.password_file or self.password_env):
-            raise ValueError(f"nats.auth.user {self.user!r} needs nats.auth.password_file or nats.auth.password_env (passwords never go on the command line)")
+            raise ValueError(
+                f"nats.auth.user {self.user!r} needs nats.auth.password_file or nats.auth.password_env (passwords never go on the command line)"
+            )
         if self.password_file:
             _readable_file("nats.auth.password_file", self.password_file)
         if self.password_env and not os.environ.get(self.password_env):
-            raise ValueError(f"nats.auth.password_env: the environment variable {self.password_env} is not set or empty")
+            raise ValueError(
+                f"nats.auth.password_env: the environment variable {self.password_env} is not set or empty"
+            )
         if self.inbox_prefix != DEFAULT_INBOX_PREFIX and not self.inbox_prefix.startswith(f"{DEFAULT_INBOX_PREFIX}."):
-            raise ValueError(f"nats.auth.inbox_prefix must be {DEFAULT_INBOX_PREFIX} or start with '{DEFAULT_INBOX_PREFIX}.' (nodes answer only inboxes), got {self.inbox_prefix!r}")
+            raise ValueError(
+                f"nats.auth.inbox_prefix must be {DEFAULT_INBOX_PREFIX} or start with '{DEFAULT_INBOX_PREFIX}.' (nodes answer only inboxes), got {self.inbox_prefix!r}"
+            )
         if any(c in self.inbox_prefix for c in " *>\t\r\n") or self.inbox_prefix.endswith("."):
-            raise ValueError(f"nats.auth.inbox_prefix {self.inbox_prefix!r} is not a subject prefix (no spaces or wildcards, no trailing dot)")
+            raise ValueError(
+                f"nats.auth.inbox_prefix {self.inbox_prefix!r} is not a subject prefix (no spaces or wildcards, no trailing dot)"
+            )
 
     def password(self) -> str:
         """Read the password now (first line of the file, or the variable)."""
@@ -99,7 +107,9 @@ class NatsTlsConfig:
             try:
                 context.load_cert_chain(self.cert_file, self.key_file)
             except ssl.SSLError as exc:
-                raise ValueError(f"nats.tls: {self.cert_file} and {self.key_file} are not a certificate and its key: {exc}") from None
+                raise ValueError(
+                    f"nats.tls: {self.cert_file} and {self.key_file} are not a certificate and its key: {exc}"
+                ) from None
         return context
 
 
@@ -109,7 +119,12 @@ def connect_security(url: str, auth: NatsAuthConfig, tls: NatsTlsConfig) -> Conn
     if not auth.user and not wants_tls and auth.inbox_prefix == DEFAULT_INBOX_PREFIX:
         return None
     return ConnectSecurity(
-        user=auth.user, password=auth.password() if auth.user else "", tls=tls.context() if wants_tls else None,
-        tls_hostname=tls.hostname, inbox_prefix=auth.inbox_prefix, ca_file=tls.ca_file, cert_file=tls.cert_file,
+        user=auth.user,
+        password=auth.password() if auth.user else "",
+        tls=tls.context() if wants_tls else None,
+        tls_hostname=tls.hostname,
+        inbox_prefix=auth.inbox_prefix,
+        ca_file=tls.ca_file,
+        cert_file=tls.cert_file,
         tls_handshake_first=tls.handshake_first and wants_tls,
-    )  # fmt: skip
+    )

@@ -6,8 +6,8 @@ agents and pipeline in their own modules, algo in mgrpo_actors/algo/config.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,16 @@ from protocols import DEFAULT_MAX_BYTES, validate_run_id
 # The run's streams by the names Subjects.stream takes (design.md §Delivery and state).
 STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
 
-__all__ = ["BUILTIN_TOOLS", "METHODS", "LogConfig", "MonitorConfig", "NatsConfig", "NodeConfig", "RunConfig", "ToolsConfig"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "METHODS",
+    "LogConfig",
+    "MonitorConfig",
+    "NatsConfig",
+    "NodeConfig",
+    "RunConfig",
+    "ToolsConfig",
+]
 
 # What a run trains (m-grpo.md §Training schedule): M-GRPO (both agents), the main-only baseline (S
 # frozen), the single-agent baseline (one agent with every tool, plain GRPO; no sub side at all).
@@ -32,10 +41,7 @@ METHODS = ("m-grpo", "main-only", "single-agent")
 Method = Literal["m-grpo", "main-only", "single-agent"]
 
 # Tools a node serves by name (`tools.serve`); `tools.extra` adds more by import path.
-BUILTIN_TOOLS = {
-    "search": "mgrpo_actors.tools.search:SearchTool",
-    "visit": "mgrpo_actors.tools.visit:VisitTool",
-}
+BUILTIN_TOOLS = {"search": "mgrpo_actors.tools.search:SearchTool", "visit": "mgrpo_actors.tools.visit:VisitTool"}
 
 
 def check_range(key: str, value: float, low: float, high: float) -> None:
@@ -73,15 +79,18 @@ class NatsConfig:
     ping_interval_s: float = 5.0  # ping the server this often; 2 unanswered pings mark the connection stale and it reconnects (nats-py's default, 120 s, left a deaf node deaf for ~6 min)
     request_timeout_s: float = 30.0  # default timeout of request/reply calls
     max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
-    duplicate_window_s: float = 3600.0  # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
+    # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
+    duplicate_window_s: float = 3600.0
     mailbox_limit: int = 256  # deliveries of one subscription waiting in its actor's mailbox, at most; more wait in nats-py's queue (backpressure)
-    pending_bytes_limit: int = 64 * 1024 * 1024  # then nats-py queues up to this many bytes per subscription; beyond, it drops (counted: metric bus.slow_consumer_drops)
+    # then nats-py queues up to this many bytes per subscription; beyond, it drops (counted: metric bus.slow_consumer_drops)
+    pending_bytes_limit: int = 64 * 1024 * 1024
     stream_max_age_s: float = 7 * 86_400.0  # the run's streams drop messages older than this
     # Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps, metrics, dlq); absent or 0 = no
     # count limit. Full, metrics and dlq drop their oldest (monitoring); the others refuse new messages (publishers retry): work is never dropped unread.
     stream_max_msgs: dict[str, int] = field(default_factory=lambda: {"metrics": 1_000_000, "dlq": 100_000})
     replicas: int = 1  # copies of each stream, KV and object store the node creates: 3 on a 3-server cluster
-    auth: NatsAuthConfig = field(default_factory=NatsAuthConfig)  # this node's NATS user (password from a file or variable)
+    # this node's NATS user (password from a file or variable)
+    auth: NatsAuthConfig = field(default_factory=NatsAuthConfig)
     tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)  # TLS of the connection (CA, client certificate)
 
     def __post_init__(self) -> None:
@@ -95,10 +104,13 @@ class NatsConfig:
         check_range("nats.stream_max_age_s", self.stream_max_age_s, 60, 10 * 365 * 86_400)
         check_range("nats.mailbox_limit", self.mailbox_limit, 1, 1_000_000)
         check_range("nats.replicas", self.replicas, 1, 5)  # JetStream's maximum
-        check_range("nats.pending_bytes_limit", self.pending_bytes_limit, self.max_message_bytes, 1 << 34)  # must hold one message
+        # must hold one message
+        check_range("nats.pending_bytes_limit", self.pending_bytes_limit, self.max_message_bytes, 1 << 34)
         unknown = sorted(set(self.stream_max_msgs) - set(STREAM_NAMES))
         if unknown:
-            raise ValueError(f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)}")
+            raise ValueError(
+                f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)}"
+            )
         for name, count in self.stream_max_msgs.items():
             check_range(f"nats.stream_max_msgs.{name}", count, 0, 10**12)
 
@@ -109,7 +121,12 @@ class NatsConfig:
     @property
     def stream_limits(self) -> StreamLimits:
         """What the run's streams keep, for Bus.ensure_streams."""
-        return StreamLimits(max_age_s=self.stream_max_age_s, duplicate_window_s=self.duplicate_window_s, max_msgs=dict(self.stream_max_msgs), replicas=self.replicas)
+        return StreamLimits(
+            max_age_s=self.stream_max_age_s,
+            duplicate_window_s=self.duplicate_window_s,
+            max_msgs=dict(self.stream_max_msgs),
+            replicas=self.replicas,
+        )
 
 
 @dataclass(frozen=True)
@@ -131,27 +148,36 @@ class ToolsConfig:
     web_seed: int = 0  # seed of the built-in synthetic web (must match the run's questions)
     web_entities: int = 1000  # entities of the built-in synthetic web
     visit_max_chars: int = 1500  # visit returns at most this much of a page (small models have small contexts)
-    extra: list[dict[str, Any]] = field(default_factory=list)  # more tools: {name, factory: "pkg.mod:Class", args: {...}}
+    # more tools: {name, factory: "pkg.mod:Class", args: {...}}
+    extra: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Checked when the config loads (exit 2 naming the key), not after the node has connected.
-        check_range("tools.actors_per_tool", self.actors_per_tool, 1, 256)  # threads in one process: more exhausts the host
+        # threads in one process: more exhausts the host
+        check_range("tools.actors_per_tool", self.actors_per_tool, 1, 256)
         if not self.serve:
             raise ValueError("tools.serve must name at least one tool")
         extra_names = [entry.get("name") for entry in self.extra]
         for entry in self.extra:
             if not isinstance(entry.get("name"), str) or not isinstance(entry.get("factory"), str):
-                raise ValueError(f"tools.extra entry {entry!r} needs a 'name' and a 'factory' (\"package.module:Class\")")
+                raise ValueError(
+                    f"tools.extra entry {entry!r} needs a 'name' and a 'factory' (\"package.module:Class\")"
+                )
         unknown = [name for name in self.serve if name not in BUILTIN_TOOLS and name not in extra_names]
         if unknown:
-            raise ValueError(f"tools.serve names unknown tool(s) {unknown}; built-in: {list(BUILTIN_TOOLS)}; add others under tools.extra")
+            raise ValueError(
+                f"tools.serve names unknown tool(s) {unknown}; built-in: {list(BUILTIN_TOOLS)}; add others under tools.extra"
+            )
         for name in self.serve:
             if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-                raise ValueError(f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)")
+                raise ValueError(
+                    f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)"
+                )
         if self.pages is not None and not Path(self.pages).is_file():
             raise ValueError(f"tools.pages file {self.pages!r} does not exist")
         check_range("tools.visit_max_chars", self.visit_max_chars, 1, 1_000_000)
-        check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)  # generation is in memory, seconds per 1,000
+        # generation is in memory, seconds per 1,000
+        check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)
 
 
 @dataclass(frozen=True)
@@ -178,12 +204,15 @@ class NodeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
     learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
     algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # the monitor role's Prometheus endpoint and TensorBoard files
+    # the monitor role's Prometheus endpoint and TensorBoard files
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
     def __post_init__(self) -> None:
         if self.agents.main.tools is not None and self.run.method != "single-agent":
-            raise ValueError(f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} (M's tools are reason and delegate): "
-                             "leave it null or set run.method: single-agent")  # fmt: skip
+            raise ValueError(
+                f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} (M's tools are reason and delegate): "
+                "leave it null or set run.method: single-agent"
+            )
 
     @property
     def sides(self) -> tuple[str, ...]:

@@ -17,23 +17,31 @@ class PipelineConfig:
     steps: int = 2  # training steps the controller runs; then it reports the run finished
     queries_per_step: int = 2  # B: queries rolled out per step
     rollouts_per_query: int = 2  # K: rollouts per query, at least 2: M's advantages compare them (paper: 8)
-    dataset: str = "synthetic"  # "synthetic": the built-in web's questions (tools.web_seed/web_entities); else a JSONL path
+    # "synthetic": the built-in web's questions (tools.web_seed/web_entities); else a JSONL path
+    dataset: str = "synthetic"
     split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
-    levels: list[int] | None = None  # only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)
+    # only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)
+    levels: list[int] | None = None
     stage1_steps: int = 0  # curriculum (m-grpo.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no stage 1
-    stage1_levels: list[int] = field(default_factory=lambda: [1])  # stage 1's levels (1 = one-fact lookups: learn the format)
-    mode: Literal["sync", "async"] = "sync"  # sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the learners
+    # stage 1's levels (1 = one-fact lookups: learn the format)
+    stage1_levels: list[int] = field(default_factory=lambda: [1])
+    # sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the learners
+    mode: Literal["sync", "async"] = "sync"
     max_staleness: int = 1  # async: steps the controller may run ahead; learners drop (and count) samples more than this many policy versions behind
     shuffle: bool = True  # visit the questions in a seeded random order (run.seed), a new order each epoch
-    advance_on: Literal["learners", "batches"] = "learners"  # next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are out
-    rollout_timeout_s: float = 3600.0  # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
+    # next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are out
+    advance_on: Literal["learners", "batches"] = "learners"
+    # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
+    rollout_timeout_s: float = 3600.0
     subtask_timeout_s: float = 300.0  # M waits this long for one sub-agent result before retrying elsewhere
     tool_timeout_s: float = 10.0  # agents wait this long for one tool result before retrying elsewhere
     call_retries: int = 2  # extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)
-    main_queries_in_flight: int = 4  # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
+    # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
+    main_queries_in_flight: int = 4
     sub_batch: int = 16  # subtasks one sub-agent actor runs batched on its engine at once
     batch_gather_s: float = 0.01  # an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's subtasks), so they generate batched
-    ack_wait_s: float = 60.0  # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
+    # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
+    ack_wait_s: float = 60.0
     tick_s: float = 1.0  # how often the aligners check their steps' timeouts and retry failed publishes
 
     def __post_init__(self) -> None:
@@ -48,13 +56,17 @@ class PipelineConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"pipeline.{name} must be > 0, got {getattr(self, name)}")
         if self.rollouts_per_query < 2:
-            raise ValueError(f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), got {self.rollouts_per_query}")
+            raise ValueError(
+                f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), got {self.rollouts_per_query}"
+            )
         if self.dataset != "synthetic" and not Path(self.dataset).is_file():
             raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
         if self.levels is not None and not self.levels:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
         if self.stage1_steps < 0 or self.max_staleness < 0:
-            raise ValueError(f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, got {self.stage1_steps} and {self.max_staleness}")
+            raise ValueError(
+                f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, got {self.stage1_steps} and {self.max_staleness}"
+            )
         if self.stage1_steps and not self.stage1_levels:
             raise ValueError("pipeline.stage1_levels must name at least one level when pipeline.stage1_steps > 0")
 
@@ -79,10 +91,14 @@ def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) 
     warnings = []
     longest_subtask = sub_turns * longest_attempt_s(pipeline.tool_timeout_s) * attempts
     if longest_subtask > pipeline.subtask_timeout_s:
-        warnings.append(f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × (pipeline.tool_timeout_s + "
-                        f"up to 5 s of resends while no tool listens) × (call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S")  # fmt: skip
+        warnings.append(
+            f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × (pipeline.tool_timeout_s + "
+            f"up to 5 s of resends while no tool listens) × (call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S"
+        )
     longest_rollout = main_turns * longest_attempt_s(pipeline.subtask_timeout_s) * attempts
     if longest_rollout > pipeline.rollout_timeout_s:
-        warnings.append(f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × (pipeline.subtask_timeout_s + "
-                        f"up to 5 s of resends while no sub-agent listens) × (call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out")  # fmt: skip
+        warnings.append(
+            f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × (pipeline.subtask_timeout_s + "
+            f"up to 5 s of resends while no sub-agent listens) × (call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out"
+        )
     return warnings

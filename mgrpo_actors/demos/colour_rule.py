@@ -67,7 +67,11 @@ def main_demonstrations(seed: int) -> list[Demonstration]:
     for i in range(NUM_QUESTIONS):
         # With max_turns 2 the result comes with the turn-limit note, exactly as in a rollout.
         found = json.dumps({"findings": draw.choice(COLOURS), "evidence": []}) + "\n\n" + BUDGET_NOTES["turns"]
-        turns = (format_tool_call(DelegateTool.name, {"task": TASK, "context": ""}), found, format_answer(draw.choice(COLOURS)))
+        turns = (
+            format_tool_call(DelegateTool.name, {"task": TASK, "context": ""}),
+            found,
+            format_answer(draw.choice(COLOURS)),
+        )
         demos.append(Demonstration(tuple(opening_messages(prompt, _question(i))), turns))
     return demos
 
@@ -75,16 +79,34 @@ def main_demonstrations(seed: int) -> list[Demonstration]:
 def sub_demonstrations(seed: int, tools: ToolsConfig) -> list[Demonstration]:
     """S answers TASK with a colour (uniform)."""
     draw = random.Random(seed)
-    opening = tuple(opening_messages(sub_system_prompt(build_tool_registry(tools, names=list(SUB_TOOLS))), sub_user_message(TASK, "")))
+    opening = tuple(
+        opening_messages(
+            sub_system_prompt(build_tool_registry(tools, names=list(SUB_TOOLS))), sub_user_message(TASK, "")
+        )
+    )
     return [Demonstration(opening, (format_answer(draw.choice(COLOURS)),)) for _ in range(NUM_QUESTIONS)]
 
 
-def warmed_models(tools: ToolsConfig, warmup: WarmupConfig = WarmupConfig(steps=100)) -> tuple[Path, Path]:
+def warmed_models(tools: ToolsConfig, warmup: WarmupConfig | None = None) -> tuple[Path, Path]:
     """tiny:main and tiny:sub warmed up on the format (M's, S's HF directories), built once and cached
-    under a key of the recipe, the warm-up settings, the tool schemas S is shown and the base models."""
+    under a key of the recipe, the warm-up settings, the tool schemas S is shown and the base models
+    (default warm-up: 100 steps)."""
+    warmup = warmup or WarmupConfig(steps=100)
     dirs = []
-    for spec, demos in (("tiny:main", lambda: main_demonstrations(seed=1)), ("tiny:sub", lambda: sub_demonstrations(2, tools))):
-        key = hashlib.sha256(repr((_RECIPE_VERSION, warmup, resolve_model_dir(spec).name, sub_system_prompt(build_tool_registry(tools, names=list(SUB_TOOLS))))).encode()).hexdigest()[:12]
+    for spec, demos in (
+        ("tiny:main", lambda: main_demonstrations(seed=1)),
+        ("tiny:sub", lambda: sub_demonstrations(2, tools)),
+    ):
+        key = hashlib.sha256(
+            repr(
+                (
+                    _RECIPE_VERSION,
+                    warmup,
+                    resolve_model_dir(spec).name,
+                    sub_system_prompt(build_tool_registry(tools, names=list(SUB_TOOLS))),
+                )
+            ).encode()
+        ).hexdigest()[:12]
         target = cache_root() / f"colour-rule-{spec.removeprefix('tiny:')}-{key}"
 
         def build(directory: Path, spec: str = spec, demos: Any = demos) -> None:
@@ -101,10 +123,12 @@ def demo_config(main_dir: Path, sub_dir: Path, questions: Path, steps: int, adva
     agent = {"temperature": 0.7, "demonstration": False}
     learner = {"lr": 1e-3, "micro_batch_samples": 16, "checkpoint_every": 0}  # tiny models from scratch take a high lr
     return {
-        "agents": {"main": {**agent, "model": str(main_dir), "max_turns": 2, "max_new_tokens_per_turn": 48},
-                   "sub": {**agent, "model": str(sub_dir), "max_turns": 1, "max_new_tokens_per_turn": 32},
-                   "expert_judge": "none"},
+        "agents": {
+            "main": {**agent, "model": str(main_dir), "max_turns": 2, "max_new_tokens_per_turn": 48},
+            "sub": {**agent, "model": str(sub_dir), "max_turns": 1, "max_new_tokens_per_turn": 32},
+            "expert_judge": "none",
+        },
         "algo": {"alignment": {"d": 1}, "objective": {"advantage_sign": advantage_sign}},
         "pipeline": {"steps": steps, "queries_per_step": 4, "rollouts_per_query": 4, "dataset": str(questions)},
         "learners": {"main": learner, "sub": learner},
-    }  # fmt: skip
+    }

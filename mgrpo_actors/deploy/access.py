@@ -35,7 +35,9 @@ class RoleAccess:
     requests: tuple[str, ...] = ()  # subjects it sends requests on (the replies come to its inbox)
     subscribe: tuple[str, ...] = ()  # plain or queue-group subscriptions
     streams: tuple[str, ...] = ()  # streams it looks up (made beforehand by `mgrpo deploy provision`)
-    durables: tuple[tuple[str, str], ...] = ()  # (stream, durable) pull consumers it binds to, pulls and acks (made by provision)
+    durables: tuple[
+        tuple[str, str], ...
+    ] = ()  # (stream, durable) pull consumers it binds to, pulls and acks (made by provision)
     replays: tuple[str, ...] = ()  # streams it reads by direct gets (runtime/stream_reader.py: no consumer)
     kv_read: tuple[str, ...] = ()  # KV buckets it opens and reads
     kv_write: tuple[tuple[str, str], ...] = ()  # (bucket, key or key pattern) it puts
@@ -57,7 +59,10 @@ class Permissions:
         return any(subject_matches(pattern, subject) for pattern in self.subscribe)
 
     def merged(self, other: Permissions) -> Permissions:
-        return Permissions(list(dict.fromkeys([*self.publish, *other.publish])), list(dict.fromkeys([*self.subscribe, *other.subscribe])))
+        return Permissions(
+            list(dict.fromkeys([*self.publish, *other.publish])),
+            list(dict.fromkeys([*self.subscribe, *other.subscribe])),
+        )
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -87,7 +92,11 @@ def _stream_api(stream: str) -> list[str]:
 def _durable_api(stream: str, durable: str) -> list[str]:
     # Bind (info), pull and ack; never create or update: the admin makes the durables at provision time
     # (mgrpo_actors/pipeline/durables.py says why), and nats-py binds to one that exists.
-    return [f"$JS.API.CONSUMER.INFO.{stream}.{durable}", f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}", f"$JS.ACK.{stream}.{durable}.>"]
+    return [
+        f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"$JS.ACK.{stream}.{durable}.>",
+    ]
 
 
 def replay_api(stream: str) -> list[str]:
@@ -97,7 +106,12 @@ def replay_api(stream: str) -> list[str]:
 
 def _kv_read_api(bucket: str) -> list[str]:
     stream = f"KV_{bucket}"
-    return [*_stream_api(stream), f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>"]
+    return [
+        *_stream_api(stream),
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+    ]
 
 
 def _objects_read_api(bucket: str) -> list[str]:

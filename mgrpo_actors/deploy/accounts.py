@@ -29,7 +29,18 @@ from dataclasses import dataclass
 from mgrpo_actors.deploy.access import RoleAccess, common_access
 from protocols import Subjects
 
-__all__ = ["ACCOUNTS", "CROSSINGS", "DEFAULT_REPLY_WINDOW_S", "AccountResources", "Crossing", "account_block", "account_resources", "accounts_section", "crossings_into", "crossings_out_of"]
+__all__ = [
+    "ACCOUNTS",
+    "CROSSINGS",
+    "DEFAULT_REPLY_WINDOW_S",
+    "AccountResources",
+    "Crossing",
+    "account_block",
+    "account_resources",
+    "accounts_section",
+    "crossings_into",
+    "crossings_out_of",
+]
 
 # The accounts of a deployment: each role's user lives in one of them (RoleAccess.account).
 ACCOUNTS = ("MAIN", "SUB", "TOOLS", "MONITOR")
@@ -48,7 +59,9 @@ class Crossing:
     def __post_init__(self) -> None:
         for account in (self.source, *self.into):
             if account not in ACCOUNTS:
-                raise ValueError(f"crossing {self.subject!r}: unknown account {account!r} (accounts: {', '.join(ACCOUNTS)})")
+                raise ValueError(
+                    f"crossing {self.subject!r}: unknown account {account!r} (accounts: {', '.join(ACCOUNTS)})"
+                )
         if self.source in self.into:
             raise ValueError(f"crossing {self.subject!r}: {self.source} cannot import its own subject")
 
@@ -59,11 +72,23 @@ class Crossing:
 CROSSINGS: tuple[Crossing, ...] = (
     Crossing("subtask.request", True, "SUB", ("MAIN",), "main agents delegate subtasks to sub-agents"),
     Crossing("tool.*", True, "TOOLS", ("MAIN", "SUB"), "both sides' agents call the tools"),
-    Crossing("stats", False, "MAIN", ("SUB",), "the sub-aligner's scalar reward statistics (R_M, r_format, r_correct, sub-call ids)"),
+    Crossing(
+        "stats",
+        False,
+        "MAIN",
+        ("SUB",),
+        "the sub-aligner's scalar reward statistics (R_M, r_format, r_correct, sub-call ids)",
+    ),
     Crossing("step.start", False, "MAIN", ("SUB",), "the sub-aligner's step plans (from the controller)"),
     Crossing("step.aligned.sub", False, "SUB", ("MAIN",), "the controller hears the sub batch is ready"),
     Crossing("step.done.sub", False, "SUB", ("MAIN",), "the controller hears the sub learner applied a step"),
-    Crossing("events", False, "MAIN", ("SUB", "TOOLS", "MONITOR"), "run.finished stops every node; the monitor shows the events"),
+    Crossing(
+        "events",
+        False,
+        "MAIN",
+        ("SUB", "TOOLS", "MONITOR"),
+        "run.finished stops every node; the monitor shows the events",
+    ),
     Crossing("events", False, "SUB", ("MONITOR",), "the monitor shows the sub side's events"),
     Crossing("events", False, "TOOLS", ("MONITOR",), "the monitor shows the tools' events"),
     Crossing("metrics.>", False, "MAIN", ("MONITOR",), "the monitor's metrics"),
@@ -127,13 +152,22 @@ def _entry(crossing: Crossing, subject: str, exported: bool, reply_window_s: flo
 
 def _entries(account: str, run_ids: list[str], exported: bool, reply_window_s: float) -> list[str]:
     crossings = crossings_out_of(account) if exported else crossings_into(account)
-    return [_entry(c, f"{Subjects(run_id).root}.{c.subject}", exported, reply_window_s) for c in crossings for run_id in run_ids]
+    return [
+        _entry(c, f"{Subjects(run_id).root}.{c.subject}", exported, reply_window_s)
+        for c in crossings
+        for run_id in run_ids
+    ]
 
 
-def account_block(account: str, user_blocks: list[str], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:
+def account_block(
+    account: str, user_blocks: list[str], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S
+) -> str:
     """One account of the `accounts { … }` section: JetStream, its users (rendered), exports, imports."""
     lines = [f"  {account}: {{", "    jetstream: enabled", "    users: [", ",\n".join(user_blocks), "    ]"]
-    for key, entries in (("exports", _entries(account, run_ids, True, reply_window_s)), ("imports", _entries(account, run_ids, False, reply_window_s))):
+    for key, entries in (
+        ("exports", _entries(account, run_ids, True, reply_window_s)),
+        ("imports", _entries(account, run_ids, False, reply_window_s)),
+    ):
         if entries:
             lines.append(f"    {key}: [")
             lines.append(",\n".join(f"      {entry}" for entry in entries))
@@ -142,7 +176,11 @@ def account_block(account: str, user_blocks: list[str], run_ids: list[str], repl
     return "\n".join(lines)
 
 
-def accounts_section(users_by_account: Mapping[str, list[str]], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:
+def accounts_section(
+    users_by_account: Mapping[str, list[str]], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S
+) -> str:
     """The whole `accounts { … }` section from each account's rendered user blocks."""
-    blocks = [account_block(account, users_by_account.get(account, []), run_ids, reply_window_s) for account in ACCOUNTS]
+    blocks = [
+        account_block(account, users_by_account.get(account, []), run_ids, reply_window_s) for account in ACCOUNTS
+    ]
     return "accounts {\n" + "\n".join(blocks) + "\n}"

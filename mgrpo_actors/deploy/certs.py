@@ -40,7 +40,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    data = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -58,8 +60,14 @@ def _alt_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def _signed(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, issuer_key: ec.EllipticCurvePrivateKey,
-            not_before: datetime.datetime, not_after: datetime.datetime) -> x509.CertificateBuilder:  # fmt: skip
+def _signed(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    not_before: datetime.datetime,
+    not_after: datetime.datetime,
+) -> x509.CertificateBuilder:
     return (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
@@ -72,7 +80,13 @@ def _signed(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, is
     )
 
 
-def make_certificates(out: Path, hosts: list[str], clients: list[str] = (), days: float = 365.0, not_before: datetime.datetime | None = None) -> CertificateSet:  # type: ignore[assignment]
+def make_certificates(
+    out: Path,
+    hosts: list[str],
+    clients: list[str] = (),
+    days: float = 365.0,
+    not_before: datetime.datetime | None = None,
+) -> CertificateSet:  # type: ignore[assignment]
     """Write a CA, a server certificate for `hosts` and a client certificate per name into `out`.
 
     `days` is how long they are valid from `not_before` (default: now, less a minute for clock skew);
@@ -84,7 +98,7 @@ def make_certificates(out: Path, hosts: list[str], clients: list[str] = (), days
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"client name {name!r} cannot be a file name")
     out.mkdir(parents=True, exist_ok=True)
-    start = (not_before or datetime.datetime.now(datetime.timezone.utc)) - datetime.timedelta(minutes=1)
+    start = (not_before or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=1)
     end = start + datetime.timedelta(days=days)
 
     ca_key = _key()
@@ -92,12 +106,29 @@ def make_certificates(out: Path, hosts: list[str], clients: list[str] = (), days
     ca_cert = (
         _signed("mgrpo-actors development CA", ca_key, ca_name, ca_key, start, end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False), critical=True)  # fmt: skip
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    paths = {"ca": out / "ca.pem", "ca_key": out / "ca-key.pem", "server": out / "server.pem", "server_key": out / "server-key.pem"}
+    paths = {
+        "ca": out / "ca.pem",
+        "ca_key": out / "ca-key.pem",
+        "server": out / "server.pem",
+        "server_key": out / "server-key.pem",
+    }
     _write_cert(paths["ca"], ca_cert)
     _write_key(paths["ca_key"], ca_key)
 
@@ -105,7 +136,10 @@ def make_certificates(out: Path, hosts: list[str], clients: list[str] = (), days
     server_cert = (
         _signed(hosts[0], server_key, ca_name, ca_key, start, end)
         .add_extension(x509.SubjectAlternativeName([_alt_name(h) for h in hosts]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)  # routes use it both ways
+        # routes use it both ways
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     _write_cert(paths["server"], server_cert)
@@ -114,7 +148,11 @@ def make_certificates(out: Path, hosts: list[str], clients: list[str] = (), days
     written: dict[str, tuple[Path, Path]] = {}
     for name in clients:
         key = _key()
-        cert = _signed(name, key, ca_name, ca_key, start, end).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False).sign(ca_key, hashes.SHA256())
+        cert = (
+            _signed(name, key, ca_name, ca_key, start, end)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
         written[name] = (out / f"{name}.pem", out / f"{name}-key.pem")
         _write_cert(written[name][0], cert)
         _write_key(written[name][1], key)

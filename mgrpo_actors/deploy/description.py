@@ -34,7 +34,8 @@ class TlsSettings:
     """TLS of every client connection and route."""
 
     enabled: bool = True  # tls {} on every server; nodes connect with tls:// URLs and the CA
-    certs_dir: str = "certs"  # where `mgrpo deploy certs` wrote ca.pem, server.pem, server-key.pem (relative to the output)
+    # where `mgrpo deploy certs` wrote ca.pem, server.pem, server-key.pem (relative to the output)
+    certs_dir: str = "certs"
     verify_clients: bool = False  # servers also demand a client certificate from every connection
     timeout_s: float = 2.0  # TLS handshake timeout on the servers
 
@@ -57,7 +58,8 @@ class DeploymentDescription:
 
     servers: list[ServerAddress] = field(default_factory=lambda: [ServerAddress()])  # 1 server, or 3+ for a cluster
     cluster_name: str = "mgrpo"  # name of the cluster when there are several servers
-    run_ids: list[str] = field(default_factory=lambda: ["default"])  # runs the users may work on (stream and bucket names hold the run id)
+    # runs the users may work on (stream and bucket names hold the run id)
+    run_ids: list[str] = field(default_factory=lambda: ["default"])
     tls: TlsSettings = field(default_factory=TlsSettings)
     jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)
     max_payload: int = DEFAULT_MAX_BYTES  # = nats.max_message_bytes of the nodes

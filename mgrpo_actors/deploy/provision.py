@@ -30,7 +30,9 @@ def everything(bus: Bus) -> AccountResources:
     return AccountResources(STREAM_NAMES, RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
 
 
-def provision_run(bus: Bus, limits: StreamLimits, ack_wait_s: float, resources: AccountResources | None = None) -> dict[str, list[str]]:
+def provision_run(
+    bus: Bus, limits: StreamLimits, ack_wait_s: float, resources: AccountResources | None = None
+) -> dict[str, list[str]]:
     """Create what is missing of the bus's run (`resources` of its account; default `everything`), the
     durables with ack wait `ack_wait_s` (pipeline.ack_wait_s); returns what exists now, by kind."""
     resources = resources or everything(bus)
@@ -42,5 +44,9 @@ def provision_run(bus: Bus, limits: StreamLimits, ack_wait_s: float, resources: 
     for name in resources.durables:
         spec = DURABLES[name]
         ensure_durable(bus, *spec.where(bus.subjects), ack_wait_s=ack_wait_s, max_ack_pending=spec.max_ack_pending)
-    return {"streams": streams, "kv": [bus.subjects.bucket(w) for w in resources.kv], "objects": [bus.subjects.bucket(w) for w in resources.objects],
-            "durables": list(resources.durables)}  # fmt: skip
+    return {
+        "streams": streams,
+        "kv": [bus.subjects.bucket(w) for w in resources.kv],
+        "objects": [bus.subjects.bucket(w) for w in resources.objects],
+        "durables": list(resources.durables),
+    }

@@ -21,11 +21,26 @@ import bcrypt
 import yaml
 
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions, replay_api
-from mgrpo_actors.deploy.accounts import ACCOUNTS, DEFAULT_REPLY_WINDOW_S, AccountResources, account_resources, accounts_section
+from mgrpo_actors.deploy.accounts import (
+    ACCOUNTS,
+    DEFAULT_REPLY_WINDOW_S,
+    AccountResources,
+    account_resources,
+    accounts_section,
+)
 from mgrpo_actors.deploy.description import DeploymentDescription
 from protocols import Subjects
 
-__all__ = ["TAP_USER", "RenderedDeployment", "UserSpec", "admin_user", "render_deployment", "security_sections", "tap_user", "user_specs"]
+__all__ = [
+    "TAP_USER",
+    "RenderedDeployment",
+    "UserSpec",
+    "admin_user",
+    "render_deployment",
+    "security_sections",
+    "tap_user",
+    "user_specs",
+]
 
 TAP_USER = "tap"  # `mgrpo tap` in MONITOR: every account's metrics and events of the run, read-only
 
@@ -68,7 +83,8 @@ def _tap_permissions(run_ids: list[str], inbox_prefix: str, resources: AccountRe
         s = Subjects(run_id)
         sub.append(s.all)
         pub.append(s.node_ping)
-        for stream in (s.stream(what) for what in resources.streams):  # `mgrpo tap --stream`: direct gets on its account's streams
+        # `mgrpo tap --stream`: direct gets on its account's streams
+        for stream in (s.stream(what) for what in resources.streams):
             pub += replay_api(stream)
     return Permissions(pub, sub)
 
@@ -88,7 +104,14 @@ def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAcces
     for account in ACCOUNTS:
         admin, tap = admin_user(account), tap_user(account)
         users.append(UserSpec(admin, f"_INBOX.{admin}", None, account))
-        users.append(UserSpec(tap, f"_INBOX.{tap}", _tap_permissions(description.run_ids, f"_INBOX.{tap}", account_resources(accesses, account)), account))
+        users.append(
+            UserSpec(
+                tap,
+                f"_INBOX.{tap}",
+                _tap_permissions(description.run_ids, f"_INBOX.{tap}", account_resources(accesses, account)),
+                account,
+            )
+        )
     return users
 
 
@@ -125,8 +148,15 @@ def _user_block(user: UserSpec, password_hash: str, reply_window_s: float = DEFA
     return "\n".join(lines)
 
 
-def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: dict[str, str] | None, verify_clients: bool, tls_timeout_s: float,
-                      run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S) -> str:  # fmt: skip
+def security_sections(
+    users: list[UserSpec],
+    hashes: dict[str, str],
+    tls_files: dict[str, str] | None,
+    verify_clients: bool,
+    tls_timeout_s: float,
+    run_ids: list[str],
+    reply_window_s: float = DEFAULT_REPLY_WINDOW_S,
+) -> str:
     """The `accounts` (and `tls`) sections of a server configuration (exports and imports for `run_ids`)."""
     parts = []
     if tls_files is not None:
@@ -137,12 +167,17 @@ def security_sections(users: list[UserSpec], hashes: dict[str, str], tls_files: 
             # Clients start TLS before anything else (nats.tls.handshake_first): no credentials to a plain-text impostor.
             "  handshake_first: true\n}"
         )
-    by_account = {account: [_user_block(u, hashes[u.name], reply_window_s) for u in users if u.account == account] for account in ACCOUNTS}
+    by_account = {
+        account: [_user_block(u, hashes[u.name], reply_window_s) for u in users if u.account == account]
+        for account in ACCOUNTS
+    }
     parts.append(accounts_section(by_account, run_ids, reply_window_s))
     return "\n".join(parts) + "\n"
 
 
-def _server_config(description: DeploymentDescription, index: int, security: str, tls_files: dict[str, str] | None) -> str:
+def _server_config(
+    description: DeploymentDescription, index: int, security: str, tls_files: dict[str, str] | None
+) -> str:
     server = description.servers[index]
     lines = [
         "# Rendered by `mgrpo deploy nats-config` from the deployment description: edit that, not this.",
@@ -157,13 +192,19 @@ def _server_config(description: DeploymentDescription, index: int, security: str
         routes = [f"nats-route://{s.host}:{s.cluster_port}" for i, s in enumerate(description.servers) if i != index]
         tls = ""
         if tls_files is not None:
-            tls = (f"\n  tls {{ cert_file: {json.dumps(tls_files['cert'])}, key_file: {json.dumps(tls_files['key'])}, "
-                   f"ca_file: {json.dumps(tls_files['ca'])}, verify: true, timeout: {description.tls.timeout_s:g} }}")  # fmt: skip
-        lines.append(f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}")
+            tls = (
+                f"\n  tls {{ cert_file: {json.dumps(tls_files['cert'])}, key_file: {json.dumps(tls_files['key'])}, "
+                f"ca_file: {json.dumps(tls_files['ca'])}, verify: true, timeout: {description.tls.timeout_s:g} }}"
+            )
+        lines.append(
+            f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}"
+        )
     return "\n".join(lines) + "\n" + security
 
 
-def render_deployment(description: DeploymentDescription, accesses: dict[str, RoleAccess], out: Path, install_dir: str = "") -> RenderedDeployment:
+def render_deployment(
+    description: DeploymentDescription, accesses: dict[str, RoleAccess], out: Path, install_dir: str = ""
+) -> RenderedDeployment:
     """Write the server configurations, password files and node `nats` sections into `out`.
 
     install_dir: where `out` will be on the servers and nodes ("" = `out` itself, one machine); the
@@ -176,29 +217,58 @@ def render_deployment(description: DeploymentDescription, accesses: dict[str, Ro
     home = Path(install_dir) if install_dir else out.resolve()
     certs = home / description.tls.certs_dir
     if description.tls.enabled and not install_dir and not (out / description.tls.certs_dir / "ca.pem").exists():
-        raise FileNotFoundError(f"{out / description.tls.certs_dir / 'ca.pem'} is missing: run `mgrpo deploy certs` first (or set tls.enabled: false)")
-    tls_files = {"cert": str(certs / "server.pem"), "key": str(certs / "server-key.pem"), "ca": str(certs / "ca.pem")} if description.tls.enabled else None
+        raise FileNotFoundError(
+            f"{out / description.tls.certs_dir / 'ca.pem'} is missing: run `mgrpo deploy certs` first (or set tls.enabled: false)"
+        )
+    tls_files = (
+        {"cert": str(certs / "server.pem"), "key": str(certs / "server-key.pem"), "ca": str(certs / "ca.pem")}
+        if description.tls.enabled
+        else None
+    )
     users = user_specs(description, accesses)
     password_files = {u.name: secrets_dir / f"{u.name}.password" for u in users}
-    hashes = {u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode() for u in users}
-    security = security_sections(users, hashes, tls_files, description.tls.verify_clients, description.tls.timeout_s, description.run_ids, description.reply_window_s)
+    hashes = {
+        u.name: bcrypt.hashpw(_password(password_files[u.name]).encode(), bcrypt.gensalt(rounds=10)).decode()
+        for u in users
+    }
+    security = security_sections(
+        users,
+        hashes,
+        tls_files,
+        description.tls.verify_clients,
+        description.tls.timeout_s,
+        description.run_ids,
+        description.reply_window_s,
+    )
     # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
-    (out / "accounts.conf").write_text(security_sections(users, hashes, None, False, description.tls.timeout_s, description.run_ids, description.reply_window_s))
+    (out / "accounts.conf").write_text(
+        security_sections(
+            users, hashes, None, False, description.tls.timeout_s, description.run_ids, description.reply_window_s
+        )
+    )
     server_configs = {}
     for i, server in enumerate(description.servers):
         server_configs[server.name] = out / f"{server.name}.conf"
         server_configs[server.name].write_text(_server_config(description, i, security, tls_files))
     node_configs = {}
     for user in users:
-        nats: dict = {"url": description.urls(), "auth": {"user": user.name, "password_file": str(home / description.secrets_dir / f"{user.name}.password"),
-                                                          "inbox_prefix": user.inbox_prefix}}  # fmt: skip
+        nats: dict = {
+            "url": description.urls(),
+            "auth": {
+                "user": user.name,
+                "password_file": str(home / description.secrets_dir / f"{user.name}.password"),
+                "inbox_prefix": user.inbox_prefix,
+            },
+        }
         if description.tls.enabled:
             nats["tls"] = {"ca_file": str(certs / "ca.pem")}
         if description.jetstream.replicas > 1:
-            nats["replicas"] = description.jetstream.replicas  # what the admin provisions with (and a node recreates with)
+            # what the admin provisions with (and a node recreates with)
+            nats["replicas"] = description.jetstream.replicas
         node_configs[user.name] = out / "nodes" / f"{user.name}.yaml"
-        header = (f"# The `nats` section of {user.name}, a user of account {user.account} (rendered by `mgrpo deploy nats-config`); "
-                  "merge it into the config of a node that runs as it.\n")
+        header = (
+            f"# The `nats` section of {user.name}, a user of account {user.account} (rendered by `mgrpo deploy nats-config`); "
+            "merge it into the config of a node that runs as it.\n"
+        )
         node_configs[user.name].write_text(header + yaml.safe_dump({"nats": nats}, sort_keys=False))
     return RenderedDeployment(server_configs, node_configs, password_files, security)
-

@@ -31,7 +31,7 @@ __all__ = [
 
 FinishReason = Literal["stop", "length"]
 # A state dict (parameter name -> tensor), or a safetensors file / directory of them.
-WeightsSource = Union[Mapping[str, "torch.Tensor"], str, os.PathLike[str]]
+WeightsSource = Union[Mapping[str, "torch.Tensor"], str, os.PathLike[str]]  # noqa: UP007 (a string in `|` fails at run time)
 
 
 class EngineUnavailable(RuntimeError):

@@ -32,4 +32,6 @@ def make_engine(
         return VLLMEngine(model, tokenizer, cfg)
     if ":" in name:
         return import_object(name, what="engine")(model, tokenizer, cfg or EngineConfig())
-    raise ValueError(f"unknown rollout engine {name!r}: known engines are {', '.join(ENGINE_NAMES)}, or 'package.module:factory'")
+    raise ValueError(
+        f"unknown rollout engine {name!r}: known engines are {', '.join(ENGINE_NAMES)}, or 'package.module:factory'"
+    )

@@ -27,5 +27,7 @@ def arithmetic_questions(count: int, seed: int = 0, max_operand: int = 20) -> li
         a, b = draw.randint(0, max_operand), draw.randint(0, max_operand)
         symbol = draw.choice(list(OPERATIONS))
         answer = OPERATIONS[symbol](a, b)
-        questions.append(Question(id=f"arith-{seed}-{i:05d}", question=f"What is {a} {symbol} {b}?", answer=str(answer)))
+        questions.append(
+            Question(id=f"arith-{seed}-{i:05d}", question=f"What is {a} {symbol} {b}?", answer=str(answer))
+        )
     return questions

@@ -13,15 +13,52 @@ import re
 __all__ = ["NameGenerator", "slugify"]
 
 _ONSETS = (
-    "b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "kr", "l", "m", "n",
-    "p", "pr", "qu", "r", "s", "sk", "st", "t", "th", "tr", "v", "vr", "z", "zh",
-)  # fmt: skip
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "j",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "qu",
+    "r",
+    "s",
+    "sk",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "vr",
+    "z",
+    "zh",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ei", "ou")
 _CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "th", "x")
 _ORG_SUFFIXES = (
-    "Dynamics", "Labs", "Works", "Institute", "Collective", "Systems", "Foundry", "Guild",
-    "Holdings", "Studios", "Analytics", "Cooperative",
-)  # fmt: skip
+    "Dynamics",
+    "Labs",
+    "Works",
+    "Institute",
+    "Collective",
+    "Systems",
+    "Foundry",
+    "Guild",
+    "Holdings",
+    "Studios",
+    "Analytics",
+    "Cooperative",
+)
 _CITY_ENDINGS = ("", "", "ton", "holm", "vale", "burg", "mouth", "ford", "stad", "port")
 _COUNTRY_ENDINGS = ("ia", "land", "stan", "mark", "ora", "ene")
 _PRODUCT_MODELS = ("", "2", "3", "9", "X", "Pro", "Mini", "One", "Max", "Lite", "S")

@@ -74,29 +74,48 @@ class Superlative:
 
 
 SUPERLATIVES = (
-    Superlative("birth_year", "argmin",
-                 "Which of {names} was born first?", "Who was born first: {a} or {b}?"),
-    Superlative("birth_year", "argmax",
-                 "Which of {names} was born last?", "Who was born last: {a} or {b}?"),
-    Superlative("founded_year", "argmin",
-                 "Which of {names} was founded first?", "Which was founded first: {a} or {b}?"),
-    Superlative("founded_year", "argmax",
-                 "Which of {names} was founded most recently?", "Which was founded more recently: {a} or {b}?"),
-    Superlative("employees", "argmax",
-                 "Which of {names} has the most employees?", "Which has more employees: {a} or {b}?"),
-    Superlative("population", "argmax",
-                 "Which of {names} has the largest population?", "Which has the larger population: {a} or {b}?"),
-    Superlative("population", "argmin",
-                 "Which of {names} has the smallest population?", "Which has the smaller population: {a} or {b}?"),
-    Superlative("settled_year", "argmin",
-                 "Which of {names} was settled first?", "Which was settled first: {a} or {b}?"),
-    Superlative("country_population", "argmax",
-                 "Which of {names} has the largest population?", "Which has the larger population: {a} or {b}?"),
-    Superlative("release_year", "argmin",
-                 "Which of {names} was released first?", "Which was released first: {a} or {b}?"),
-    Superlative("year", "argmax",
-                 "Which of {names} was held most recently?", "Which was held more recently: {a} or {b}?"),
-)  # fmt: skip
+    Superlative("birth_year", "argmin", "Which of {names} was born first?", "Who was born first: {a} or {b}?"),
+    Superlative("birth_year", "argmax", "Which of {names} was born last?", "Who was born last: {a} or {b}?"),
+    Superlative(
+        "founded_year", "argmin", "Which of {names} was founded first?", "Which was founded first: {a} or {b}?"
+    ),
+    Superlative(
+        "founded_year",
+        "argmax",
+        "Which of {names} was founded most recently?",
+        "Which was founded more recently: {a} or {b}?",
+    ),
+    Superlative(
+        "employees", "argmax", "Which of {names} has the most employees?", "Which has more employees: {a} or {b}?"
+    ),
+    Superlative(
+        "population",
+        "argmax",
+        "Which of {names} has the largest population?",
+        "Which has the larger population: {a} or {b}?",
+    ),
+    Superlative(
+        "population",
+        "argmin",
+        "Which of {names} has the smallest population?",
+        "Which has the smaller population: {a} or {b}?",
+    ),
+    Superlative(
+        "settled_year", "argmin", "Which of {names} was settled first?", "Which was settled first: {a} or {b}?"
+    ),
+    Superlative(
+        "country_population",
+        "argmax",
+        "Which of {names} has the largest population?",
+        "Which has the larger population: {a} or {b}?",
+    ),
+    Superlative(
+        "release_year", "argmin", "Which of {names} was released first?", "Which was released first: {a} or {b}?"
+    ),
+    Superlative(
+        "year", "argmax", "Which of {names} was held most recently?", "Which was held more recently: {a} or {b}?"
+    ),
+)
 
 # Aggregates: relation -> "How many of {names} ... {target}?"; attribute -> "... before {year}?"
 COUNT_EQUAL = {

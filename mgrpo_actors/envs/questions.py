@@ -31,17 +31,11 @@ from mgrpo_actors.envs.question_templates import (
 )
 from mgrpo_actors.envs.world import ATTRIBUTES, Entity, World, format_value, parse_number
 
-__all__ = [
-    "QUESTION_KINDS",
-    "QuestionConfig",
-    "combine_facts",
-    "generate_questions",
-]
+__all__ = ["QUESTION_KINDS", "QuestionConfig", "combine_facts", "generate_questions"]
 
 log = structlog.get_logger(__name__)
 
 QUESTION_KINDS = ("lookup", "chain", "compare", "compose", "aggregate")
-
 
 
 @dataclass(frozen=True)
@@ -189,10 +183,14 @@ class _Drafter:
             return None
         (phrase_a, chain_a), (phrase_b, chain_b) = phrased
         evidence = tuple(
-            Evidence(t.name, format_value(spec.attribute, t.attributes[spec.attribute]),
-                     tuple(e.url for e in chain), tuple(e.name for e in chain))
+            Evidence(
+                t.name,
+                format_value(spec.attribute, t.attributes[spec.attribute]),
+                tuple(e.url for e in chain),
+                tuple(e.name for e in chain),
+            )
             for t, chain in ((targets[0], chain_a), (targets[1], chain_b))
-        )  # fmt: skip
+        )
         text = spec.between.format(a=phrase_a, b=phrase_b)
         key = ("compose", spec, frozenset((phrase_a, phrase_b)))
         return _Draft(key, "compose", _capitalise(text), spec.operation, "", evidence)
@@ -217,10 +215,11 @@ class _Drafter:
         picked = self.rng.sample(positives, k) + self.rng.sample(negatives, n - k)
         self.rng.shuffle(picked)
         evidence = tuple(
-            Evidence(e.name, self.world.target(e, relation).name, (e.url,),
-                     (e.name, self.world.target(e, relation).name))
+            Evidence(
+                e.name, self.world.target(e, relation).name, (e.url,), (e.name, self.world.target(e, relation).name)
+            )
             for e in picked
-        )  # fmt: skip
+        )
         text = COUNT_EQUAL[relation].format(names=_join_all([e.name for e in picked]), target=target.name)
         key = ("count_equal", relation, target.id, tuple(sorted(e.id for e in picked)))
         return _Draft(key, "aggregate", text, "count_equal", target.name, evidence)
@@ -269,10 +268,18 @@ def _to_question(draft: _Draft, qid: str, world: World) -> Question:
         aliases = draft.answer_aliases
     level = sum(_hops(e) for e in draft.evidence)
     return Question(
-        id=qid, question=draft.text, answer=answer, aliases=aliases, kind=draft.kind,
-        level=level, stage=1 if level == 1 else 2, hops=max(_hops(e) for e in draft.evidence),
-        operation=draft.operation, operand=draft.operand, evidence=draft.evidence,
-    )  # fmt: skip
+        id=qid,
+        question=draft.text,
+        answer=answer,
+        aliases=aliases,
+        kind=draft.kind,
+        level=level,
+        stage=1 if level == 1 else 2,
+        hops=max(_hops(e) for e in draft.evidence),
+        operation=draft.operation,
+        operand=draft.operand,
+        evidence=draft.evidence,
+    )
 
 
 def _hops(evidence: Evidence) -> int:

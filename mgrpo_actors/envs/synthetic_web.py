@@ -103,6 +103,5 @@ def web_statistics(web: SyntheticWeb) -> dict[str, Any]:
 
 def config_from_args(seed: int, entities: int, questions: int) -> SyntheticWebConfig:
     return SyntheticWebConfig(
-        world=WorldConfig(seed=seed, num_entities=entities),
-        questions=QuestionConfig(num_questions=questions),
+        world=WorldConfig(seed=seed, num_entities=entities), questions=QuestionConfig(num_questions=questions)
     )

@@ -101,17 +101,49 @@ RELATIONS: dict[str, RelationSpec] = {
 }
 
 _OCCUPATIONS = (
-    "chemist", "architect", "cartographer", "violinist", "engineer", "botanist", "novelist",
-    "economist", "sculptor", "astronomer", "physician", "linguist", "geologist", "photographer",
-)  # fmt: skip
+    "chemist",
+    "architect",
+    "cartographer",
+    "violinist",
+    "engineer",
+    "botanist",
+    "novelist",
+    "economist",
+    "sculptor",
+    "astronomer",
+    "physician",
+    "linguist",
+    "geologist",
+    "photographer",
+)
 _INDUSTRIES = (
-    "shipbuilding", "textiles", "robotics", "publishing", "agriculture", "software", "mining",
-    "pharmaceuticals", "aviation", "brewing", "logistics", "optics",
-)  # fmt: skip
+    "shipbuilding",
+    "textiles",
+    "robotics",
+    "publishing",
+    "agriculture",
+    "software",
+    "mining",
+    "pharmaceuticals",
+    "aviation",
+    "brewing",
+    "logistics",
+    "optics",
+)
 _CATEGORIES = (
-    "bicycle", "telescope", "sewing machine", "synthesiser", "tractor", "camera", "drone",
-    "espresso machine", "typewriter", "kayak", "wristwatch", "loom",
-)  # fmt: skip
+    "bicycle",
+    "telescope",
+    "sewing machine",
+    "synthesiser",
+    "tractor",
+    "camera",
+    "drone",
+    "espresso machine",
+    "typewriter",
+    "kayak",
+    "wristwatch",
+    "loom",
+)
 _DISCIPLINES = ("chess", "rowing", "fencing", "archery", "sailing", "poetry", "debating", "cycling")
 
 

@@ -39,12 +39,16 @@ def _side_model(run_dir: Path, side: str, config: NodeConfig) -> CheckpointModel
     if tag is None:
         if not config.trains(side):
             return CheckpointModel(side, getattr(config.agents, side).model, None)
-        raise CheckpointError(f"{checkpoints.directory} holds no checkpoint of the {side} agent (no 'latest' file); "
-                              f"an agent that did not train has none: set learners.{side}.frozen=true to evaluate "
-                              f"its configured model instead")  # fmt: skip
+        raise CheckpointError(
+            f"{checkpoints.directory} holds no checkpoint of the {side} agent (no 'latest' file); "
+            f"an agent that did not train has none: set learners.{side}.frozen=true to evaluate "
+            f"its configured model instead"
+        )
     hf = checkpoints.hf_dir(tag)
     if not (hf / "config.json").is_file():
-        raise CheckpointError(f"checkpoint {tag!r} of the {side} agent has no HF model directory: {hf} lacks config.json")
+        raise CheckpointError(
+            f"checkpoint {tag!r} of the {side} agent has no HF model directory: {hf} lacks config.json"
+        )
     return CheckpointModel(side, str(hf), tag)
 
 
@@ -52,7 +56,9 @@ def checkpoint_models(run_dir: str | Path, config: NodeConfig, sides: Sequence[s
     """The model of each of `sides` from the latest checkpoints under `run_dir`; CheckpointError if one is missing."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise CheckpointError(f"no run directory {str(run_dir)!r} (a run's directory is <run.dir>/<run.id>, e.g. runs/default)")
+        raise CheckpointError(
+            f"no run directory {str(run_dir)!r} (a run's directory is <run.dir>/<run.id>, e.g. runs/default)"
+        )
     return [_side_model(run_dir, side, config) for side in sides]
 
 

@@ -69,5 +69,7 @@ def spread_over_runs(runs: Sequence[RunMetrics]) -> dict[str, Spread]:
     spreads = {}
     for name in METRICS:
         values = np.array([getattr(run, name) for run in runs], dtype=np.float64)
-        spreads[name] = Spread(mean=float(values.mean()), std=float(values.std()), min=float(values.min()), max=float(values.max()))
+        spreads[name] = Spread(
+            mean=float(values.mean()), std=float(values.std()), min=float(values.min()), max=float(values.max())
+        )
     return spreads

@@ -103,7 +103,9 @@ def _decoded(raw: bytes, path: str, line_no: int) -> str:
         # A byte-order mark may open the file (some tools write one); it is not part of the JSON.
         return raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
     except UnicodeDecodeError as exc:
-        raise EvalDataError(f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)") from None
+        raise EvalDataError(
+            f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
+        ) from None
 
 
 def load_eval_questions(path: str | os.PathLike[str], fields: QuestionFields = QuestionFields()) -> list[Question]:
@@ -129,7 +131,9 @@ def load_eval_questions(path: str | os.PathLike[str], fields: QuestionFields = Q
             except ValueError as exc:
                 raise EvalDataError(f"{name}:{line_no}: {exc}") from None
             if question.id in first_line:
-                raise EvalDataError(f"{name}:{line_no}: question id {question.id!r} already on line {first_line[question.id]}")
+                raise EvalDataError(
+                    f"{name}:{line_no}: question id {question.id!r} already on line {first_line[question.id]}"
+                )
             first_line[question.id] = line_no
             questions.append(question)
     if not questions:

@@ -24,7 +24,8 @@ class EvalSetup:
     available: int  # questions the split or file holds
     correct_judge: str  # the judge of r_correct (agents.correct_judge)
     budgets: dict[str, Any] = field(default_factory=dict)  # per agent: max_turns, max_new_tokens_per_turn, temperature
-    checkpoints: dict[str, str | None] = field(default_factory=dict)  # agent -> checkpoint tag (None: frozen, configured model); empty without --checkpoints
+    # agent -> checkpoint tag (None: frozen, configured model); empty without --checkpoints
+    checkpoints: dict[str, str | None] = field(default_factory=dict)
 
 
 def _question_row(question: Question, index: int, runs: Sequence[Sequence[QuestionOutcome]]) -> dict[str, Any]:
@@ -42,15 +43,24 @@ def _question_row(question: Question, index: int, runs: Sequence[Sequence[Questi
 
 
 def eval_report(
-    setup: EvalSetup, eval_cfg: EvalConfig, questions: Sequence[Question], runs: Sequence[Sequence[QuestionOutcome]], seconds: float
+    setup: EvalSetup,
+    eval_cfg: EvalConfig,
+    questions: Sequence[Question],
+    runs: Sequence[Sequence[QuestionOutcome]],
+    seconds: float,
 ) -> dict[str, Any]:
     """The report as a JSON-ready dict; `runs[r][i]` is question i's outcome in run r."""
     if len(runs) != eval_cfg.runs or any(len(run) != len(questions) for run in runs):
-        raise ValueError(f"need {eval_cfg.runs} runs of {len(questions)} outcomes each, got {[len(run) for run in runs]}")
+        raise ValueError(
+            f"need {eval_cfg.runs} runs of {len(questions)} outcomes each, got {[len(run) for run in runs]}"
+        )
     metrics = [run_metrics(run) for run in runs]
     return {
         "setup": {**asdict(setup), "questions": len(questions), "runs": eval_cfg.runs, "seeds": eval_cfg.run_seeds},
-        "runs": [{"run": r, "seed": seed, **asdict(m)} for r, (seed, m) in enumerate(zip(eval_cfg.run_seeds, metrics, strict=True))],
+        "runs": [
+            {"run": r, "seed": seed, **asdict(m)}
+            for r, (seed, m) in enumerate(zip(eval_cfg.run_seeds, metrics, strict=True))
+        ],
         "aggregate": {name: asdict(spread) for name, spread in spread_over_runs(metrics).items()},
         "questions": [_question_row(question, index, runs) for index, question in enumerate(questions)],
         "seconds": round(seconds, 3),

@@ -30,7 +30,8 @@ class EvalConfig:
     runs: int = 3  # sampled runs over every question; the report gives each metric's spread over them
     seed: int = 0  # base seed: run r samples with seed + r
     single_agent: bool = False  # the single-agent baseline (one agent with every tool) instead of M + S
-    batch_questions: int = 16  # questions rolled out together as one generate batch (and their delegations as S's batches)
+    # questions rolled out together as one generate batch (and their delegations as S's batches)
+    batch_questions: int = 16
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -57,7 +58,14 @@ def outcome_of(question_id: str, rollout: Rollout) -> QuestionOutcome:
     )
 
 
-def _rollouts(questions: Sequence[Question], main: AgentModel, sub: AgentModel | None, tools: ToolRegistry, cfg: RolloutConfig, seed: int | None) -> list[Rollout]:
+def _rollouts(
+    questions: Sequence[Question],
+    main: AgentModel,
+    sub: AgentModel | None,
+    tools: ToolRegistry,
+    cfg: RolloutConfig,
+    seed: int | None,
+) -> list[Rollout]:
     """One rollout of each question, all generated as one batch."""
     if sub is None:
         groups = run_single_agent_groups(questions, 1, main, tools, cfg, seed=seed)
@@ -87,7 +95,9 @@ def evaluate(
         outcomes = []
         for first in range(0, len(questions), size):
             batch = questions[first : first + size]
-            for question, rollout in zip(batch, _rollouts(batch, main, sub, tools, cfg, step_seed(run_seed, first // size)), strict=True):
+            for question, rollout in zip(
+                batch, _rollouts(batch, main, sub, tools, cfg, step_seed(run_seed, first // size)), strict=True
+            ):
                 outcomes.append(outcome_of(question.id, rollout))
                 if on_question is not None:
                     on_question()

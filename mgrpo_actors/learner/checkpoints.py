@@ -51,7 +51,8 @@ class Checkpoints:
     def save(self, trainer: PolicyTrainer, tokenizer: Any, tag: str, record: dict[str, Any]) -> Path:
         """Model, optimizer and `record`; the HF directory; older checkpoints removed. Returns the HF dir."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(str(self.directory), tag, {"record": record})  # every rank of the learner saves its part
+        # every rank of the learner saves its part
+        trainer.save_checkpoint(str(self.directory), tag, {"record": record})
         hf = export_hf(trainer.module, trainer.full_state_dict(), tokenizer, self.hf_dir(tag))
         self._prune(keep=tag)
         return hf

@@ -40,9 +40,10 @@ def trainable_rows(batch: AlignedBatch, skip_zero_advantage: bool = False) -> li
     """Samples with weight > 0 and a target; with `skip_zero_advantage`, also those with A != 0 only
     (a sample with A = 0 has zero loss and zero gradient when no KL term is used)."""
     return [
-        i for i in range(len(batch.sample_ids))
+        i
+        for i in range(len(batch.sample_ids))
         if batch.weights[i] > 0 and batch.lengths[i] > 1 and not (skip_zero_advantage and batch.advantages[i] == 0)
-    ]  # fmt: skip
+    ]
 
 
 def micro_batches(batch: AlignedBatch, size: int, pad_id: int, rows: list[int] | None = None) -> list[MicroBatch]:
@@ -59,7 +60,9 @@ def micro_batches(batch: AlignedBatch, size: int, pad_id: int, rows: list[int] |
     return result
 
 
-def _micro_batch(batch: AlignedBatch, rows: list[int], offsets: np.ndarray, pad_id: int, sampling: SamplingParams) -> MicroBatch:
+def _micro_batch(
+    batch: AlignedBatch, rows: list[int], offsets: np.ndarray, pad_id: int, sampling: SamplingParams
+) -> MicroBatch:
     width = int(max(batch.lengths[i] for i in rows))
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     attention = np.zeros((len(rows), width), dtype=np.int64)

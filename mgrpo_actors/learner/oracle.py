@@ -25,13 +25,14 @@ from mgrpo_actors.agents.rollout import RolloutConfig, run_rollouts, run_single_
 from mgrpo_actors.agents.setup import agent_tools
 from mgrpo_actors.agents.trajectory import TokenTrajectory, encode_template
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
+from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.engines.base import Generation, SamplingParams, WeightsSource
 from mgrpo_actors.envs.qa import Question
-from mgrpo_actors.config.node import ToolsConfig
 
 __all__ = ["OracleDemonstrations", "OracleEngine", "oracle_demonstrations"]
 
-_USER, _ASSISTANT, _END = "<|im_start|>user", "<|im_start|>assistant", "<|im_end|>"  # ChatML, the template of every model we ship
+# ChatML, the template of every model we ship
+_USER, _ASSISTANT, _END = ("<|im_start|>user", "<|im_start|>assistant", "<|im_end|>")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class OracleEngine:
         ids = encode_template(self.tokenizer, self._turn(prompt))
         if not ids or ids[-1] not in params.stop_token_ids:
             ids = [*ids, self.tokenizer.eos_token_id]  # the turn ends on the end-of-turn token, as a model's would
-        return Generation(token_ids=ids, logprobs=np.zeros(len(ids), np.float32), finish_reason="stop", policy_version=0)
+        return Generation(
+            token_ids=ids, logprobs=np.zeros(len(ids), np.float32), finish_reason="stop", policy_version=0
+        )
 
     def _turn(self, prompt: str) -> str:
         if _USER not in prompt:
@@ -75,8 +78,15 @@ class OracleEngine:
             raise ValueError("the oracle knows only stage-1 questions (one evidence chain) it was given")
         chain = question.evidence[0]
         if self.role == "main":
-            return format_tool_call("delegate", {"task": question.question, "context": ""}) if turn == 0 else format_answer(question.answer)
-        steps = [format_tool_call("search", {"query": chain.subject}), format_tool_call("visit", {"url": chain.urls[-1], "goal": question.question})]
+            return (
+                format_tool_call("delegate", {"task": question.question, "context": ""})
+                if turn == 0
+                else format_answer(question.answer)
+            )
+        steps = [
+            format_tool_call("search", {"query": chain.subject}),
+            format_tool_call("visit", {"url": chain.urls[-1], "goal": question.question}),
+        ]
         if turn < len(steps):
             return steps[turn]
         if self.role == "single":
@@ -111,5 +121,9 @@ def oracle_demonstrations(
         rollout = run_rollouts(q, 1, main, sub, tools, cfg).rollouts[0]
         if rollout.main_score.r_correct > 0 and rollout.main_score.format.ok:
             main_out.append(rollout.main.trajectory)
-        sub_out += [call.episode.trajectory for call, score in zip(rollout.sub_calls, rollout.sub_scores, strict=True) if score.format.ok]
+        sub_out += [
+            call.episode.trajectory
+            for call, score in zip(rollout.sub_calls, rollout.sub_scores, strict=True)
+            if score.format.ok
+        ]
     return OracleDemonstrations(main_out, sub_out)

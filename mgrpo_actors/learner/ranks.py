@@ -34,7 +34,17 @@ from mgrpo_actors.learner.trainer import CMD_APPLY, CMD_CHECKPOINT, CMD_STATE, P
 from mgrpo_actors.log import get_logger
 from protocols import AlignedBatch, decode, encode
 
-__all__ = ["CMD_APPLY", "CMD_CHECKPOINT", "CMD_STATE", "CMD_STOP", "RankChannel", "follow", "lead", "run_follower", "stop_followers"]
+__all__ = [
+    "CMD_APPLY",
+    "CMD_CHECKPOINT",
+    "CMD_STATE",
+    "CMD_STOP",
+    "RankChannel",
+    "follow",
+    "lead",
+    "run_follower",
+    "stop_followers",
+]
 
 log = get_logger(__name__)
 

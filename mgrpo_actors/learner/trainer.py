@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -35,7 +36,16 @@ from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import LEARN, timed
 from protocols import AlignedBatch
 
-__all__ = ["CMD_APPLY", "CMD_CHECKPOINT", "CMD_STATE", "PolicyTrainer", "StepStats", "deepspeed_config", "ensure_process_group_env", "init_process_group"]
+__all__ = [
+    "CMD_APPLY",
+    "CMD_CHECKPOINT",
+    "CMD_STATE",
+    "PolicyTrainer",
+    "StepStats",
+    "deepspeed_config",
+    "ensure_process_group_env",
+    "init_process_group",
+]
 
 log = get_logger(__name__)
 
@@ -152,12 +162,18 @@ class PolicyTrainer:
         """Forward and backward of one micro-batch; `weight` 0 makes it a stand-in that adds no gradient."""
         device = self.engine.device
         self.engine.set_gradient_accumulation_boundary(last)
-        logits = self.engine(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device)).logits[:, :-1]
+        logits = self.engine(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device)).logits[
+            :, :-1
+        ]
         logprobs = token_log_probs(logits, mb.targets.to(device), mb.sampling)  # fp32, under the sampling distribution
         loss, stats = clipped_policy_loss(
-            logprobs, mb.old_logprobs.to(device), mb.advantages.to(device), mb.loss_mask.to(device), self.objective,
+            logprobs,
+            mb.old_logprobs.to(device),
+            mb.advantages.to(device),
+            mb.loss_mask.to(device),
+            self.objective,
             global_denominator=denominator,
-        )  # fmt: skip
+        )
         # m-grpo.md §Objective: the global denominator already scales the loss; undo DeepSpeed's rank averaging.
         self.engine.backward(loss * (self.world_size * weight), scale_wrt_gas=False)
         return stats
@@ -189,7 +205,8 @@ class PolicyTrainer:
         no signal (the same answer on every rank: it is decided from the whole batch).
         """
         sums = target_mask_sums(batch)
-        denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0  # m-grpo.md §Objective: the global batch's
+        # m-grpo.md §Objective: the global batch's
+        denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0
         rows = trainable_rows(batch, skip_zero_advantage=self.objective.kl_coef == 0)
         names = ("loss", "clip_fraction", "approx_kl", "ratio_mean", "tokens")
         totals = dict.fromkeys(names, 0.0)
@@ -201,7 +218,9 @@ class PolicyTrainer:
         stand_in = micro_batches(batch, 1, self.pad_id, rows[:1])[0] if len(mbs) < rounds else None
         for i in range(rounds):
             real = i < len(mbs)
-            stats = self._micro_step(mbs[i] if real else stand_in, denominator, last=i == rounds - 1, weight=1.0 if real else 0.0)
+            stats = self._micro_step(
+                mbs[i] if real else stand_in, denominator, last=i == rounds - 1, weight=1.0 if real else 0.0
+            )
             if not real:
                 continue
             totals["loss"] += stats.loss  # micro-batch losses add up to the batch's loss

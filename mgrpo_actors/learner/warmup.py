@@ -64,7 +64,9 @@ def _assistant_generation(tokenizer: PreTrainedTokenizerBase, text: str, stop_id
     ids = encode_template(tokenizer, text)
     if not ids or ids[-1] not in stop_ids:
         ids = [*ids, tokenizer.eos_token_id]  # no stop id at the end: the turn ends on the end-of-turn token
-    return Generation(token_ids=ids, logprobs=np.zeros(len(ids), dtype=np.float32), finish_reason="stop", policy_version=0)
+    return Generation(
+        token_ids=ids, logprobs=np.zeros(len(ids), dtype=np.float32), finish_reason="stop", policy_version=0
+    )
 
 
 def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, demo: Demonstration) -> TokenTrajectory:
@@ -87,7 +89,9 @@ def _sample(trajectory: TokenTrajectory) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, targets
 
 
-def warm_up(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, demos: Sequence[Demonstration], cfg: WarmupConfig) -> list[float]:
+def warm_up(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, demos: Sequence[Demonstration], cfg: WarmupConfig
+) -> list[float]:
     """Fine-tune `model` in place on `demos`; returns the loss of every step."""
     if not demos:
         raise ValueError("warm-up needs at least one demonstration")
@@ -95,7 +99,10 @@ def warm_up(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, demos: S
 
 
 def warm_up_trajectories(
-    model: PreTrainedModel, trajectories: Sequence[TokenTrajectory], cfg: WarmupConfig, progress: Callable[[int, float], None] | None = None
+    model: PreTrainedModel,
+    trajectories: Sequence[TokenTrajectory],
+    cfg: WarmupConfig,
+    progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only);
     each step is the token-mean cross-entropy over `cfg.batch_size` episodes drawn with replacement,
@@ -115,7 +122,9 @@ def warm_up_trajectories(
         total = 0.0
         for ids, targets in samples:
             logits = model(input_ids=ids).logits[0, :-1].float()
-            loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum") / max(tokens, 1)
+            loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum") / max(
+                tokens, 1
+            )
             loss.backward()
             total += loss.item()
         optimizer.step()

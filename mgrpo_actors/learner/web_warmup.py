@@ -56,28 +56,60 @@ def warm_up_agents(
     single = config.run.method == "single-agent"
     own = config.agents.main.tools
     if single and own is not None and not {"search", "visit"} <= set(own):
-        raise ValueError(f"the warm-up's episodes search and visit the built-in web, but agents.main.tools is {own} "
-                         "(plain GRPO has no tool protocol to warm up)")  # fmt: skip
+        raise ValueError(
+            f"the warm-up's episodes search and visit the built-in web, but agents.main.tools is {own} "
+            "(plain GRPO has no tool protocol to warm up)"
+        )
     web = synthetic_web(config.tools)
     questions = [q for q in web.splits["train"] if q.level == 1 and len(q.evidence) == 1][: cfg.questions]
     if not questions:
         raise ValueError("the synthetic web has no stage-1 train questions (raise tools.web_entities)")
-    specs = {"main": config.agents.main.model} if single else {"main": config.agents.main.model, "sub": config.agents.sub.model}
+    specs = (
+        {"main": config.agents.main.model}
+        if single
+        else {"main": config.agents.main.model, "sub": config.agents.sub.model}
+    )
     loaded = {side: load_model(spec) for side, spec in specs.items()}
     started = time.perf_counter()
-    demos = oracle_demonstrations(questions, loaded["main"][1], None if single else loaded["sub"][1], config.tools, rollout_config(config.agents, config.algo))
+    demos = oracle_demonstrations(
+        questions,
+        loaded["main"][1],
+        None if single else loaded["sub"][1],
+        config.tools,
+        rollout_config(config.agents, config.algo),
+    )
     episodes = {"main": demos.main, "sub": demos.sub}
-    record: dict = {"settings": asdict(cfg), "method": config.run.method, "models": specs, "questions": len(questions), "agents": {}}
+    record: dict = {
+        "settings": asdict(cfg),
+        "method": config.run.method,
+        "models": specs,
+        "questions": len(questions),
+        "agents": {},
+    }
     dirs = {}
     for side, (model, tokenizer) in loaded.items():
         trajectories = episodes[side]
         if not trajectories:
-            raise ValueError(f"the oracle produced no valid {side} episode: check the agents' budgets (max_turns, max_context_tokens)")
-        log.info("warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories))
+            raise ValueError(
+                f"the oracle produced no valid {side} episode: check the agents' budgets (max_turns, max_context_tokens)"
+            )
+        log.info(
+            "warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories)
+        )
         warmup = WarmupConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed)
-        losses = warm_up_trajectories(model, trajectories, warmup, None if progress is None else lambda step, loss, side=side: progress(side, step, loss))
+        losses = warm_up_trajectories(
+            model,
+            trajectories,
+            warmup,
+            None if progress is None else lambda step, loss, side=side: progress(side, step, loss),
+        )
         dirs[side] = save_warmed(model, tokenizer, out / side)
-        record["agents"][side] = {"episodes": len(trajectories), "tokens": sum(len(t.token_ids) for t in trajectories), "losses": losses, "dir": str(dirs[side])}
+        record["agents"][side] = {
+            "episodes": len(trajectories),
+            "tokens": sum(len(t.token_ids) for t in trajectories),
+            "losses": losses,
+            "dir": str(dirs[side]),
+        }
     record["seconds"] = time.perf_counter() - started
     (out / "warmup.json").write_text(json.dumps(record, indent=2))
     return dirs

@@ -73,7 +73,9 @@ class WeightsStore:
         self._forget(version - self.cfg.keep_versions)
         if self._bucket is not None:
             path.unlink()  # stored (and only now: a publish that failed part-way can be made again from it)
-        return WeightsVersion(run_id=self.bus.run_id, side=self.side, version=version, step=step, uri=uri, sha256=digest)
+        return WeightsVersion(
+            run_id=self.bus.run_id, side=self.side, version=version, step=step, uri=uri, sha256=digest
+        )
 
     def _forget(self, version: int) -> None:
         if version < 1:
@@ -94,7 +96,11 @@ class WeightsStore:
             path = Path(announced.uri.removeprefix(_FILE_PREFIX))
         else:
             bucket, _, name = announced.uri.removeprefix(_OBJECT_PREFIX).partition("/")
-            store = self._bucket if bucket == self.bucket_name and self._bucket is not None else self.bus.object_store(bucket)
+            store = (
+                self._bucket
+                if bucket == self.bucket_name and self._bucket is not None
+                else self.bus.object_store(bucket)
+            )
             path = store.get_file(name, self.local_dir / f"{self.side}-{name}")
         if announced.sha256 and sha256_of(path) != announced.sha256:
             raise ValueError(f"weights {announced.uri} do not match their sha256 {announced.sha256[:12]}…")

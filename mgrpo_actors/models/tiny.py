@@ -23,7 +23,15 @@ import tokenizers
 import torch
 import transformers
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.cache import build_once, cache_root
@@ -84,11 +92,21 @@ class TinyModelConfig:
 # Distinct models for the main agent and the sub-agent, as in a real vertical system.
 TINY_PRESETS: dict[str, TinyModelConfig] = {
     "main": TinyModelConfig(name="main", seed=0),
-    "sub": TinyModelConfig(name="sub", seed=1, hidden_size=48, intermediate_size=96, num_attention_heads=4,
-                           num_key_value_heads=4),
+    "sub": TinyModelConfig(
+        name="sub", seed=1, hidden_size=48, intermediate_size=96, num_attention_heads=4, num_key_value_heads=4
+    ),
     # `mgrpo bench grpo`'s stated configuration: Qwen2-style, hidden 128, 4 layers, 4 heads, intermediate 384, BPE 512.
-    "grpo": TinyModelConfig(name="grpo", seed=2, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                            num_attention_heads=4, num_key_value_heads=4, vocab_size=512, architecture="qwen2"),
+    "grpo": TinyModelConfig(
+        name="grpo",
+        seed=2,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=512,
+        architecture="qwen2",
+    ),
 }
 
 _WORDS = (
@@ -164,7 +182,9 @@ def _fast_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
 
 
 def _model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
-    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if cfg.architecture == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    config_class, model_class = (
+        (Qwen2Config, Qwen2ForCausalLM) if cfg.architecture == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    )
     config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
@@ -201,7 +221,8 @@ def _cache_key(cfg: TinyModelConfig) -> str:
     versions = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
     shape = asdict(cfg)
     if shape["architecture"] == "llama":
-        del shape["architecture"]  # the Llama presets keep the keys they had before Qwen2 came (cached builds stay valid)
+        # the Llama presets keep the keys they had before Qwen2 came (cached builds stay valid)
+        del shape["architecture"]
     spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **shape}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 

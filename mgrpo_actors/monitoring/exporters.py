@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 from protocols import Event, Message, Metric
 
-__all__ = ["SINGLETON_ROLES", "Exporter", "PrometheusExporter", "TensorBoardExporter", "exporters_for", "prometheus_name", "tags_text"]
+__all__ = [
+    "SINGLETON_ROLES",
+    "Exporter",
+    "PrometheusExporter",
+    "TensorBoardExporter",
+    "exporters_for",
+    "prometheus_name",
+    "tags_text",
+]
 
 
 class Exporter(Protocol):
@@ -54,7 +62,9 @@ class PrometheusExporter:
         self.registry = CollectorRegistry()
         self._gauge_class = Gauge
         self._gauges: dict[str, Any] = {}
-        self._events = Counter("mgrpo_events", "events of the run by kind and level", ["run", "kind", "level"], registry=self.registry)
+        self._events = Counter(
+            "mgrpo_events", "events of the run by kind and level", ["run", "kind", "level"], registry=self.registry
+        )
         self._step = Gauge("mgrpo_step", "step of the newest metric sample", ["run"], registry=self.registry)
         self._newest_step = 0
         self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
@@ -66,7 +76,9 @@ class PrometheusExporter:
             name = prometheus_name(message.name)
             gauge = self._gauges.get(name)
             if gauge is None:
-                gauge = self._gauges[name] = self._gauge_class(name, f"mgrpo metric {message.name}", ["run", "node", "role", "tags"], registry=self.registry)
+                gauge = self._gauges[name] = self._gauge_class(
+                    name, f"mgrpo metric {message.name}", ["run", "node", "role", "tags"], registry=self.registry
+                )
             gauge.labels(self.run_id, message.node, message.role, tags_text(message.tags)).set(message.value)
             self._newest_step = max(self._newest_step, message.step)
             self._step.labels(self.run_id).set(self._newest_step)

@@ -16,8 +16,11 @@ SUMMARY_FILE = "summary.json"
 REWARDS_FILE = "rewards.png"
 
 # (row key, label, colour, line style) of the lines in rewards.png (M correct dashed: it often equals R_M).
-_CURVES = (("main_reward_mean", "R_M mean (main agent)", "tab:blue", "-"), ("sub_reward_mean", "R_S mean (sub-agent)", "tab:orange", "-"),
-           ("main_correct", "M correct (r_correct mean)", "tab:green", "--"))  # fmt: skip
+_CURVES = (
+    ("main_reward_mean", "R_M mean (main agent)", "tab:blue", "-"),
+    ("sub_reward_mean", "R_S mean (sub-agent)", "tab:orange", "-"),
+    ("main_correct", "M correct (r_correct mean)", "tab:green", "--"),
+)
 
 
 def _clean(value: Any) -> Any:
@@ -29,7 +32,11 @@ def _clean(value: Any) -> Any:
 
 def write_summary_json(rows: Sequence[dict[str, Any]], path: Path, run_id: str, seconds: float | None = None) -> Path:
     """{"run_id", "seconds", "steps": rows} as JSON (missing figures are null)."""
-    document = {"run_id": run_id, "seconds": _clean(seconds), "steps": [{k: _clean(v) for k, v in row.items()} for row in rows]}
+    document = {
+        "run_id": run_id,
+        "seconds": _clean(seconds),
+        "steps": [{k: _clean(v) for k, v in row.items()} for row in rows],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     return path
@@ -60,7 +67,9 @@ def write_rewards_png(rows: Sequence[dict[str, Any]], path: Path, title: str = "
     return path
 
 
-def write_report(rows: Sequence[dict[str, Any]], run_dir: Path, run_id: str, seconds: float | None = None) -> list[Path]:
+def write_report(
+    rows: Sequence[dict[str, Any]], run_dir: Path, run_id: str, seconds: float | None = None
+) -> list[Path]:
     """summary.json and rewards.png in `run_dir`; returns their paths."""
     return [
         write_summary_json(rows, run_dir / SUMMARY_FILE, run_id, seconds),

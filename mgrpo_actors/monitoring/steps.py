@@ -71,7 +71,12 @@ class StepRecord:
             row[f"{side}_version"] = _num(figures.get("version"))
             row[f"{side}_learner_s"] = _num(figures.get("seconds"))
             row[f"{side}_learner_tokens_per_s"] = _rate(figures.get("tokens"), figures.get("seconds"))
-        row.update(rollout_s=rollout_s, align_s=_span(rollout_end, aligned), learn_s=_span(aligned, learned), seconds=_num(self.seconds))
+        row.update(
+            rollout_s=rollout_s,
+            align_s=_span(rollout_end, aligned),
+            learn_s=_span(aligned, learned),
+            seconds=_num(self.seconds),
+        )
         return row
 
 

@@ -16,7 +16,16 @@ import numpy as np
 
 from protocols import SAMPLE_KINDS, AlignedBatch, Trajectory
 
-__all__ = ["BatchRow", "RolloutKey", "batch_id", "join_chunks", "placeholder_row", "rows_to_batch", "split_batch", "trajectory_row"]
+__all__ = [
+    "BatchRow",
+    "RolloutKey",
+    "batch_id",
+    "join_chunks",
+    "placeholder_row",
+    "rows_to_batch",
+    "split_batch",
+    "trajectory_row",
+]
 
 RolloutKey = tuple[str, int]  # (query id, rollout index)
 
@@ -53,21 +62,39 @@ class BatchRow:
 def trajectory_row(trajectory: Trajectory, sample_id: str, kind: str, advantage: float, reward: float) -> BatchRow:
     """A sample that trains on `trajectory` (weight 1)."""
     return BatchRow(
-        sample_id=sample_id, kind=kind, token_ids=trajectory.token_ids, loss_mask=trajectory.loss_mask,
-        logprobs=trajectory.logprobs, advantage=advantage, weight=1.0, reward=reward,
-        policy_version=trajectory.policy_version, temperature=trajectory.temperature, top_p=trajectory.top_p, top_k=trajectory.top_k,
-    )  # fmt: skip
+        sample_id=sample_id,
+        kind=kind,
+        token_ids=trajectory.token_ids,
+        loss_mask=trajectory.loss_mask,
+        logprobs=trajectory.logprobs,
+        advantage=advantage,
+        weight=1.0,
+        reward=reward,
+        policy_version=trajectory.policy_version,
+        temperature=trajectory.temperature,
+        top_p=trajectory.top_p,
+        top_k=trajectory.top_k,
+    )
 
 
 def placeholder_row(sample_id: str, kind: str) -> BatchRow:
     """A masked one-token sample: weight 0, loss mask 0, advantage 0, reward 0."""
     return BatchRow(
-        sample_id=sample_id, kind=kind, token_ids=np.zeros(1, np.int32), loss_mask=np.zeros(1, np.uint8),
-        logprobs=np.zeros(1, np.float32), advantage=0.0, weight=0.0, reward=0.0, policy_version=-1,
-    )  # fmt: skip
+        sample_id=sample_id,
+        kind=kind,
+        token_ids=np.zeros(1, np.int32),
+        loss_mask=np.zeros(1, np.uint8),
+        logprobs=np.zeros(1, np.float32),
+        advantage=0.0,
+        weight=0.0,
+        reward=0.0,
+        policy_version=-1,
+    )
 
 
-def rows_to_batch(run_id: str, side: str, step: int, batch_id: str, rows: Sequence[BatchRow], d: int = 0) -> AlignedBatch:
+def rows_to_batch(
+    run_id: str, side: str, step: int, batch_id: str, rows: Sequence[BatchRow], d: int = 0
+) -> AlignedBatch:
     """The AlignedBatch of `rows`, token arrays concatenated in row order."""
     return AlignedBatch(
         run_id=run_id,
@@ -92,7 +119,11 @@ def rows_to_batch(run_id: str, side: str, step: int, batch_id: str, rows: Sequen
 
 
 def _sample_bytes(batch: AlignedBatch) -> np.ndarray:
-    return batch.lengths.astype(np.int64) * _BYTES_PER_TOKEN + _BYTES_PER_SAMPLE + np.array([len(s.encode()) + 8 for s in batch.sample_ids])
+    return (
+        batch.lengths.astype(np.int64) * _BYTES_PER_TOKEN
+        + _BYTES_PER_SAMPLE
+        + np.array([len(s.encode()) + 8 for s in batch.sample_ids])
+    )
 
 
 def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
@@ -103,7 +134,9 @@ def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
     sizes = _sample_bytes(batch)
     if len(sizes) and sizes.max() > budget:
         worst = int(sizes.argmax())
-        raise ValueError(f"sample {batch.sample_ids[worst]} alone needs ~{int(sizes[worst])} bytes; nats.max_message_bytes ({max_bytes}) is too small")
+        raise ValueError(
+            f"sample {batch.sample_ids[worst]} alone needs ~{int(sizes[worst])} bytes; nats.max_message_bytes ({max_bytes}) is too small"
+        )
     bounds, start, used = [], 0, 0
     for i, size in enumerate(sizes.tolist()):
         if used + size > budget and i > start:
@@ -120,8 +153,23 @@ def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
 def _slice(batch: AlignedBatch, a: int, b: int, offsets: np.ndarray, chunk: int, num_chunks: int) -> AlignedBatch:
     tokens = slice(int(offsets[a]), int(offsets[b]))
     per_token = {name: getattr(batch, name)[tokens] for name in ("token_ids", "loss_mask", "logprobs")}
-    per_sample = {name: getattr(batch, name)[a:b] for name in ("lengths", "advantages", "weights", "policy_versions", "rewards", "kinds", "temperatures", "top_ps", "top_ks")}
-    return dataclasses.replace(batch, sample_ids=batch.sample_ids[a:b], chunk=chunk, num_chunks=num_chunks, **per_token, **per_sample)
+    per_sample = {
+        name: getattr(batch, name)[a:b]
+        for name in (
+            "lengths",
+            "advantages",
+            "weights",
+            "policy_versions",
+            "rewards",
+            "kinds",
+            "temperatures",
+            "top_ps",
+            "top_ks",
+        )
+    }
+    return dataclasses.replace(
+        batch, sample_ids=batch.sample_ids[a:b], chunk=chunk, num_chunks=num_chunks, **per_token, **per_sample
+    )
 
 
 def join_chunks(chunks: Sequence[AlignedBatch]) -> AlignedBatch:
@@ -131,6 +179,21 @@ def join_chunks(chunks: Sequence[AlignedBatch]) -> AlignedBatch:
         raise ValueError(f"batch {ordered[0].batch_id}: chunks {[c.chunk for c in ordered]} of {ordered[0].num_chunks}")
     if len(ordered) == 1:
         return ordered[0]
-    arrays = ("token_ids", "loss_mask", "logprobs", "lengths", "advantages", "weights", "policy_versions", "rewards", "kinds", "temperatures", "top_ps", "top_ks")
+    arrays = (
+        "token_ids",
+        "loss_mask",
+        "logprobs",
+        "lengths",
+        "advantages",
+        "weights",
+        "policy_versions",
+        "rewards",
+        "kinds",
+        "temperatures",
+        "top_ps",
+        "top_ks",
+    )
     joined = {name: np.concatenate([getattr(c, name) for c in ordered]) for name in arrays}
-    return dataclasses.replace(ordered[0], sample_ids=[s for c in ordered for s in c.sample_ids], chunk=0, num_chunks=1, **joined)
+    return dataclasses.replace(
+        ordered[0], sample_ids=[s for c in ordered for s in c.sample_ids], chunk=0, num_chunks=1, **joined
+    )

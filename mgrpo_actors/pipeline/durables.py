@@ -37,14 +37,17 @@ def _spec(*args: object, **kwargs: object) -> tuple[str, DurableSpec]:
 
 # Aligners hold a whole step's pieces unacked until the step's batch is published; a learner holds a
 # batch's chunks until the step is applied: hence their large max_ack_pending.
-DURABLES: dict[str, DurableSpec] = dict([
-    _spec("steps", "controller", filter="step.*.*"),  # step.aligned.<side> and step.done.<side>, not its own step.start
-    _spec("rollouts", "main-agents"),
-    _spec("steps", "main-aligner-plans", filter="step.start", max_ack_pending=100_000),
-    _spec("traj-main", "main-aligner", max_ack_pending=100_000),
-    _spec("steps", "sub-aligner-plans", filter="step.start", max_ack_pending=100_000),
-    _spec("stats", "sub-aligner-stats", max_ack_pending=100_000),
-    _spec("traj-sub", "sub-aligner", max_ack_pending=100_000),
-    _spec("batch-main", "main-learner", max_ack_pending=10_000),
-    _spec("batch-sub", "sub-learner", max_ack_pending=10_000),
-])  # fmt: skip
+DURABLES: dict[str, DurableSpec] = dict(
+    [
+        # step.aligned.<side> and step.done.<side>, not its own step.start
+        _spec("steps", "controller", filter="step.*.*"),
+        _spec("rollouts", "main-agents"),
+        _spec("steps", "main-aligner-plans", filter="step.start", max_ack_pending=100_000),
+        _spec("traj-main", "main-aligner", max_ack_pending=100_000),
+        _spec("steps", "sub-aligner-plans", filter="step.start", max_ack_pending=100_000),
+        _spec("stats", "sub-aligner-stats", max_ack_pending=100_000),
+        _spec("traj-sub", "sub-aligner", max_ack_pending=100_000),
+        _spec("batch-main", "main-learner", max_ack_pending=10_000),
+        _spec("batch-sub", "sub-learner", max_ack_pending=10_000),
+    ]
+)

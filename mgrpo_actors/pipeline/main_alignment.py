@@ -17,14 +17,23 @@ from mgrpo_actors.algo.advantages import group_advantages
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_reward
 from mgrpo_actors.phases import ALIGN, timed
-from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
+from mgrpo_actors.pipeline.batch_rows import (
+    BatchRow,
+    RolloutKey,
+    batch_id,
+    placeholder_row,
+    rows_to_batch,
+    trajectory_row,
+)
 from protocols import AlignedBatch, StepPlan, Trajectory
 
 __all__ = ["batch_id", "build_main_batch"]
 
 
 @timed(ALIGN)
-def build_main_batch(plan: StepPlan, trajectories: Mapping[RolloutKey, Trajectory], cfg: AlgoConfig) -> tuple[AlignedBatch, dict[str, float]]:
+def build_main_batch(
+    plan: StepPlan, trajectories: Mapping[RolloutKey, Trajectory], cfg: AlgoConfig
+) -> tuple[AlignedBatch, dict[str, float]]:
     """The main batch of `plan` from the trajectories received (missing ones count as failed), and its metrics."""
     k = plan.num_rollouts
     present = [[trajectories.get((q, i)) for i in range(k)] for q in plan.query_ids]
@@ -39,7 +48,11 @@ def build_main_batch(plan: StepPlan, trajectories: Mapping[RolloutKey, Trajector
         for i, traj in enumerate(present[b]):
             if counted[b, i]:
                 assert traj is not None
-                rows.append(trajectory_row(traj, f"{query}/{traj.attempt}/r{i}", "original", float(advantages[b, i]), float(rewards[b, i])))
+                rows.append(
+                    trajectory_row(
+                        traj, f"{query}/{traj.attempt}/r{i}", "original", float(advantages[b, i]), float(rewards[b, i])
+                    )
+                )
             else:
                 rows.append(placeholder_row(f"{query}/{traj.attempt if traj else '-'}/r{i}", "failed"))
     batch = rows_to_batch(plan.run_id, "main", plan.step, batch_id(plan.run_id, "main", plan.step), rows)

@@ -50,31 +50,66 @@ def new_attempt() -> str:
 
 def question_of(request: RolloutRequest) -> Question:
     """The question a rollout request carries (gold answer first, then aliases)."""
-    return Question(id=request.query_id, question=request.question, answer=request.answers[0], aliases=tuple(request.answers[1:]))
+    return Question(
+        id=request.query_id, question=request.question, answer=request.answers[0], aliases=tuple(request.answers[1:])
+    )
 
 
 def _sub_call_ids(record: EpisodeRecord, subtasks: BusSubtasks | None) -> list[str]:
     """The wire call ids of this rollout's delegations whose sub trajectory is on the sub side, in call order."""
     if subtasks is None:  # the single agent delegates nothing
         return []
-    delegated = [turn.action.call_id for turn in record.turns if isinstance(turn.action, ToolCall) and turn.action.name == DELEGATE_TOOL_NAME]
+    delegated = [
+        turn.action.call_id
+        for turn in record.turns
+        if isinstance(turn.action, ToolCall) and turn.action.name == DELEGATE_TOOL_NAME
+    ]
     answered = [subtasks.answered[call_id] for call_id in delegated if call_id in subtasks.answered]
     return [a.wire_call_id for a in answered if a.has_trajectory]
 
 
-def _query_outcome(request: RolloutRequest, attempt: str, records: list[EpisodeRecord], cfg: RolloutConfig, subtasks: BusSubtasks | None, seconds: float, node: str) -> QueryOutcome:
+def _query_outcome(
+    request: RolloutRequest,
+    attempt: str,
+    records: list[EpisodeRecord],
+    cfg: RolloutConfig,
+    subtasks: BusSubtasks | None,
+    seconds: float,
+    node: str,
+) -> QueryOutcome:
     scores = score_main(records, question_of(request), cfg.main.max_turns, cfg.rewards, cfg.correct)
     ids = {"run_id": request.run_id, "step": request.step, "query_id": request.query_id}
     trajectories, stats = [], []
     for k, (record, score) in enumerate(zip(records, scores, strict=True)):
         calls = _sub_call_ids(record, subtasks)
-        trajectories.append(trajectory_to_wire(
-            record.trajectory, cfg.main, **ids, side="main", rollout_index=k, call_id="", attempt=attempt,
-            format_ok=score.format.ok, format_error=score.format.reason,
-            answer=record.answer, r_format=score.r_format, r_correct=score.r_correct,
-        ))  # fmt: skip
-        stats.append(RewardStats(**ids, rollout_index=k, reward_main=score.reward, r_format=score.r_format, r_correct=score.r_correct,
-                                 num_sub_calls=len(calls), sub_call_ids=calls, attempt=attempt))  # fmt: skip
+        trajectories.append(
+            trajectory_to_wire(
+                record.trajectory,
+                cfg.main,
+                **ids,
+                side="main",
+                rollout_index=k,
+                call_id="",
+                attempt=attempt,
+                format_ok=score.format.ok,
+                format_error=score.format.reason,
+                answer=record.answer,
+                r_format=score.r_format,
+                r_correct=score.r_correct,
+            )
+        )
+        stats.append(
+            RewardStats(
+                **ids,
+                rollout_index=k,
+                reward_main=score.reward,
+                r_format=score.r_format,
+                r_correct=score.r_correct,
+                num_sub_calls=len(calls),
+                sub_call_ids=calls,
+                attempt=attempt,
+            )
+        )
     sub_calls = sum(s.num_sub_calls for s in stats)
     done = QueryDone(**ids, attempt=attempt, num_rollouts=len(records), sub_calls=sub_calls, seconds=seconds, node=node)
     return QueryOutcome(request, attempt, trajectories, stats, done)
@@ -83,10 +118,27 @@ def _query_outcome(request: RolloutRequest, attempt: str, records: list[EpisodeR
 def failed_outcome(request: RolloutRequest, attempt: str, error: str, node: str) -> QueryOutcome:
     """Every rollout of the query recorded as failed: reward 0, weight 0, counted (never dropped silently)."""
     ids = {"run_id": request.run_id, "step": request.step, "query_id": request.query_id}
-    trajectories = [failed_trajectory(error, **ids, side="main", rollout_index=k, call_id="", attempt=attempt) for k in range(request.num_rollouts)]
-    stats = [RewardStats(**ids, rollout_index=k, reward_main=0.0, r_format=0.0, r_correct=0.0, num_sub_calls=0, sub_call_ids=[], attempt=attempt, failed=True)
-             for k in range(request.num_rollouts)]  # fmt: skip
-    done = QueryDone(**ids, attempt=attempt, num_rollouts=request.num_rollouts, failed_rollouts=request.num_rollouts, node=node)
+    trajectories = [
+        failed_trajectory(error, **ids, side="main", rollout_index=k, call_id="", attempt=attempt)
+        for k in range(request.num_rollouts)
+    ]
+    stats = [
+        RewardStats(
+            **ids,
+            rollout_index=k,
+            reward_main=0.0,
+            r_format=0.0,
+            r_correct=0.0,
+            num_sub_calls=0,
+            sub_call_ids=[],
+            attempt=attempt,
+            failed=True,
+        )
+        for k in range(request.num_rollouts)
+    ]
+    done = QueryDone(
+        **ids, attempt=attempt, num_rollouts=request.num_rollouts, failed_rollouts=request.num_rollouts, node=node
+    )
     return QueryOutcome(request, attempt, trajectories, stats, done)
 
 
@@ -111,10 +163,15 @@ def run_main_rollouts(
     if subtasks is not None:
         subtasks.requests, subtasks.answered = attempts, {}
     episodes = {
-        attempt: [episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}") for k in range(request.num_rollouts)]
+        attempt: [
+            episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}")
+            for k in range(request.num_rollouts)
+        ]
         for attempt, request in attempts.items()
     }
-    run_episodes([e for batch in episodes.values() for e in batch], model.engine, execute_tools, delegate=subtasks, seed=seed)
+    run_episodes(
+        [e for batch in episodes.values() for e in batch], model.engine, execute_tools, delegate=subtasks, seed=seed
+    )
     seconds = time.perf_counter() - started
     return [
         _query_outcome(request, attempt, [e.record() for e in episodes[attempt]], cfg, subtasks, seconds, node)

@@ -55,7 +55,11 @@ class PolicySync:
             raise BusError(f"{self.side} policy version {version} is not announced yet")
         try:
             self.load(latest)
-        except Exception as exc:  # the bus failing meanwhile (a NATS server lost): hand the requests back, do not end the agent
+        except (
+            Exception
+        ) as exc:  # the bus failing meanwhile (a NATS server lost): hand the requests back, do not end the agent
             if is_transient(exc):
-                raise BusError(f"{self.side} policy version {latest.version} could not be fetched yet: {type(exc).__name__}: {exc}") from exc
+                raise BusError(
+                    f"{self.side} policy version {latest.version} could not be fetched yet: {type(exc).__name__}: {exc}"
+                ) from exc
             raise

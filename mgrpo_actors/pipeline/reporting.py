@@ -16,13 +16,19 @@ RUN_FINISHED = "run.finished"  # the controller: the run's last step is finished
 MONITOR_REPORTED = "monitor.reported"  # a monitor: it has shown the finished run and written its report
 
 
-def publish_metrics(bus: Bus, prefix: str, figures: Mapping[str, float], step: int, role: str, tags: Mapping[str, str] | None = None) -> None:
+def publish_metrics(
+    bus: Bus, prefix: str, figures: Mapping[str, float], step: int, role: str, tags: Mapping[str, str] | None = None
+) -> None:
     """One Metric per figure, named `<prefix>.<figure>` (e.g. `main.reward_mean`)."""
     for name, value in figures.items():
-        metric = Metric(name=f"{prefix}.{name}", value=float(value), step=step, node=bus.node, role=role, tags=dict(tags or {}))
+        metric = Metric(
+            name=f"{prefix}.{name}", value=float(value), step=step, node=bus.node, role=role, tags=dict(tags or {})
+        )
         bus.publish(bus.subjects.metrics(metric.name), metric)
 
 
 def publish_event(bus: Bus, kind: str, message: str, role: str, level: str = "info", **data: Any) -> None:
     """An Event for people watching the run."""
-    bus.publish(bus.subjects.events, Event(kind=kind, message=message, level=level, node=bus.node, role=role, data=data))
+    bus.publish(
+        bus.subjects.events, Event(kind=kind, message=message, level=level, node=bus.node, role=role, data=data)
+    )

@@ -19,7 +19,9 @@ class StepSchedule:
 
     def __init__(self, questions: Sequence[Question], per_step: int, seed: int, shuffle: bool) -> None:
         if per_step > len(questions):
-            raise ValueError(f"pipeline.queries_per_step is {per_step} but the training split has only {len(questions)} questions")
+            raise ValueError(
+                f"pipeline.queries_per_step is {per_step} but the training split has only {len(questions)} questions"
+            )
         self.questions = list(questions)
         self.per_step = per_step
         self.seed = seed
@@ -43,7 +45,8 @@ class StepSchedule:
         while current < epoch:
             current += 1
             start = current * size  # first position of the new epoch
-            tail = order[(start // per_step) * per_step - (current - 1) * size :]  # the straddling step's part in the old epoch
+            # the straddling step's part in the old epoch
+            tail = order[(start // per_step) * per_step - (current - 1) * size :]
             order = self._raw_order(current)
             if len(tail):
                 head_len = per_step - len(tail)

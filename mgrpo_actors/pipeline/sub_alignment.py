@@ -25,7 +25,14 @@ from mgrpo_actors.algo.rewards import main_correct_for_sub, sub_reward
 from mgrpo_actors.algo.scorers import subtask_text
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
-from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
+from mgrpo_actors.pipeline.batch_rows import (
+    BatchRow,
+    RolloutKey,
+    batch_id,
+    placeholder_row,
+    rows_to_batch,
+    trajectory_row,
+)
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["alignment_rng", "build_sub_batch", "failed_and_lost", "query_sub_rewards", "sub_call_lists"]
@@ -38,7 +45,9 @@ def alignment_rng(seed: int, step: int) -> np.random.Generator:
     return np.random.default_rng([seed, step, 7])
 
 
-def sub_call_lists(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> list[list[list[str]]]:
+def sub_call_lists(
+    plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
+) -> list[list[list[str]]]:
     """sub_ids[b][k]: the call ids of rollout k of query b that have a trajectory here (none if it failed)."""
     lists = []
     for query in plan.query_ids:
@@ -50,17 +59,25 @@ def sub_call_lists(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], traj
     return lists
 
 
-def query_sub_rewards(question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig) -> np.ndarray:
+def query_sub_rewards(
+    question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig
+) -> np.ndarray:
     """R_S of each call of one query (stats[i]: the rollout of calls[i]), m-grpo.md §Rewards."""
     expert, weights = expert_for(question, cfg)
     ok = np.array([t.format_ok for t in calls], dtype=bool)
     main_ok = np.array([s.r_format > 0 for s in stats], dtype=bool)
-    correct = main_correct_for_sub(main_ok, np.array([s.r_correct for s in stats], dtype=np.float64))  # m-grpo.md §Rewards
+    # m-grpo.md §Rewards
+    correct = main_correct_for_sub(main_ok, np.array([s.r_correct for s in stats], dtype=np.float64))
     scores = None
     if expert is not None:
         judge, references = expert
         # The judge reads what S was told and what S returned; a call that returned nothing scores 0.
-        scores = np.array([best_score(judge, subtask_text(t.task, t.context), t.findings, references) if t.result_ok else 0.0 for t in calls])
+        scores = np.array(
+            [
+                best_score(judge, subtask_text(t.task, t.context), t.findings, references) if t.result_ok else 0.0
+                for t in calls
+            ]
+        )
     return sub_reward(ok, correct, scores, weights)
 
 
@@ -83,7 +100,9 @@ def build_sub_batch(
         keys = [(b, k, call) for k, calls in enumerate(sub_ids[b]) for call in calls]
         if keys:
             question = questions.get(query) or Question(id=query, question="", answer="")
-            values = query_sub_rewards(question, [trajectories[c] for _, _, c in keys], [stats[(query, k)] for _, k, _ in keys], rollout_cfg)
+            values = query_sub_rewards(
+                question, [trajectories[c] for _, _, c in keys], [stats[(query, k)] for _, k, _ in keys], rollout_cfg
+            )
             rewards.update(zip(keys, values.tolist()))
     slot_rewards = alignment.gather(rewards)
     advantages = sub_advantages(slot_rewards, alignment.weight, algo.advantages)  # m-grpo.md §Group-relative advantages
@@ -98,19 +117,33 @@ def build_sub_batch(
             continue
         where = (slot.query, slot.rollout, slot.index)
         traj = trajectories[str(slot.call_id)]
-        rows.append(trajectory_row(traj, f"{prefix}/{slot.call_id}#{slot.index}", _KIND[slot.kind], float(advantages[where]), float(slot_rewards[where])))
+        rows.append(
+            trajectory_row(
+                traj,
+                f"{prefix}/{slot.call_id}#{slot.index}",
+                _KIND[slot.kind],
+                float(advantages[where]),
+                float(slot_rewards[where]),
+            )
+        )
     batch = rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)
     return batch, _metrics(plan, stats, trajectories, alignment, rewards, advantages), alignment
 
 
-def failed_and_lost(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> dict[str, float]:
+def failed_and_lost(
+    plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
+) -> dict[str, float]:
     """Rollouts of the plan that failed or never reported, and sub calls named by a rollout whose trajectory never came."""
-    failed = sum(1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed)
+    failed = sum(
+        1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed
+    )
     lost = sum(1 for s in stats.values() if not s.failed for c in s.sub_call_ids if c not in trajectories)
     return {"failed_rollouts": float(failed), "lost": float(lost)}
 
 
-def _metrics(plan, stats, trajectories, alignment: AlignmentPlan, rewards: dict, advantages: np.ndarray) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def _metrics(
+    plan, stats, trajectories, alignment: AlignmentPlan, rewards: dict, advantages: np.ndarray
+) -> dict[str, float]:  # type: ignore[no-untyped-def]
     values = list(rewards.values())
     counted = alignment.weight > 0
     summary = alignment.summary()

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DelegationRequest
 from mgrpo_actors.agents.driver import AgentModel, ToolExecutor, run_episodes
 from mgrpo_actors.agents.episode import AgentEpisode, ContextBudgetError
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.scoring import format_check
 from mgrpo_actors.agents.sub_agent import sub_episode, subtask_result
 from mgrpo_actors.pipeline.subtask_client import attempt_of
@@ -31,13 +31,20 @@ class SubtaskOutcome:
 
 
 def run_subtasks(
-    requests: Sequence[SubtaskRequest], model: AgentModel, tools: ToolRegistry, cfg: AgentConfig, execute_tools: ToolExecutor, seed: int | None
+    requests: Sequence[SubtaskRequest],
+    model: AgentModel,
+    tools: ToolRegistry,
+    cfg: AgentConfig,
+    execute_tools: ToolExecutor,
+    seed: int | None,
 ) -> list[SubtaskOutcome]:
     """Run every subtask as one of a batch of episodes; outcomes in request order."""
     outcomes: dict[int, SubtaskOutcome] = {}
     started: list[tuple[int, AgentEpisode]] = []
     for i, request in enumerate(requests):
-        delegation = DelegationRequest(task=request.task, context=request.context, rollout_index=request.rollout_index, call_id=request.call_id)
+        delegation = DelegationRequest(
+            task=request.task, context=request.context, rollout_index=request.rollout_index, call_id=request.call_id
+        )
         try:
             started.append((i, sub_episode(delegation, model.tokenizer, tools, cfg)))
         except ContextBudgetError as exc:  # M wrote more than S can read: S never runs, M is told why
@@ -49,10 +56,21 @@ def run_subtasks(
         result = subtask_result(record)
         check = format_check(record, cfg.max_turns)
         trajectory = trajectory_to_wire(
-            record.trajectory, cfg, run_id=request.run_id, side="sub", step=request.step, query_id=request.query_id,
-            rollout_index=request.rollout_index, call_id=request.call_id, attempt=attempt_of(request.call_id),
-            format_ok=check.ok, format_error=check.reason,
-            task=request.task, context=request.context, findings=result.findings, result_ok=result.ok,
-        )  # fmt: skip
+            record.trajectory,
+            cfg,
+            run_id=request.run_id,
+            side="sub",
+            step=request.step,
+            query_id=request.query_id,
+            rollout_index=request.rollout_index,
+            call_id=request.call_id,
+            attempt=attempt_of(request.call_id),
+            format_ok=check.ok,
+            format_error=check.reason,
+            task=request.task,
+            context=request.context,
+            findings=result.findings,
+            result_ok=result.ok,
+        )
         outcomes[i] = SubtaskOutcome(request, trajectory, result)
     return [outcomes[i] for i in range(len(requests))]

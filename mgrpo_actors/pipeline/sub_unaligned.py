@@ -17,17 +17,31 @@ from mgrpo_actors.algo.advantages import group_advantages
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
-from mgrpo_actors.pipeline.batch_rows import BatchRow, RolloutKey, batch_id, placeholder_row, rows_to_batch, trajectory_row
+from mgrpo_actors.pipeline.batch_rows import (
+    BatchRow,
+    RolloutKey,
+    batch_id,
+    placeholder_row,
+    rows_to_batch,
+    trajectory_row,
+)
 from mgrpo_actors.pipeline.sub_alignment import failed_and_lost, query_sub_rewards, sub_call_lists
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["build_unaligned_sub_batch", "fifo_calls"]
 
 
-def fifo_calls(plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> list[tuple[int, int, str]]:
+def fifo_calls(
+    plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
+) -> list[tuple[int, int, str]]:
     """(query index, rollout, call id) of every counted sub trajectory in arrival order (`trajectories`'
     order). Counted: named by a rollout that did not fail (sub_alignment.sub_call_lists)."""
-    owner = {call: (b, k) for b, rollouts in enumerate(sub_call_lists(plan, stats, trajectories)) for k, calls in enumerate(rollouts) for call in calls}
+    owner = {
+        call: (b, k)
+        for b, rollouts in enumerate(sub_call_lists(plan, stats, trajectories))
+        for k, calls in enumerate(rollouts)
+        for call in calls
+    }
     return [(*owner[call], call) for call in trajectories if call in owner]
 
 
@@ -52,7 +66,9 @@ def build_unaligned_sub_batch(
         if mine:
             question = questions.get(query) or Question(id=query, question="", answer="")
             calls = [trajectories[counted[i][2]] for i in mine]
-            rewards[mine] = query_sub_rewards(question, calls, [stats[(query, counted[i][1])] for i in mine], rollout_cfg)
+            rewards[mine] = query_sub_rewards(
+                question, calls, [stats[(query, counted[i][1])] for i in mine], rollout_cfg
+            )
     # One group per query over its samples in the batch: a (B, slots) array with a counted mask.
     grouped, member = np.zeros((len(plan.query_ids), slots)), np.zeros((len(plan.query_ids), slots), dtype=bool)
     for i, (b, _, _) in enumerate(taken):
@@ -61,10 +77,19 @@ def build_unaligned_sub_batch(
     rows: list[BatchRow] = []
     for i, (b, k, call) in enumerate(taken):
         s = stats[(plan.query_ids[b], k)]
-        rows.append(trajectory_row(trajectories[call], f"{plan.query_ids[b]}/{s.attempt}/r{k}/{call}#0", "original", float(advantages[i]), float(rewards[i])))
+        rows.append(
+            trajectory_row(
+                trajectories[call],
+                f"{plan.query_ids[b]}/{s.attempt}/r{k}/{call}#0",
+                "original",
+                float(advantages[i]),
+                float(rewards[i]),
+            )
+        )
     rows += [placeholder_row(f"-/-/fifo/-#{i}", "placeholder") for i in range(len(taken), slots)]
     batch = rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)
-    observed = np.array([len(calls) for rollouts in sub_call_lists(plan, stats, trajectories) for calls in rollouts])  # d_k, as aligned mode counts it
+    # d_k, as aligned mode counts it
+    observed = np.array([len(calls) for rollouts in sub_call_lists(plan, stats, trajectories) for calls in rollouts])
     figures = {
         "reward_mean": float(rewards.mean()) if len(counted) else 0.0,
         "calls": float(len(counted)),

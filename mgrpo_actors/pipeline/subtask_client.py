@@ -44,7 +44,9 @@ class Answered:
 class BusSubtasks:
     """A Delegate for the main agents of several queries at once; `requests` maps attempt -> its request."""
 
-    def __init__(self, bus: Bus, timeout_s: float, retries: int, stats: CallStats, sub_version: Callable[[], int]) -> None:
+    def __init__(
+        self, bus: Bus, timeout_s: float, retries: int, stats: CallStats, sub_version: Callable[[], int]
+    ) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
         self.retries = retries
@@ -71,7 +73,9 @@ class BusSubtasks:
             )
 
         results = []
-        for delegation, outcome in zip(delegations, request_all(self.bus, subjects, request, self.timeout_s, self.retries), strict=True):
+        for delegation, outcome in zip(
+            delegations, request_all(self.bus, subjects, request, self.timeout_s, self.retries), strict=True
+        ):
             self.stats.record(SUBTASK_CALLS, outcome)
             reply = outcome.reply
             if isinstance(reply, SubtaskResult):
@@ -80,5 +84,13 @@ class BusSubtasks:
             else:
                 error = outcome.error or f"the sub-agent answered with a {type(reply).__name__}"
                 tries = f" after {outcome.attempts} attempts" if outcome.attempts > 1 else ""
-                results.append(SubtaskResult(call_id=delegation.call_id, ok=False, findings="", error=f"sub-agent unavailable{tries}: {error}", has_trajectory=False))
+                results.append(
+                    SubtaskResult(
+                        call_id=delegation.call_id,
+                        ok=False,
+                        findings="",
+                        error=f"sub-agent unavailable{tries}: {error}",
+                        has_trajectory=False,
+                    )
+                )
         return results

@@ -50,7 +50,9 @@ def bus_tool_executor(
                 call = remote_calls[index][1]
                 return ToolRequest(call_id=call.call_id, tool=call.name, arguments=call.arguments, caller=caller)
 
-            for (i, call), outcome in zip(remote_calls, request_all(bus, subjects, request, timeout_s, retries), strict=True):
+            for (i, call), outcome in zip(
+                remote_calls, request_all(bus, subjects, request, timeout_s, retries), strict=True
+            ):
                 if stats is not None:
                     stats.record(call.name, outcome)
                 results[i] = _tool_output(call, outcome)

@@ -54,5 +54,9 @@ def trajectory_to_wire(trajectory: TokenTrajectory, agent: AgentConfig, **fields
 
 def failed_trajectory(error: str, **fields: Any) -> Trajectory:
     """The wire record of a rollout that failed: no tokens, so it can only ever carry weight 0."""
-    empty = {"token_ids": np.zeros(0, np.int32), "loss_mask": np.zeros(0, np.uint8), "logprobs": np.zeros(0, np.float32)}
+    empty = {
+        "token_ids": np.zeros(0, np.int32),
+        "loss_mask": np.zeros(0, np.uint8),
+        "logprobs": np.zeros(0, np.float32),
+    }
     return Trajectory(**empty, policy_version=-1, failed=True, error=error, format_ok=False, **fields)

@@ -12,20 +12,20 @@
 from mgrpo_actors.runtime.actor import HOLD, UNAVAILABLE, BusActor, is_transient
 from mgrpo_actors.runtime.batching import PendingBatch, RunBatch
 from mgrpo_actors.runtime.bus import Bus
-from mgrpo_actors.runtime.jetstream import StreamLimits
-from mgrpo_actors.runtime.subscription import Subscription
 from mgrpo_actors.runtime.connect import check_reachable, connect_client
 from mgrpo_actors.runtime.consumer import Consumer, ensure_durable
-from mgrpo_actors.runtime.kv import KvBucket
-from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.embedded import EmbeddedNats, nats_server_binary
 from mgrpo_actors.runtime.errors import BusConnectError, BusError, NoResponders, RemoteFailure, RequestTimeout
+from mgrpo_actors.runtime.jetstream import StreamLimits
+from mgrpo_actors.runtime.kv import KvBucket
+from mgrpo_actors.runtime.objects import ObjectBucket
 from mgrpo_actors.runtime.replay import replay_stream
-from mgrpo_actors.runtime.stream_reader import StoredMessage, follow_stream
 from mgrpo_actors.runtime.retry import CallOutcome, is_retryable, request_all, request_retrying
-from mgrpo_actors.runtime.ticker import Ticker
 from mgrpo_actors.runtime.shutdown import ShutdownSignal
+from mgrpo_actors.runtime.stream_reader import StoredMessage, follow_stream
+from mgrpo_actors.runtime.subscription import Subscription
+from mgrpo_actors.runtime.ticker import Ticker
 
 __all__ = [
     "HOLD",

@@ -18,7 +18,8 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import traceback
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import nats.errors
 import pykka
@@ -28,7 +29,7 @@ from mgrpo_actors.runtime.bus import Bus, Subscription
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.errors import BusError
-from protocols import Failure, Message, ProtocolError, decode
+from protocols import Failure, ProtocolError, decode
 
 __all__ = ["HOLD", "UNAVAILABLE", "BusActor", "Handler", "is_transient"]
 
@@ -133,7 +134,12 @@ class BusActor(pykka.ThreadingActor):
                 return self.on_kv_update(message)
             except Exception as exc:  # like a failing handler: logged and counted, the actor goes on
                 self.dead_letters += 1
-                self.log.error("kv update handler failed", bucket=message.bucket, key=message.key, error=f"{type(exc).__name__}: {exc}")
+                self.log.error(
+                    "kv update handler failed",
+                    bucket=message.bucket,
+                    key=message.key,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 return None
         return self.on_note(message)
 
@@ -149,7 +155,9 @@ class BusActor(pykka.ThreadingActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             known = ", ".join(sorted(t.__name__ for t in self._handlers)) or "none"
-            self._dead_letter(delivery, f"{self.name} has no handler for {type(message).__name__} (handles: {known})", "NoHandler")
+            self._dead_letter(
+                delivery, f"{self.name} has no handler for {type(message).__name__} (handles: {known})", "NoHandler"
+            )
             return
         try:
             reply = handler(message, delivery)
@@ -177,7 +185,9 @@ class BusActor(pykka.ThreadingActor):
             delivery.nak(delay_s=_RETRY_DELAY_S)
         elif delivery.reply:
             try:
-                self.bus.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=UNAVAILABLE))
+                self.bus.publish(
+                    delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=UNAVAILABLE)
+                )
             except BusError:
                 pass  # the requester times out and retries
 

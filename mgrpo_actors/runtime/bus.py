@@ -12,7 +12,8 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -20,18 +21,18 @@ import nats.js.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.audit import DeliveryLog
+from mgrpo_actors.runtime.bus_jetstream import JetStreamCalls
 from mgrpo_actors.runtime.connect import check_reachable, server_list
-from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, names_cause, plaintext_refusal
-from mgrpo_actors.runtime.deadletter import send_dead_letter
+from mgrpo_actors.runtime.connection_events import ConnectionEvents
 from mgrpo_actors.runtime.consumer import Consumer
+from mgrpo_actors.runtime.deadletter import send_dead_letter
 from mgrpo_actors.runtime.delivery import Delivery
 from mgrpo_actors.runtime.errors import BusConnectError, BusError
-from mgrpo_actors.runtime.jetstream import ApiDenials, StreamLimits, consumer_config, ensure_streams, jetstream_missing, no_jetstream_error, recreate_streams, with_api_retries
-from mgrpo_actors.runtime.kv import KvBucket, open_kv
+from mgrpo_actors.runtime.jetstream import ApiDenials, StreamLimits
 from mgrpo_actors.runtime.loop import BusLoop
-from mgrpo_actors.runtime.objects import ObjectBucket, open_object_store
 from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
+from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, plaintext_refusal
 from mgrpo_actors.runtime.slow_consumers import SlowConsumers
 from mgrpo_actors.runtime.subscription import Subscription, mailbox_feeder
 from mgrpo_actors.runtime.targets import Target
@@ -47,8 +48,9 @@ log = get_logger(__name__)
 _REQUEST_GRACE_S = 5.0
 
 
-class Bus:
-    """One NATS connection on its own asyncio thread; thread-safe blocking API."""
+class Bus(JetStreamCalls):
+    """One NATS connection on its own asyncio thread; thread-safe blocking API (its JetStream calls:
+    bus_jetstream.py)."""
 
     def __init__(
         self,
@@ -75,8 +77,11 @@ class Bus:
         self.max_bytes = max_bytes
         self.request_timeout_s = request_timeout_s
         self.mailbox_limit = mailbox_limit  # a subscription's deliveries waiting in its actor's mailbox, at most
-        self.pending_bytes_limit = pending_bytes_limit  # then nats-py queues this much per subscription; beyond it drops (counted)
-        self.slow_consumers = SlowConsumers(node, lambda metric: self.publish_now(self.subjects.metrics(metric.name), encode(metric)))
+        # then nats-py queues this much per subscription; beyond it drops (counted)
+        self.pending_bytes_limit = pending_bytes_limit
+        self.slow_consumers = SlowConsumers(
+            node, lambda metric: self.publish_now(self.subjects.metrics(metric.name), encode(metric))
+        )
         # Called (on the bus thread) when NATS is gone for good: reconnect attempts are used up.
         self.on_connection_lost = on_connection_lost
         # Called (on the actor's thread) with (actor name, error) when an actor of this process died.
@@ -87,11 +92,13 @@ class Bus:
         self._security = security  # user, password, TLS, inbox prefix (runtime/security.py)
         self._connect_error: BaseException | None = None
         self._api_denials = ApiDenials()  # JetStream calls the server refused this user: failed at once, not retried
-        self._ping_interval_s = ping_interval_s  # a deaf connection (dead read loop, frozen server) is stale after 2 unanswered pings
+        # a deaf connection (dead read loop, frozen server) is stale after 2 unanswered pings
+        self._ping_interval_s = ping_interval_s
         self.loop = BusLoop(name=f"nats-bus-{node or 'proc'}", describe=url)
         self._nc: Any = None
         self._js: Any = None
-        self._streams: tuple[list[str], StreamLimits] = ([], StreamLimits())  # what ensure_streams made: recreated if lost
+        # what ensure_streams made: recreated if lost
+        self._streams: tuple[list[str], StreamLimits] = ([], StreamLimits())
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
         self._counter_lock = threading.Lock()
@@ -101,7 +108,9 @@ class Bus:
         # What this process receives, one line per message, when auditing is on (runtime/audit.py).
         self.audit = DeliveryLog(deliveries_dir, node or "proc", max_bytes) if deliveries_dir else None
         self._replies = ReplyRouter(self.audit)
-        self._outbox = Outbox(self.loop, self._send_op, refuse=lambda: (self._closing and not self.loop.running) or self.loop.closed)
+        self._outbox = Outbox(
+            self.loop, self._send_op, refuse=lambda: (self._closing and not self.loop.running) or self.loop.closed
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> Bus:
@@ -110,16 +119,20 @@ class Bus:
         future = self.loop.submit(self._connect())
         assert future is not None
         try:
-            future.result(self._connect_timeout_s * (len(server_list(self.url)) + 1) + 1)  # nats-py tries the servers one by one
+            # nats-py tries the servers one by one
+            future.result(self._connect_timeout_s * (len(server_list(self.url)) + 1) + 1)
         except BusConnectError:
             self._stop_loop()
             raise
         except concurrent.futures.TimeoutError:
             future.cancel()
             self._stop_loop()
-            if self._connect_error is not None:  # nats-py keeps retrying a TLS or authorization failure: say what failed
+            # nats-py keeps retrying a TLS or authorization failure: say what failed
+            if self._connect_error is not None:
                 raise BusConnectError(self.url, explain_connect_error(self._connect_error, self._security)) from None
-            raise BusConnectError(self.url, f"no NATS handshake within {self._connect_timeout_s:g} s (is it a NATS server?)") from None
+            raise BusConnectError(
+                self.url, f"no NATS handshake within {self._connect_timeout_s:g} s (is it a NATS server?)"
+            ) from None
         return self
 
     def __enter__(self) -> Bus:
@@ -133,41 +146,19 @@ class Bus:
         return self._nc is not None and self._nc.is_connected and self.loop.running
 
     async def _connect(self) -> None:
-        async def on_disconnect() -> None:
-            if not self._closing:
-                log.warning("nats disconnected", url=self.url)
-
-        async def on_reconnect() -> None:
-            self.reconnects += 1
-            log.info("nats reconnected", url=self.url, reconnects=self.reconnects)
-            self.loop.submit(self._recreate_streams("reconnected"))  # a restarted server may have lost its store (after the reconnect, not in it)
-
-        async def on_error(exc: Exception) -> None:
-            if isinstance(exc, nats.errors.SlowConsumerError):
-                return await self.slow_consumers.record(exc)
-            self._api_denials.record(exc)
-            if self._nc is None and not (self._connect_error and names_cause(self._connect_error)):
-                self._connect_error = exc  # while connecting: the first telling cause, said if the connect times out
-            log.warning("nats error", url=self.url, error=str(exc))
-
-        async def on_closed() -> None:
-            if not self._closing:
-                log.error("nats connection lost for good: reconnect attempts used up", url=self.url, attempts=self._max_reconnect_attempts)
-                if self.on_connection_lost is not None:
-                    self.on_connection_lost()
-
+        events = ConnectionEvents(self)
         await check_reachable(self.url, self._connect_timeout_s)
         try:
             self._nc = await nats.connect(
                 server_list(self.url),
-                name=f"mgrpo:{self.run_id}:{self.node}", connect_timeout=self._connect_timeout_s,
+                name=f"mgrpo:{self.run_id}:{self.node}",
+                connect_timeout=self._connect_timeout_s,
                 allow_reconnect=True,
                 max_reconnect_attempts=self._max_reconnect_attempts,
-                reconnect_time_wait=self._reconnect_wait_s, ping_interval=self._ping_interval_s, max_outstanding_pings=2,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-                error_cb=on_error,
-                closed_cb=on_closed,
+                reconnect_time_wait=self._reconnect_wait_s,
+                ping_interval=self._ping_interval_s,
+                max_outstanding_pings=2,
+                **events.callbacks(),
                 **(self._security.nats_options() if self._security else {}),
             )
         except Exception as exc:  # NoServersError, OSError, TimeoutError, invalid URL, TLS, authorization, ...
@@ -178,7 +169,12 @@ class Bus:
             raise BusConnectError(self.url, refusal)
         if self._nc.max_payload < self.max_bytes:
             # A message the server would refuse must fail at encode, with a clear error, not vanish.
-            log.warning("nats-server max_payload is below the configured message limit; using it", url=self.url, server_max_payload=self._nc.max_payload, configured=self.max_bytes)
+            log.warning(
+                "nats-server max_payload is below the configured message limit; using it",
+                url=self.url,
+                server_max_payload=self._nc.max_payload,
+                configured=self.max_bytes,
+            )
             self.max_bytes = self._nc.max_payload
         self._js = self._nc.jetstream()
         await self._replies.open(self._nc)
@@ -254,7 +250,9 @@ class Bus:
     def _encode(self, message: Message | bytes) -> bytes:
         return message if isinstance(message, (bytes, bytearray)) else encode(message, self.max_bytes)
 
-    def publish(self, subject: str, message: Message | bytes, headers: dict[str, str] | None = None, reply: str = "") -> None:
+    def publish(
+        self, subject: str, message: Message | bytes, headers: dict[str, str] | None = None, reply: str = ""
+    ) -> None:
         """Fire-and-forget publish, in order with this process's other publishes; BusError once closed."""
         self._outbox.put(PublishOp(subject, self._encode(message), headers, reply))
 
@@ -293,97 +291,15 @@ class Bus:
         on_msg = mailbox_feeder(self, target, self.mailbox_limit)
 
         async def _sub() -> Any:
-            sub = await self._nc.subscribe(subject, queue=queue, cb=on_msg, pending_bytes_limit=self.pending_bytes_limit)
+            sub = await self._nc.subscribe(
+                subject, queue=queue, cb=on_msg, pending_bytes_limit=self.pending_bytes_limit
+            )
             await self._nc.flush()  # the server knows the subscription once this returns
             return sub
 
         sub = Subscription(self.loop, subject, queue, self.call(_sub()))
         self._subscriptions.append(sub)
         return sub
-
-    # ---- JetStream --------------------------------------------------------------------------
-    def ensure_streams(self, which: list[str] | None = None, limits: StreamLimits | None = None) -> list[str]:
-        """Create the run's streams `which` names ("rollouts", "traj-main", …; default all of
-        protocols.Subjects.streams) that are missing; returns their names. The bus remembers them and
-        creates them again when the server lost them (after a reconnect, or when a publish finds no stream).
-
-        Raises BusError saying so when the server has no JetStream.
-        """
-        which = which if which is not None else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
-        self._streams = (sorted({*self._streams[0], *which}), limits or self._streams[1])
-        try:
-            return self.call(ensure_streams(self._js, self.subjects, which, self._streams[1], self.max_bytes, self._api_denials), timeout=300)  # API retries on a busy cluster
-        except Exception as exc:
-            if jetstream_missing(exc):
-                raise no_jetstream_error(self.url) from None
-            raise
-
-    async def _recreate_streams(self, why: str) -> None:
-        """The streams this node ensured, created again where the server lost them (restarted with an empty store)."""
-        await recreate_streams(self._js, self.subjects, *self._streams, self.max_bytes, why)
-
-    def add_stream(self, name: str, subjects: list[str]) -> None:
-        """Create one stream (used by tests and benchmarks for ad-hoc streams)."""
-        self.call(self._js.add_stream(name=name, subjects=subjects, max_msg_size=self.max_bytes))
-
-    def stream_info(self, name: str) -> Any:
-        """The server's information on a stream (state.messages, state.bytes, config)."""
-        return self.call(self._js.stream_info(name))
-
-    def js_publish(self, subject: str, message: Message | bytes, timeout_s: float = 5.0, msg_id: str | None = None) -> int:
-        """Publish into a stream and wait for the server's ack; returns the stream sequence.
-
-        msg_id: JetStream's de-duplication id; a second publish with the same id within the stream's
-        duplicate window is acknowledged but not stored again (republishing after a crash is safe).
-        """
-        data = self._encode(message)
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        try:
-            ack = self.call(self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)), timeout=timeout_s + 1)
-        except nats.js.errors.NoStreamResponseError:
-            if not self._streams[0]:
-                raise
-            log.warning("no stream takes this subject: recreating the node's streams", subject=subject)
-            self.call(self._recreate_streams("a publish found no stream"))
-            ack = self.call(self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)), timeout=timeout_s + 1)
-        return ack.seq
-
-    def consume(
-        self,
-        stream: str,
-        durable: str,
-        target: Target,
-        subject: str | None = None,
-        batch: int = 16,
-        ack_wait_s: float = 60.0,
-        max_ack_pending: int = 256,
-        max_deliver: int = -1,
-    ) -> Consumer:
-        """Feed `target` from a durable pull consumer (created if missing, resumed if present).
-
-        At most `batch` deliveries are unsettled at a time (backpressure); unsettled ones are kept
-        alive with progress acks every ack_wait_s / 3. `max_deliver` -1 (default) never drops a
-        message that keeps coming back: nothing accepted is lost silently.
-        """
-        consumer = Consumer(self.loop, stream, durable, subject or "", target, batch, audit=self.audit, progress_every_s=ack_wait_s / 3)
-        config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
-
-        async def _start() -> Any:
-            psub = await with_api_retries(lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config), f"consumer {durable}", self._api_denials)
-            await consumer.follow_server_ack_wait(psub, ack_wait_s)
-            return self.loop.loop.create_task(consumer.run(psub))
-
-        consumer._task = self.call(_start(), timeout=120)
-        self._consumers.append(consumer)
-        return consumer
-
-    def kv(self, bucket: str, history: int = 1) -> KvBucket:
-        """Open a KV bucket, creating it if missing (with the replicas of the node's streams)."""
-        return KvBucket(self.loop, bucket, self.call(open_kv(self._js, bucket, history, self._streams[1].replicas, self._api_denials), timeout=120), self.max_bytes)
-
-    def object_store(self, bucket: str) -> ObjectBucket:
-        """Open an object store bucket, creating it if missing."""
-        return ObjectBucket(self.loop, bucket, self.call(open_object_store(self._js, bucket, self._streams[1].replicas, self._api_denials), timeout=120))
 
     # ---- dead letters -----------------------------------------------------------------------
     def dead_letter(self, delivery: Delivery, reason: str, error_type: str, actor: str = "") -> None:

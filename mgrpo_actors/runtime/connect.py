@@ -42,7 +42,7 @@ async def check_reachable(url: str, timeout_s: float) -> None:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
             writer.close()
             return ""
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             return f"{host}:{port}: {type(exc).__name__}: {exc}".rstrip(": ")
 
     errors = []
@@ -64,7 +64,14 @@ async def connect_client(url: str, name: str, timeout_s: float = 3.0, security: 
 
     try:
         nc = await asyncio.wait_for(
-            nats.connect(server_list(url), name=name, connect_timeout=timeout_s, allow_reconnect=False, error_cb=quiet, **(security.nats_options() if security else {})),
+            nats.connect(
+                server_list(url),
+                name=name,
+                connect_timeout=timeout_s,
+                allow_reconnect=False,
+                error_cb=quiet,
+                **(security.nats_options() if security else {}),
+            ),
             timeout_s + 1,
         )
     except Exception as exc:

@@ -89,8 +89,14 @@ class Consumer:
         wait; send progress acks by that one, and say so when it differs from this node's."""
         server_ack_wait = (await psub.consumer_info()).config.ack_wait
         if server_ack_wait and abs(server_ack_wait - ack_wait_s) > 0.01 * ack_wait_s:
-            log.warning("durable consumer has another ack wait than this node's pipeline.ack_wait_s; following the consumer's "
-                        "(provision with the run's config to match)", stream=self.stream, durable=self.durable, consumer_s=server_ack_wait, node_s=ack_wait_s)  # fmt: skip
+            log.warning(
+                "durable consumer has another ack wait than this node's pipeline.ack_wait_s; following the consumer's "
+                "(provision with the run's config to match)",
+                stream=self.stream,
+                durable=self.durable,
+                consumer_s=server_ack_wait,
+                node_s=ack_wait_s,
+            )
             self.progress_every_s = server_ack_wait / 3
 
     async def run(self, psub: Any) -> None:
@@ -108,16 +114,18 @@ class Consumer:
                     self._capacity.clear()
                     try:
                         await asyncio.wait_for(self._capacity.wait(), FETCH_WAIT_S)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                     continue
                 try:
                     msgs = await _fetch(psub, room, backlog)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, nats.errors.TimeoutError):
                     backlog = 0
                     continue
                 except Exception as exc:  # disconnected, consumer deleted, ...: keep trying, slowly
-                    log.warning("consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc))
+                    log.warning(
+                        "consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc)
+                    )
                     backlog = 0
                     await asyncio.sleep(1.0)
                     continue
@@ -151,8 +159,16 @@ class Consumer:
             self.audit.record(msg.subject, msg.data, "stream")
         num_delivered = msg.metadata.num_delivered if msg.metadata else 1
         if num_delivered >= _WARN_DELIVERIES:
-            log.warning("message delivered again", stream=self.stream, durable=self.durable, subject=msg.subject, deliveries=num_delivered)
-        delivery = Delivery(msg.subject, msg.data, "", msg.headers, js_msg=msg, consumer=self, num_delivered=num_delivered)
+            log.warning(
+                "message delivered again",
+                stream=self.stream,
+                durable=self.durable,
+                subject=msg.subject,
+                deliveries=num_delivered,
+            )
+        delivery = Delivery(
+            msg.subject, msg.data, "", msg.headers, js_msg=msg, consumer=self, num_delivered=num_delivered
+        )
         with self._lock:
             self._inflight[id(delivery)] = msg
             self.delivered += 1
@@ -216,19 +232,34 @@ def _pending_after(msg: Any) -> int:
         return 0
 
 
-def ensure_durable(bus: Any, stream: str, durable: str, subject: str | None, ack_wait_s: float, max_ack_pending: int, max_deliver: int = -1) -> bool:
+def ensure_durable(
+    bus: Any,
+    stream: str,
+    durable: str,
+    subject: str | None,
+    ack_wait_s: float,
+    max_ack_pending: int,
+    max_deliver: int = -1,
+) -> bool:
     """Make the durable pull consumer `durable` on `stream` with the settings `Bus.consume` would give
     it (`mgrpo deploy provision`, before any node binds to it); False when it exists already (its
     settings are kept, as `Bus.consume` keeps them)."""
     config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
-    config.name, config.filter_subject = durable, subject or ">"  # what nats-py's pull_subscribe sets when it creates one
+    # what nats-py's pull_subscribe sets when it creates one
+    config.name, config.filter_subject = (durable, subject or ">")
 
     async def make() -> bool:
         try:
-            await with_api_retries(lambda: bus._js.consumer_info(stream, durable), f"consumer info {stream}/{durable}", bus._api_denials)
+            await with_api_retries(
+                lambda: bus._js.consumer_info(stream, durable), f"consumer info {stream}/{durable}", bus._api_denials
+            )
             return False
         except nats.js.errors.NotFoundError:
-            await with_api_retries(lambda: bus._js.add_consumer(stream, config=config), f"create consumer {stream}/{durable}", bus._api_denials)
+            await with_api_retries(
+                lambda: bus._js.add_consumer(stream, config=config),
+                f"create consumer {stream}/{durable}",
+                bus._api_denials,
+            )
             return True
 
     return bool(bus.call(make(), timeout=300))

@@ -22,6 +22,7 @@ class DeadLetterSink(Protocol):
 
     def publish(self, subject: str, message: Message) -> None: ...
 
+
 log = get_logger(__name__)
 
 # A dead letter keeps at most this much of the original payload (less if the size limit is smaller).
@@ -42,7 +43,9 @@ def send_dead_letter(bus: DeadLetterSink, delivery: Delivery, reason: str, error
             log.error("a dead letter could not be handled either", subject=delivery.subject, reason=reason)
         else:
             keep = max(0, min(_DLQ_PAYLOAD_BYTES, bus.max_bytes - _DLQ_OVERHEAD_BYTES))
-            letter = DeadLetter(delivery.subject, reason, error_type, bytes(delivery.data[:keep]), bus.node, actor, time.time())
+            letter = DeadLetter(
+                delivery.subject, reason, error_type, bytes(delivery.data[:keep]), bus.node, actor, time.time()
+            )
             bus.publish(bus.subjects.dlq(delivery.subject), letter)
         if delivery.reply:
             bus.publish(delivery.reply, Failure(subject=delivery.subject, reason=reason, error_type=error_type))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 __all__ = ["REPLY_PREFIXES", "Delivery", "KvUpdate", "Settler"]
 
@@ -38,7 +39,8 @@ class Delivery:
     js_msg: Any = None  # nats.aio.msg.Msg of a JetStream consumer; None for core NATS
     consumer: Settler | None = None
     num_delivered: int = 1  # JetStream delivery attempt (1 = first)
-    on_taken: Callable[[], None] | None = None  # core NATS: frees the subscription's mailbox slot once the actor took it (taken())
+    # core NATS: frees the subscription's mailbox slot once the actor took it (taken())
+    on_taken: Callable[[], None] | None = None
 
     @property
     def from_stream(self) -> bool:

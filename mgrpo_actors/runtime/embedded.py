@@ -9,8 +9,8 @@ import ctypes
 import json
 import os
 import re
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -53,7 +53,14 @@ _LISTENING = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 class EmbeddedNats:
     """A nats-server subprocess; a context manager. `url` is valid once started."""
 
-    def __init__(self, port: int | None = None, store_dir: str | None = None, max_payload: int = DEFAULT_MAX_BYTES, extra_config: str = "", host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        store_dir: str | None = None,
+        max_payload: int = DEFAULT_MAX_BYTES,
+        extra_config: str = "",
+        host: str = "127.0.0.1",
+    ) -> None:
         """extra_config: nats-server configuration appended as it is (TLS, users: deploy/); host: the
         address it listens on (0.0.0.0: every interface; `url` stays on loopback)."""
         # port None: the server picks a free one itself (-1) and we read it from its log, so two
@@ -113,7 +120,8 @@ class EmbeddedNats:
                     time.sleep(0.02)
                     continue
             self.url = f"nats://127.0.0.1:{self.port}"
-            if "Server is ready" in self.log_tail(200):  # (a TLS handshake-first server sends no INFO to a plain socket)
+            # (a TLS handshake-first server sends no INFO to a plain socket)
+            if "Server is ready" in self.log_tail(200):
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                         return

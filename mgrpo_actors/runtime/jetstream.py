@@ -66,13 +66,16 @@ async def with_api_retries(call: Callable[[], Awaitable[T]], what: str, denials:
             return await call()
         except nats.errors.TimeoutError:
             if denials is not None and (refused := denials.take()):
-                raise BusError(f"NATS refused {what} ({refused}): this node's user may not do that (its role's permissions; "
-                               "streams and buckets are made beforehand by `mgrpo deploy provision`)") from None  # fmt: skip
+                raise BusError(
+                    f"NATS refused {what} ({refused}): this node's user may not do that (its role's permissions; "
+                    "streams and buckets are made beforehand by `mgrpo deploy provision`)"
+                ) from None
             if attempt == API_ATTEMPTS:
                 raise
             log.warning("JetStream API call timed out; trying again", what=what, attempt=attempt, of=API_ATTEMPTS)
             await asyncio.sleep(API_PAUSE_S)
     raise AssertionError("unreachable")
+
 
 # Streams whose messages are work for one consumer and go once acked (a JetStream work queue): the
 # controller's rollout requests. Every other stream keeps its messages (limits) for replay and audit.
@@ -89,7 +92,8 @@ class StreamLimits:
 
     max_age_s: float = 7 * 24 * 3600.0  # messages older than this go
     duplicate_window_s: float = 3600.0  # JetStream de-duplication window
-    max_msgs: dict[str, int] = field(default_factory=dict)  # stream ("dlq", "metrics", …) -> most messages kept; absent or 0 = no count limit
+    # stream ("dlq", "metrics", …) -> most messages kept; absent or 0 = no count limit
+    max_msgs: dict[str, int] = field(default_factory=dict)
     replicas: int = 1  # copies of every stream, KV and object store on a cluster (3 survives losing a server)
 
 
@@ -110,7 +114,14 @@ def stream_config(subjects: Subjects, what: str, limits: StreamLimits, max_bytes
     )
 
 
-async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int, denials: ApiDenials | None = None) -> list[str]:
+async def ensure_streams(
+    js: Any,
+    subjects: Subjects,
+    which: list[str],
+    limits: StreamLimits,
+    max_bytes: int,
+    denials: ApiDenials | None = None,
+) -> list[str]:
     """Create the run's streams named in `which` (the "what" of Subjects.stream) that do not exist yet
     (again, if the server lost them); returns their names. An existing stream keeps its settings (the
     node that made it chose them); one that takes smaller messages than this node sends is reported."""
@@ -120,18 +131,30 @@ async def ensure_streams(js: Any, subjects: Subjects, which: list[str], limits: 
         name = config.name
         names.append(name)
         try:
-            info = await with_api_retries(lambda: js.stream_info(name), f"stream info {name}", denials)
+            info = await with_api_retries(lambda name=name: js.stream_info(name), f"stream info {name}", denials)
         except nats.js.errors.NotFoundError:
-            await with_api_retries(lambda: js.add_stream(config), f"create stream {name}", denials)
-            log.info("stream created", stream=name, max_msgs=config.max_msgs, discard=config.discard.value if config.discard else None)
+            await with_api_retries(lambda config=config: js.add_stream(config), f"create stream {name}", denials)
+            log.info(
+                "stream created",
+                stream=name,
+                max_msgs=config.max_msgs,
+                discard=config.discard.value if config.discard else None,
+            )
             continue
         limit = info.config.max_msg_size
         if limit is not None and 0 < limit < max_bytes:
-            log.warning("stream takes smaller messages than this node may send", stream=name, stream_max_msg_size=limit, node_max_bytes=max_bytes)
+            log.warning(
+                "stream takes smaller messages than this node may send",
+                stream=name,
+                stream_max_msg_size=limit,
+                node_max_bytes=max_bytes,
+            )
     return names
 
 
-async def recreate_streams(js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int, why: str) -> None:
+async def recreate_streams(
+    js: Any, subjects: Subjects, which: list[str], limits: StreamLimits, max_bytes: int, why: str
+) -> None:
     """ensure_streams again for the streams a node made (a server may have lost them); failures are logged."""
     if which:
         try:
@@ -157,4 +180,6 @@ def consumer_config(durable: str, ack_wait_s: float, max_ack_pending: int, max_d
 
 
 def no_jetstream_error(url: str) -> BusError:
-    return BusError(f"JetStream is not enabled at {url}: start nats-server with -js (or `jetstream {{}}` in its config)")
+    return BusError(
+        f"JetStream is not enabled at {url}: start nats-server with -js (or `jetstream {{}}` in its config)"
+    )

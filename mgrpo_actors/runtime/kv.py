@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import nats.js.errors
 
@@ -22,7 +23,11 @@ async def open_kv(js: Any, bucket: str, history: int, replicas: int = 1, denials
     try:
         return await with_api_retries(lambda: js.key_value(bucket), f"KV bucket {bucket}", denials)
     except nats.js.errors.BucketNotFoundError:
-        return await with_api_retries(lambda: js.create_key_value(bucket=bucket, history=history, replicas=replicas), f"create KV bucket {bucket}", denials)
+        return await with_api_retries(
+            lambda: js.create_key_value(bucket=bucket, history=history, replicas=replicas),
+            f"create KV bucket {bucket}",
+            denials,
+        )
 
 
 @dataclass

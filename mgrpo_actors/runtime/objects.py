@@ -22,8 +22,8 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ObjectStoreConfig
 
-from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop
 
 log = get_logger(__name__)
@@ -45,7 +45,12 @@ async def _patiently(read: Any, what: str) -> Any:
             return await read()
         except nats.js.errors.NotFoundError:
             raise
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError, nats.errors.ConnectionReconnectingError) as exc:
+        except (
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError,
+            nats.errors.ConnectionReconnectingError,
+        ) as exc:
             if asyncio.get_running_loop().time() >= deadline:
                 raise
             log.warning("object read failed; trying again", what=what, error=f"{type(exc).__name__}: {exc}")
@@ -57,7 +62,11 @@ async def open_object_store(js: Any, bucket: str, replicas: int = 1, denials: Ap
     try:
         return await with_api_retries(lambda: js.object_store(bucket), f"object store {bucket}", denials)
     except nats.js.errors.BucketNotFoundError:
-        return await with_api_retries(lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)), f"create object store {bucket}", denials)
+        return await with_api_retries(
+            lambda: js.create_object_store(bucket, config=ObjectStoreConfig(bucket=bucket, replicas=replicas)),
+            f"create object store {bucket}",
+            denials,
+        )
 
 
 async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) -> int:
@@ -74,15 +83,20 @@ async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) ->
     loop = asyncio.get_running_loop()
     for _ in range(info.chunks or 0):
         # The first chunk of this object at or after `seq`: the chunks of one object are in stream order.
-        msg = await _patiently(lambda: js._jsm.get_msg(stream, seq=seq, subject=subject, next=True), f"{bucket}/{name} chunk")
+        msg = await _patiently(
+            lambda seq=seq: js._jsm.get_msg(stream, seq=seq, subject=subject, next=True), f"{bucket}/{name} chunk"
+        )
         data = msg.data or b""
         await loop.run_in_executor(None, into.write, data)  # off the bus thread's loop: a chunk is up to 128 KiB
         digest.update(data)
         size += len(data)
         seq = msg.seq + 1
-    expected = base64.urlsafe_b64decode((info.digest or "").removeprefix("SHA-256=").removeprefix("sha-256="))  # nats-py's "SHA-256=<base64>"
+    # nats-py's "SHA-256=<base64>"
+    expected = base64.urlsafe_b64decode((info.digest or "").removeprefix("SHA-256=").removeprefix("sha-256="))
     if size != info.size or digest.digest() != expected:
-        raise ValueError(f"object {name!r} in bucket {bucket!r}: read {size} of {info.size} bytes, digest {'matches' if digest.digest() == expected else 'differs'}")
+        raise ValueError(
+            f"object {name!r} in bucket {bucket!r}: read {size} of {info.size} bytes, digest {'matches' if digest.digest() == expected else 'differs'}"
+        )
     return size
 
 
@@ -108,9 +122,12 @@ class ObjectBucket:
         try:
             with open(path, "wb") as f:
                 self.loop.call(read_object(self._store._js, self._store, self.name, name, f), timeout=self.timeout_s)
-        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.NotFoundError):  # absent, or deleted while being read (an old version let go)
+        # absent, or deleted while being read (an old version let go)
+        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.NotFoundError):
             path.unlink(missing_ok=True)
-            raise FileNotFoundError(f"no object {name!r} in bucket {self.name!r} (or it was deleted while being read)") from None
+            raise FileNotFoundError(
+                f"no object {name!r} in bucket {self.name!r} (or it was deleted while being read)"
+            ) from None
         except BaseException:
             path.unlink(missing_ok=True)  # never leave a partial file that looks like the object
             raise

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from mgrpo_actors.runtime.errors import BusError
 from mgrpo_actors.runtime.loop import BusLoop

@@ -12,12 +12,17 @@ from mgrpo_actors.runtime.targets import Target, tell
 __all__ = ["replay_stream"]
 
 
-def replay_stream(bus: Bus, stream: str, target: Target, subject: str | None = None, from_start: bool = True) -> Subscription:
+def replay_stream(
+    bus: Bus, stream: str, target: Target, subject: str | None = None, from_start: bool = True
+) -> Subscription:
     """Tell `target` a Delivery (no reply, nothing to settle) for every message of `stream`, replayed
     from its start, then live. `stop()` on the result ends it; the bus's drain ends it too."""
+
     async def on_msg(msg: StoredMessage) -> None:
         if bus.audit is not None:
             bus.audit.record(msg.subject, msg.data, "stream")
         tell(target, Delivery(msg.subject, msg.data))
 
-    return Subscription(bus.loop, subject or stream, "", bus.call(follow_stream(bus._nc, stream, subject, on_msg, from_start)))
+    return Subscription(
+        bus.loop, subject or stream, "", bus.call(follow_stream(bus._nc, stream, subject, on_msg, from_start))
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from mgrpo_actors.runtime.audit import DeliveryLog
 from mgrpo_actors.runtime.errors import BusError, NoResponders, RemoteFailure, RequestTimeout

@@ -25,7 +25,9 @@ log = get_logger(__name__)
 RESEND_AFTER_S = (2.0, 5.0, 15.0, 45.0)
 
 
-def resend_later(bus: Any, subject: str, message: Message | bytes, msg_id: str, after_s: tuple[float, ...] = RESEND_AFTER_S) -> int:
+def resend_later(
+    bus: Any, subject: str, message: Message | bytes, msg_id: str, after_s: tuple[float, ...] = RESEND_AFTER_S
+) -> int:
     """Publish `message` on `subject` again with `msg_id` after each of `after_s` seconds (counted from
     now; fire and forget, on the bus's loop); returns how many resends were scheduled."""
     data = bus._encode(message)

@@ -102,11 +102,15 @@ def request_all(
         if not in_flight:
             time.sleep(next_resend_s or 0.0)
             continue
-        done, _ = concurrent.futures.wait(in_flight, timeout=next_resend_s, return_when=concurrent.futures.FIRST_COMPLETED)
+        done, _ = concurrent.futures.wait(
+            in_flight, timeout=next_resend_s, return_when=concurrent.futures.FIRST_COMPLETED
+        )
         for future in done:
             i = in_flight.pop(future)
             try:
-                outcomes[i] = CallOutcome(future.result(), None, attempt[i] + 1, time.perf_counter() - started, sends[i])
+                outcomes[i] = CallOutcome(
+                    future.result(), None, attempt[i] + 1, time.perf_counter() - started, sends[i]
+                )
                 continue
             except (BusError, ProtocolError) as exc:
                 error = exc
@@ -123,7 +127,10 @@ def request_all(
             heapq.heappush(resends, (now + pause, i))
     return [outcome for outcome in outcomes if outcome is not None]
 
-def request_retrying(bus: Bus, subject: str, message: Message, timeout_s: float | None = None, retries: int = 2) -> CallOutcome:
+
+def request_retrying(
+    bus: Bus, subject: str, message: Message, timeout_s: float | None = None, retries: int = 2
+) -> CallOutcome:
     """One request with `request_all`'s retries (timeout default: the bus's request_timeout_s)."""
     timeout_s = bus.request_timeout_s if timeout_s is None else timeout_s
     return request_all(bus, [subject], lambda _i, _attempt: message, timeout_s, retries)[0]

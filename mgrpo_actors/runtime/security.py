@@ -56,7 +56,11 @@ def explain_connect_error(exc: BaseException, security: ConnectSecurity | None) 
     if "hostname mismatch" in lowered:
         return f"TLS: the server's certificate is not valid for the host in the URL (use a name it carries, or nats.tls.hostname) [{text}]"
     if "certificate verify failed" in lowered:
-        ca = f"nats.tls.ca_file ({security.ca_file})" if security.ca_file else "the system's CA store (set nats.tls.ca_file)"
+        ca = (
+            f"nats.tls.ca_file ({security.ca_file})"
+            if security.ca_file
+            else "the system's CA store (set nats.tls.ca_file)"
+        )
         return f"TLS: the server's certificate is not signed by a CA in {ca}: wrong CA [{text}]"
     if "wrong_version_number" in lowered or "wrong version number" in lowered:
         return f"TLS: this server does not speak TLS (a plain-text server): nothing was sent to it [{text}]"
@@ -65,7 +69,11 @@ def explain_connect_error(exc: BaseException, security: ConnectSecurity | None) 
     if "certificate required" in lowered or "certificate_required" in lowered:
         return f"TLS: the server wants a client certificate (set nats.tls.cert_file and nats.tls.key_file) [{text}]"
     if "authorization violation" in lowered:
-        who = f"user {security.user!r}" if security.user else "no user (set nats.auth.user and its password file or variable)"
+        who = (
+            f"user {security.user!r}"
+            if security.user
+            else "no user (set nats.auth.user and its password file or variable)"
+        )
         return f"NATS refused the credentials of {who}: wrong user or password [{text}]"
     if isinstance(exc, ssl.SSLError):
         return f"TLS handshake failed (check nats.tls and the server's TLS settings) [{text}]"

@@ -23,7 +23,13 @@ SLOW_CONSUMER_METRIC = "bus.slow_consumer_drops"
 class SlowConsumers:
     """The slow-consumer drops of one bus (called on the bus thread)."""
 
-    def __init__(self, node: str, publish_metric: Callable[[Metric], Awaitable[None]], log_every: int = 100, metric_every_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        node: str,
+        publish_metric: Callable[[Metric], Awaitable[None]],
+        log_every: int = 100,
+        metric_every_s: float = 1.0,
+    ) -> None:
         self.node = node
         self.drops: collections.Counter[str] = collections.Counter()
         self._publish_metric = publish_metric
@@ -40,11 +46,24 @@ class SlowConsumers:
         subject = str(getattr(exc, "subject", "") or "?")
         self.drops[subject] += 1
         if self.drops[subject] % self._log_every == 1 or self._log_every == 1:
-            log.warning("slow consumer: nats dropped messages of a subscription whose queue was full", subject=subject, dropped=self.drops[subject], total=self.total)
+            log.warning(
+                "slow consumer: nats dropped messages of a subscription whose queue was full",
+                subject=subject,
+                dropped=self.drops[subject],
+                total=self.total,
+            )
         now = time.monotonic()
         if now - self._metric_sent_at >= self._metric_every_s:
             self._metric_sent_at = now
             try:
-                await self._publish_metric(Metric(name=SLOW_CONSUMER_METRIC, value=float(self.total), node=self.node, role="bus", tags={"subject": subject[:200]}))
+                await self._publish_metric(
+                    Metric(
+                        name=SLOW_CONSUMER_METRIC,
+                        value=float(self.total),
+                        node=self.node,
+                        role="bus",
+                        tags={"subject": subject[:200]},
+                    )
+                )
             except Exception as exc2:  # reporting must never take the bus down
                 log.warning("slow-consumer metric not sent", error=f"{type(exc2).__name__}: {exc2}")

@@ -32,7 +32,8 @@ __all__ = ["StoredMessage", "StreamFollower", "follow_stream"]
 log = get_logger(__name__)
 
 BATCH = 500  # messages per direct get
-BATCH_BYTES = 8 * 1024 * 1024  # and at most this many bytes (a batch stream's messages are large; the server sends at least one)
+# and at most this many bytes (a batch stream's messages are large; the server sends at least one)
+BATCH_BYTES = 8 * 1024 * 1024
 REQUEST_TIMEOUT_S = 5.0
 RETRY_S = 1.0  # after a failed read
 RESET_CHECK_EVERY = 20  # empty polls between checks that the stream was not recreated (sequences from 1 again)
@@ -56,7 +57,14 @@ class StreamFollower:
     """Hands every message of `stream` (on `subject`) to `cb`, in stream order, then follows the stream.
     `unsubscribe()` stops it (the same call ends a nats-py subscription, so callers treat both alike)."""
 
-    def __init__(self, nc: Any, stream: str, subject: str | None, cb: Callable[[StoredMessage], Awaitable[None]], poll_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        nc: Any,
+        stream: str,
+        subject: str | None,
+        cb: Callable[[StoredMessage], Awaitable[None]],
+        poll_s: float = 0.25,
+    ) -> None:
         self.nc, self.stream, self.subject, self.cb, self.poll_s = nc, stream, subject or ">", cb, poll_s
         self.next_seq = 1
         self.direct = True
@@ -72,8 +80,13 @@ class StreamFollower:
         return self
 
     def _ended(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:  # _follow catches everything it can: say so if it did not
-            log.error("stream reader stopped", stream=self.stream, error=f"{type(task.exception()).__name__}: {task.exception()}")
+        # _follow catches everything it can: say so if it did not
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "stream reader stopped",
+                stream=self.stream,
+                error=f"{type(task.exception()).__name__}: {task.exception()}",
+            )
 
     async def unsubscribe(self) -> None:
         if self._task is not None:
@@ -93,7 +106,12 @@ class StreamFollower:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # disconnected, reconnecting, the stream gone or leaderless: keep trying, slowly
-                log.warning("stream read failed; trying again", stream=self.stream, next_seq=self.next_seq, error=f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "stream read failed; trying again",
+                    stream=self.stream,
+                    next_seq=self.next_seq,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 await asyncio.sleep(RETRY_S)
                 continue
             for message in messages:
@@ -101,7 +119,12 @@ class StreamFollower:
                 try:
                     await self.cb(message)
                 except Exception as exc:  # one message the reader's owner could not take: the next ones still come
-                    log.warning("stream message not handled", stream=self.stream, seq=message.seq, error=f"{type(exc).__name__}: {exc}")
+                    log.warning(
+                        "stream message not handled",
+                        stream=self.stream,
+                        seq=message.seq,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
             if not messages:
                 await asyncio.sleep(self.poll_s)  # caught up: wait for more
 
@@ -112,7 +135,12 @@ class StreamFollower:
             return
         state = (await self.nc.jetstream().stream_info(self.stream)).state
         if state.last_seq < self.next_seq - 1:
-            log.warning("stream was recreated; reading it from its start", stream=self.stream, last_seq=state.last_seq, next_seq=self.next_seq)
+            log.warning(
+                "stream was recreated; reading it from its start",
+                stream=self.stream,
+                last_seq=state.last_seq,
+                next_seq=self.next_seq,
+            )
             self.next_seq = state.first_seq or 1
 
     async def _direct_batch(self) -> list[StoredMessage]:
@@ -135,20 +163,37 @@ class StreamFollower:
                 if status in ("204", "404"):  # 204: end of this batch; 404: nothing at or after next_seq yet
                     return found
                 if status:
-                    raise ReadFailed(f"direct get on {self.stream}: status {status} {headers.get('Description', '')}".strip())
-                found.append(StoredMessage(headers.get("Nats-Subject", ""), msg.data, int(headers["Nats-Sequence"]), int(headers.get("Nats-Num-Pending", -1))))
+                    raise ReadFailed(
+                        f"direct get on {self.stream}: status {status} {headers.get('Description', '')}".strip()
+                    )
+                found.append(
+                    StoredMessage(
+                        headers.get("Nats-Subject", ""),
+                        msg.data,
+                        int(headers["Nats-Sequence"]),
+                        int(headers.get("Nats-Num-Pending", -1)),
+                    )
+                )
         finally:
             await sub.unsubscribe()
 
     async def _one(self) -> list[StoredMessage]:
         try:
-            raw = await self.nc.jetstream()._jsm.get_msg(self.stream, seq=self.next_seq, subject=self.subject, next=True)
+            raw = await self.nc.jetstream()._jsm.get_msg(
+                self.stream, seq=self.next_seq, subject=self.subject, next=True
+            )
         except nats.js.errors.NotFoundError:
             return []
         return [StoredMessage(raw.subject or "", raw.data or b"", int(raw.seq or self.next_seq), -1)]
 
 
-async def follow_stream(nc: Any, stream: str, subject: str | None, cb: Callable[[StoredMessage], Awaitable[None]], from_start: bool = True,
-                        poll_s: float = 0.25) -> StreamFollower:  # fmt: skip
+async def follow_stream(
+    nc: Any,
+    stream: str,
+    subject: str | None,
+    cb: Callable[[StoredMessage], Awaitable[None]],
+    from_start: bool = True,
+    poll_s: float = 0.25,
+) -> StreamFollower:
     """Start a StreamFollower of `stream` on connection `nc` (NotFoundError if the stream is missing)."""
     return await StreamFollower(nc, stream, subject, cb, poll_s).start(from_start)

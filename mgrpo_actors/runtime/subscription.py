@@ -53,14 +53,23 @@ def mailbox_feeder(bus: Any, target: Target, limit: int) -> Callable[[Any], Awai
     async def on_msg(msg: Any) -> None:
         if bus.audit is not None:
             bus.audit.record(msg.subject, msg.data, "subscription")
-        if msg.reply and not msg.reply.startswith(REPLY_PREFIXES):  # replies go to inboxes only: refused, never answered
-            return bus.dead_letter(Delivery(msg.subject, msg.data, "", msg.headers), f"reply subject {msg.reply[:200]!r} is not an inbox", "BadReplySubject")
+        # replies go to inboxes only: refused, never answered
+        if msg.reply and not msg.reply.startswith(REPLY_PREFIXES):
+            return bus.dead_letter(
+                Delivery(msg.subject, msg.data, "", msg.headers),
+                f"reply subject {msg.reply[:200]!r} is not an inbox",
+                "BadReplySubject",
+            )
         await slots.acquire()
-        delivery = Delivery(msg.subject, msg.data, msg.reply, msg.headers, on_taken=lambda: bus.loop.call_soon(slots.release))
+        delivery = Delivery(
+            msg.subject, msg.data, msg.reply, msg.headers, on_taken=lambda: bus.loop.call_soon(slots.release)
+        )
         if not tell(target, delivery):
             delivery.taken()
             if msg.reply:  # the actor is gone: tell the requester now rather than let it time out
-                failure = Failure(subject=msg.subject, reason="the actor serving this subject has stopped", error_type="ActorStopped")
+                failure = Failure(
+                    subject=msg.subject, reason="the actor serving this subject has stopped", error_type="ActorStopped"
+                )
                 await bus.publish_now(msg.reply, encode(failure))
         elif not hasattr(target, "tell"):
             delivery.taken()  # a callable target has handled it already

@@ -29,12 +29,10 @@ class DelayTool(SchemaTool):
     description = "Wait a fixed latency, then return `text` unchanged (a stand-in for a slow remote API)."
     parameters = {
         "type": "object",
-        "properties": {
-            "text": {"type": "string", "description": "returned as it is"},
-        },
+        "properties": {"text": {"type": "string", "description": "returned as it is"}},
         "required": ["text"],
         "additionalProperties": False,
-    }  # fmt: skip
+    }
 
     def __init__(self, latency_s: float = 0.05) -> None:
         """latency_s: seconds every call waits (>= 0; 0 makes it a plain echo)."""

@@ -32,12 +32,16 @@ class ReasonTool(SchemaTool):
     parameters = {
         "type": "object",
         "properties": {
-            "problem": {"type": "string", "minLength": 1, "maxLength": MAX_PROBLEM_CHARS,
-                        "description": "the complete problem, with every fact it needs"},
+            "problem": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_PROBLEM_CHARS,
+                "description": "the complete problem, with every fact it needs",
+            }
         },
         "required": ["problem"],
         "additionalProperties": False,
-    }  # fmt: skip
+    }
 
     def __init__(
         self,

@@ -85,9 +85,7 @@ class ToolRegistry:
 
     @classmethod
     def from_config(
-        cls,
-        entries: Iterable[Mapping[str, Any] | ToolSpec],
-        extra_args: Mapping[str, Mapping[str, Any]] | None = None,
+        cls, entries: Iterable[Mapping[str, Any] | ToolSpec], extra_args: Mapping[str, Mapping[str, Any]] | None = None
     ) -> ToolRegistry:
         """Build every entry's tool; extra_args[name] adds keyword arguments a config cannot hold."""
         registry = cls()

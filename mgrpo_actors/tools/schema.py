@@ -15,9 +15,22 @@ __all__ = ["SchemaError", "check_schema", "validate"]
 
 _TYPES = ("object", "string", "integer", "number", "boolean", "array", "null")
 _KEYWORDS = {
-    "type", "properties", "required", "additionalProperties", "enum", "minLength", "maxLength",
-    "minimum", "maximum", "items", "minItems", "maxItems", "description", "title", "default",
-}  # fmt: skip
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "items",
+    "minItems",
+    "maxItems",
+    "description",
+    "title",
+    "default",
+}
 
 
 class SchemaError(ValueError):

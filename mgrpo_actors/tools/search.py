@@ -43,14 +43,22 @@ class SearchTool(SchemaTool):
         self.parameters = {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
-                          "description": "keywords to search for"},
-                "k": {"type": "integer", "minimum": 1, "maximum": max_k,
-                      "description": f"number of results (default {default_k})"},
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_QUERY_CHARS,
+                    "description": "keywords to search for",
+                },
+                "k": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": max_k,
+                    "description": f"number of results (default {default_k})",
+                },
             },
             "required": ["query"],
             "additionalProperties": False,
-        }  # fmt: skip
+        }
         super().__init__()
         self._tokenizer = Tokenizer(stopwords="en")
         corpus = [" ".join([p.title] * TITLE_WEIGHT + [p.text]) for p in self.pages]

@@ -23,7 +23,9 @@ def served_pages(tools: ToolsConfig) -> list[Page]:
     return build_pages(generate_world(WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities)))
 
 
-def build_tool_registry(tools: ToolsConfig, names: list[str] | None = None, pages: list[Page] | None = None) -> ToolRegistry:
+def build_tool_registry(
+    tools: ToolsConfig, names: list[str] | None = None, pages: list[Page] | None = None
+) -> ToolRegistry:
     """The tools `names` (default `tools.serve`); pages are built once here unless given."""
     names = list(tools.serve if names is None else names)  # names were checked when the config loaded
     builtin = [name for name in names if name in BUILTIN_TOOLS]

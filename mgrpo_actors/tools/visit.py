@@ -32,14 +32,22 @@ class VisitTool(SchemaTool):
     parameters = {
         "type": "object",
         "properties": {
-            "url": {"type": "string", "minLength": 1, "maxLength": MAX_URL_CHARS,
-                    "description": f"page url, e.g. {URL_PREFIX}some-page"},
-            "goal": {"type": "string", "minLength": 1, "maxLength": MAX_GOAL_CHARS,
-                     "description": "what information you are looking for on this page"},
+            "url": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_URL_CHARS,
+                "description": f"page url, e.g. {URL_PREFIX}some-page",
+            },
+            "goal": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_GOAL_CHARS,
+                "description": "what information you are looking for on this page",
+            },
         },
         "required": ["url", "goal"],
         "additionalProperties": False,
-    }  # fmt: skip
+    }
 
     def __init__(self, pages: Sequence[Page] | str | os.PathLike[str], max_chars: int = 4000) -> None:
         """pages: the pages, or the path of a pages.jsonl; page text past max_chars is cut."""

@@ -29,4 +29,6 @@ def test_tools_benchmark_quick_returns_figures_for_every_n(nats_server):
             assert figures["of_ideal"] < 1.2, (n, load, figures)
     assert results["processes"][1][bench_tools.SATURATED]["scaling_ratio"] == pytest.approx(1.0)
     assert results["processes"][2][bench_tools.SATURATED]["scaling_ratio"] > 0.5  # a second process adds throughput
-    assert results["min_scaling_ratio"] == min(loads[bench_tools.SATURATED]["scaling_ratio"] for loads in results["processes"].values())
+    assert results["min_scaling_ratio"] == min(
+        loads[bench_tools.SATURATED]["scaling_ratio"] for loads in results["processes"].values()
+    )

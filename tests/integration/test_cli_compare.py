@@ -17,8 +17,27 @@ TINY = ("--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities
 
 def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     out = tmp_path / "cmp"
-    done = run_script("mgrpo", "compare", *TINY, "--methods", "m-grpo,single-agent", "--steps", "1", "--eval-every", "1",
-                      "--warmup", "--stage1-steps", "1", "--eval-questions", "2", "--eval-runs", "1", "--out", str(out), timeout_s=400)  # fmt: skip
+    done = run_script(
+        "mgrpo",
+        "compare",
+        *TINY,
+        "--methods",
+        "m-grpo,single-agent",
+        "--steps",
+        "1",
+        "--eval-every",
+        "1",
+        "--warmup",
+        "--stage1-steps",
+        "1",
+        "--eval-questions",
+        "2",
+        "--eval-runs",
+        "1",
+        "--out",
+        str(out),
+        timeout_s=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "compare.json").read_text())
     assert list(result["methods"]) == ["m-grpo", "single-agent"] and result["eval_steps"] == [0, 1]
@@ -26,19 +45,30 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     # Stage 0 (--warmup) per layout, then stage 1 from its models.
     assert json.loads((out / "warmup-multi" / "warmup.json").read_text())["method"] == "m-grpo"
     assert json.loads((out / "warmup-single" / "warmup.json").read_text())["method"] == "single-agent"
-    stage1 = "".join((out / "logs" / "stage1-single.log").read_text().split())  # rich folds long lines, even inside a path
+    # rich folds long lines, even inside a path
+    stage1 = "".join((out / "logs" / "stage1-single.log").read_text().split())
     assert f"(single-agent):oneagentwitheverytool,{out / 'warmup-single' / 'main'}" in stage1
-    assert result["starts"] == {"multi": {"main": str(runs / "stage1-multi/exports/main/step1"), "sub": str(runs / "stage1-multi/exports/sub/step1")},
-                                "single": {"main": str(runs / "stage1-single/exports/main/step1")}}  # fmt: skip
-    for method, models in (("m-grpo", {"main": "m-grpo/exports/main/step1", "sub": "m-grpo/exports/sub/step1"}),
-                           ("single-agent", {"main": "single-agent/exports/main/step1"})):  # fmt: skip
+    assert result["starts"] == {
+        "multi": {
+            "main": str(runs / "stage1-multi/exports/main/step1"),
+            "sub": str(runs / "stage1-multi/exports/sub/step1"),
+        },
+        "single": {"main": str(runs / "stage1-single/exports/main/step1")},
+    }
+    for method, models in (
+        ("m-grpo", {"main": "m-grpo/exports/main/step1", "sub": "m-grpo/exports/sub/step1"}),
+        ("single-agent", {"main": "single-agent/exports/main/step1"}),
+    ):
         report = json.loads((out / "evals" / f"{method}-step1.json").read_text())
         assert report["setup"]["models"] == {side: str(runs / path) for side, path in models.items()}
         assert report["setup"]["questions"] == 2 and report["setup"]["runs"] == 1
         assert [p["step"] for p in result["methods"][method]["evals"]] == [0, 1]
         assert len(result["methods"][method]["rewards"]) == 1
     table = (out / "compare.md").read_text().splitlines()
-    assert table[0].startswith("| method | val. accuracy, start") and [line.split(" | ")[0] for line in table[2:]] == ["| m-grpo", "| single-agent"]
+    assert table[0].startswith("| method | val. accuracy, start") and [line.split(" | ")[0] for line in table[2:]] == [
+        "| m-grpo",
+        "| single-agent",
+    ]
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
 

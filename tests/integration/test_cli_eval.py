@@ -13,7 +13,18 @@ from tests.helpers import run_script
 
 pytestmark = pytest.mark.integration
 
-TINY = ["--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=120", "--max-turns", "2", "--max-new-tokens", "16"]
+TINY = [
+    "--main",
+    "tiny:main",
+    "--sub",
+    "tiny:sub",
+    "--set",
+    "tools.web_entities=120",
+    "--max-turns",
+    "2",
+    "--max-new-tokens",
+    "16",
+]
 
 
 def mgrpo_eval(*args: str, timeout_s: float = 90):
@@ -21,7 +32,9 @@ def mgrpo_eval(*args: str, timeout_s: float = 90):
 
 
 def write_jsonl(path, lines):
-    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines) + b"\n")
+    path.write_bytes(
+        b"\n".join(line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines) + b"\n"
+    )
     return path
 
 
@@ -32,7 +45,9 @@ def check_consistent(report: dict, runs: int, questions: int) -> None:
     for r, run in enumerate(report["runs"]):
         assert 0.0 <= run["accuracy"] <= run["format_valid"] <= 1.0 and 0.0 <= run["reward"] <= 1.0
         assert run["accuracy"] == pytest.approx(sum(row["correct"][r] for row in report["questions"]) / questions)
-        assert run["format_valid"] == pytest.approx(sum(row["format_valid"][r] for row in report["questions"]) / questions)
+        assert run["format_valid"] == pytest.approx(
+            sum(row["format_valid"][r] for row in report["questions"]) / questions
+        )
         assert run["turns"] == pytest.approx(sum(row["turns"][r] for row in report["questions"]) / questions)
         assert 1.0 <= run["turns"] <= 2.0  # --max-turns 2
     for name, spread in report["aggregate"].items():
@@ -42,30 +57,88 @@ def check_consistent(report: dict, runs: int, questions: int) -> None:
 
 
 def test_a_jsonl_file_with_custom_and_unknown_fields(tmp_path):
-    questions = write_jsonl(tmp_path / "gaia.jsonl", [
-        {"task_id": "t1", "Question": "What is the founding year of Arvel Works?", "Final answer": 1963, "Level": 1, "file_name": ""},
-        {"task_id": "t2", "Question": "Which city hosts Nolan Park?", "Final answer": "Brisk", "Annotator Metadata": {"Steps": "1. search"}},
-        {"task_id": "t3", "Question": "Who leads Orrin Labs?", "Final answer": "Mara Quill", "tools": ["web"]},
-        {"task_id": "t4", "Question": "Not evaluated: beyond --limit", "Final answer": "x"},
-    ])  # fmt: skip
+    questions = write_jsonl(
+        tmp_path / "gaia.jsonl",
+        [
+            {
+                "task_id": "t1",
+                "Question": "What is the founding year of Arvel Works?",
+                "Final answer": 1963,
+                "Level": 1,
+                "file_name": "",
+            },
+            {
+                "task_id": "t2",
+                "Question": "Which city hosts Nolan Park?",
+                "Final answer": "Brisk",
+                "Annotator Metadata": {"Steps": "1. search"},
+            },
+            {"task_id": "t3", "Question": "Who leads Orrin Labs?", "Final answer": "Mara Quill", "tools": ["web"]},
+            {"task_id": "t4", "Question": "Not evaluated: beyond --limit", "Final answer": "x"},
+        ],
+    )
     out = tmp_path / "report.json"
-    done = mgrpo_eval(*TINY, "--file", str(questions), "--question-field", "Question", "--answer-field", "Final answer",
-                      "--id-field", "task_id", "--runs", "2", "--limit", "3", "--out", str(out))  # fmt: skip
+    done = mgrpo_eval(
+        *TINY,
+        "--file",
+        str(questions),
+        "--question-field",
+        "Question",
+        "--answer-field",
+        "Final answer",
+        "--id-field",
+        "task_id",
+        "--runs",
+        "2",
+        "--limit",
+        "3",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(out.read_text())
     check_consistent(report, runs=2, questions=3)
-    assert report["setup"]["mode"] == "main+sub" and report["setup"]["models"] == {"main": "tiny:main", "sub": "tiny:sub"}
+    assert report["setup"]["mode"] == "main+sub" and report["setup"]["models"] == {
+        "main": "tiny:main",
+        "sub": "tiny:sub",
+    }
     assert report["setup"]["available"] == 4 and report["setup"]["seeds"] == [0, 1]
-    assert report["setup"]["dataset"]["fields"] == {"question": "Question", "answer": "Final answer", "id": "task_id", "aliases": "aliases"}
-    assert [(row["id"], row["answer"]) for row in report["questions"]] == [("t1", "1963"), ("t2", "Brisk"), ("t3", "Mara Quill")]
+    assert report["setup"]["dataset"]["fields"] == {
+        "question": "Question",
+        "answer": "Final answer",
+        "id": "task_id",
+        "aliases": "aliases",
+    }
+    assert [(row["id"], row["answer"]) for row in report["questions"]] == [
+        ("t1", "1963"),
+        ("t2", "Brisk"),
+        ("t3", "Mara Quill"),
+    ]
     assert "main+sub: main tiny:main, sub tiny:sub · 3 of 4 questions of" in done.stdout
-    assert "3 questions × 2 runs (seeds [0, 1])" in done.stdout and "sub calls / question" in done.stdout and "R_M" in done.stdout
+    assert (
+        "3 questions × 2 runs (seeds [0, 1])" in done.stdout
+        and "sub calls / question" in done.stdout
+        and "R_M" in done.stdout
+    )
     assert "6/6" in done.stderr  # the progress bar: questions × runs
 
 
 def test_a_split_of_the_built_in_web_with_the_single_agent(tmp_path):
     out = tmp_path / "report.json"
-    done = mgrpo_eval(*TINY, "--split", "validation", "--limit", "2", "--single-agent", "--runs", "1", "--seed", "7", "--out", str(out))
+    done = mgrpo_eval(
+        *TINY,
+        "--split",
+        "validation",
+        "--limit",
+        "2",
+        "--single-agent",
+        "--runs",
+        "1",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(out.read_text())
     check_consistent(report, runs=1, questions=2)
@@ -83,16 +156,33 @@ def test_a_runs_checkpoints_replace_the_models_and_a_frozen_agent_keeps_its_own(
     tokenizer.save_pretrained(side / "step3" / "hf")
     (side / "latest").write_text("step3")
     # S's model as config, not as --sub (which would win over the checkpoints and skip the sub side).
-    args = ["--set", "agents.sub.model=tiny:sub", *TINY[4:], "--split", "validation", "--limit", "1", "--runs", "1", "--checkpoints", str(run_dir)]
+    args = [
+        "--set",
+        "agents.sub.model=tiny:sub",
+        *TINY[4:],
+        "--split",
+        "validation",
+        "--limit",
+        "1",
+        "--runs",
+        "1",
+        "--checkpoints",
+        str(run_dir),
+    ]
     missing = mgrpo_eval(*args)
     assert missing.returncode == 2
-    assert f"mgrpo eval: error: {run_dir / 'checkpoints' / 'sub'} holds no checkpoint of the sub agent" in missing.stderr
+    assert (
+        f"mgrpo eval: error: {run_dir / 'checkpoints' / 'sub'} holds no checkpoint of the sub agent" in missing.stderr
+    )
     out = tmp_path / "report.json"
     done = mgrpo_eval(*args, "--set", "learners.sub.frozen=true", "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "sub: no checkpoint in" in done.stdout and "keeps agents.sub.model tiny:sub" in done.stdout
     setup = json.loads(out.read_text())["setup"]
-    assert setup["models"]["main"] == str(side / "step3" / "hf") and setup["checkpoints"] == {"main": "step3", "sub": None}
+    assert setup["models"]["main"] == str(side / "step3" / "hf") and setup["checkpoints"] == {
+        "main": "step3",
+        "sub": None,
+    }
 
 
 # The data and usage errors come before any model loads: run in this process (as `mgrpo` would), which
@@ -100,8 +190,14 @@ def test_a_runs_checkpoints_replace_the_models_and_a_frozen_agent_keeps_its_own(
 @pytest.mark.parametrize(
     "lines, message",
     [
-        ([{"question": "a?", "answer": "b", "x": 1}, b"", {"question": "c?", "answer": ""}], ":3: field 'answer' is empty"),
-        ([{"question": "a?", "answer": "b"}, '{"question": "Caf\u00e9?", "answer": "d"}'.encode("latin-1")], ":2: not UTF-8 (byte 0xe9"),
+        (
+            [{"question": "a?", "answer": "b", "x": 1}, b"", {"question": "c?", "answer": ""}],
+            ":3: field 'answer' is empty",
+        ),
+        (
+            [{"question": "a?", "answer": "b"}, '{"question": "Caf\u00e9?", "answer": "d"}'.encode("latin-1")],
+            ":2: not UTF-8 (byte 0xe9",
+        ),
         ([b'{"question": "a?",'], ":1: not valid JSON"),
     ],
 )

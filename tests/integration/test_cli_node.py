@@ -18,6 +18,7 @@ from tests.helpers import closed_port_url, run_script, start_script, stop_proces
 
 pytestmark = pytest.mark.integration
 
+
 def test_unknown_role_exits_2_listing_the_valid_roles():
     result = run_script("mgrpo-node", "--role", "bogus", "--nats", closed_port_url())
     assert result.returncode == 2, result.stderr
@@ -35,8 +36,17 @@ def test_no_role_exits_2_listing_the_valid_roles():
 
 @pytest.mark.timeout(180)
 def test_role_all_runs_every_built_role_on_an_embedded_server_until_the_run_is_finished():
-    tiny = ["--set", "agents.main.model=tiny:main", "--set", "agents.sub.model=tiny:sub", "--set", "tools.web_entities=150"]
-    result = run_script("mgrpo-node", "--role", "all", *tiny, "--set", "pipeline.steps=1", "--set", "log.json=true", timeout_s=170)
+    tiny = [
+        "--set",
+        "agents.main.model=tiny:main",
+        "--set",
+        "agents.sub.model=tiny:sub",
+        "--set",
+        "tools.web_entities=150",
+    ]
+    result = run_script(
+        "mgrpo-node", "--role", "all", *tiny, "--set", "pipeline.steps=1", "--set", "log.json=true", timeout_s=170
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"event": "node started"' in result.stderr and '"embedded": true' in result.stderr
     assert '"reason": "run finished"' in result.stderr
@@ -45,7 +55,9 @@ def test_role_all_runs_every_built_role_on_an_embedded_server_until_the_run_is_f
 def test_unreachable_nats_exits_3_quickly_naming_the_url():
     url = closed_port_url()
     # A hang would hit the subprocess timeout; the node must give up on its own within connect_timeout_s.
-    result = run_script("mgrpo-node", "--role", "tool", "--nats", url, "--set", "nats.connect_timeout_s=2", timeout_s=20)
+    result = run_script(
+        "mgrpo-node", "--role", "tool", "--nats", url, "--set", "nats.connect_timeout_s=2", timeout_s=20
+    )
     assert result.returncode == 3, result.stderr
     assert url in result.stderr and "cannot reach NATS" in result.stderr
     assert "Traceback" not in result.stderr
@@ -78,7 +90,18 @@ def test_bad_config_value_and_missing_file_exit_2(tmp_path):
 def test_print_config_shows_file_overrides_and_flags(tmp_path):
     path = tmp_path / "node.yaml"
     path.write_text("run:\n  id: from-file\n  seed: 7\ntools:\n  actors_per_tool: 3\n")
-    result = run_script("mgrpo-node", "--print-config", "--config", str(path), "--set", "tools.actors_per_tool=5", "--nats", "nats://elsewhere:4333", "--set", "log.level=debug")
+    result = run_script(
+        "mgrpo-node",
+        "--print-config",
+        "--config",
+        str(path),
+        "--set",
+        "tools.actors_per_tool=5",
+        "--nats",
+        "nats://elsewhere:4333",
+        "--set",
+        "log.level=debug",
+    )
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(result.stdout)
     assert (config["run"]["id"], config["run"]["seed"]) == ("from-file", 7)
@@ -116,7 +139,21 @@ def test_version_prints_the_schema_and_packages():
 @pytest.fixture
 def tool_node(nats_server, run_id):
     """`mgrpo-node --role tool` on the module's nats-server, waited for until it answers pings."""
-    proc = start_script("mgrpo-node", "--role", "tool", "--nats", nats_server.url, "--run-id", run_id, "--name", "node-a", "--set", "tools.actors_per_tool=1", "--set", "tools.web_entities=200")
+    proc = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        nats_server.url,
+        "--run-id",
+        run_id,
+        "--name",
+        "node-a",
+        "--set",
+        "tools.actors_per_tool=1",
+        "--set",
+        "tools.web_entities=200",
+    )
     try:
         yield proc
     finally:
@@ -143,13 +180,23 @@ def test_tool_node_answers_pings_and_tool_requests_then_stops_on_sigterm(tool_no
     assert isinstance(info, NodeInfo)
     assert info.node == "node-a" and info.roles == ["tool"] and info.pid == tool_node.pid
 
-    result = _wait_for_answer(bus, tool_node, bus.subjects.tool("search"), ToolRequest(call_id="c1", tool="search", arguments={"query": "capital"}))
+    result = _wait_for_answer(
+        bus,
+        tool_node,
+        bus.subjects.tool("search"),
+        ToolRequest(call_id="c1", tool="search", arguments={"query": "capital"}),
+    )
     assert isinstance(result, ToolResult) and result.call_id == "c1"
     bad = bus.request(bus.subjects.tool("search"), ToolRequest(call_id="c2", tool="visit", arguments={}), timeout_s=5)
     assert bad.ok is False and bad.error  # a wrong call is an error result, not a lost request
 
     # `mgrpo ping` (another process) lists the node.
-    ping = subprocess.run([str(venv_bin("mgrpo")), "ping", "--nats", bus.url, "--run-id", bus.run_id, "--wait", "1"], capture_output=True, text=True, timeout=30)
+    ping = subprocess.run(
+        [str(venv_bin("mgrpo")), "ping", "--nats", bus.url, "--run-id", bus.run_id, "--wait", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ping.returncode == 0, ping.stderr
     lines = [json.loads(line) for line in ping.stdout.splitlines() if line.strip()]
     assert [(n["node"], n["roles"], n["pid"]) for n in lines] == [("node-a", ["tool"], tool_node.pid)]
@@ -179,6 +226,17 @@ def _stored_events(bus) -> list[Event]:
     [("pipeline.levels=[9]", "pipeline.levels"), ("pipeline.queries_per_step=100000", "pipeline.queries_per_step")],
 )
 def test_a_dataset_that_cannot_fill_a_step_exits_2_naming_the_key_before_connecting(override, key):
-    result = run_script("mgrpo-node", "--role", "controller", "--set", override, "--set", "tools.web_entities=150", "--nats", closed_port_url(), timeout_s=60)
+    result = run_script(
+        "mgrpo-node",
+        "--role",
+        "controller",
+        "--set",
+        override,
+        "--set",
+        "tools.web_entities=150",
+        "--nats",
+        closed_port_url(),
+        timeout_s=60,
+    )
     assert result.returncode == 2, result.stderr  # 3 would mean it tried NATS first
     assert key in result.stderr and "Traceback" not in result.stderr

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(240)
 def test_mgrpo_run_runs_the_pipeline_and_both_learners_over_nats():
-    done = run_script("mgrpo", "run", "--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=150", timeout_s=230)
+    done = run_script(
+        "mgrpo", "run", "--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=150", timeout_s=230
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "run 'default' (m-grpo): M tiny:main, S tiny:sub" in out and "roles on an embedded nats-server" in out

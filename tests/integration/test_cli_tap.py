@@ -19,8 +19,19 @@ pytestmark = pytest.mark.integration
 
 
 def _trajectory(run_id: str) -> Trajectory:
-    return Trajectory(run_id=run_id, side="sub", step=2, query_id="q7", rollout_index=1, call_id="call-3", policy_version=4,
-                      token_ids=np.arange(7, dtype=np.int32), loss_mask=np.ones(7, np.uint8), logprobs=np.zeros(7, np.float32), format_error="ünïcode")
+    return Trajectory(
+        run_id=run_id,
+        side="sub",
+        step=2,
+        query_id="q7",
+        rollout_index=1,
+        call_id="call-3",
+        policy_version=4,
+        token_ids=np.arange(7, dtype=np.int32),
+        loss_mask=np.ones(7, np.uint8),
+        logprobs=np.zeros(7, np.float32),
+        format_error="ünïcode",
+    )
 
 
 def _wait_until_subscribed(bus, proc, subject: str) -> None:
@@ -45,10 +56,15 @@ def test_tap_prints_what_another_process_publishes(nats_server, bus):
     messages = [
         (f"{root}.metrics.loss", Metric(name="loss", value=0.25, step=3, tags={"side": "main"})),
         (bus.subjects.trajectories("sub"), _trajectory(bus.run_id)),
-        (f"{root}.dlq.x", DeadLetter(subject=f"{root}.x", reason="bad", error_type="ProtocolError", payload=b"\x00" * 11)),
+        (
+            f"{root}.dlq.x",
+            DeadLetter(subject=f"{root}.x", reason="bad", error_type="ProtocolError", payload=b"\x00" * 11),
+        ),
         (f"{root}.junk", b"\xc1 not msgpack"),
     ]
-    proc = start_script("mgrpo", "tap", f"{root}.>", "--nats", nats_server.url, "--count", str(len(messages) + 1), "--duration", "60")
+    proc = start_script(
+        "mgrpo", "tap", f"{root}.>", "--nats", nats_server.url, "--count", str(len(messages) + 1), "--duration", "60"
+    )
     try:
         _wait_until_subscribed(bus, proc, f"{root}.probe")
         published_at = time.time()
@@ -65,7 +81,14 @@ def test_tap_prints_what_another_process_publishes(nats_server, bus):
     assert (probe["subject"], probe["type"], probe["payload"]["kind"]) == (f"{root}.probe", "Event", "probe")
 
     assert metric["subject"] == f"{root}.metrics.loss" and metric["type"] == "Metric"
-    assert metric["payload"] == {"name": "loss", "value": 0.25, "step": 3, "node": "", "role": "", "tags": {"side": "main"}}
+    assert metric["payload"] == {
+        "name": "loss",
+        "value": 0.25,
+        "step": 3,
+        "node": "",
+        "role": "",
+        "tags": {"side": "main"},
+    }
     sent = datetime.fromisoformat(metric["time"])
     assert sent.tzinfo is not None and abs(sent.timestamp() - published_at) < 3600
 
@@ -87,19 +110,46 @@ def test_tap_replays_a_stream_from_the_start(nats_server, bus):
     bus.add_stream(stream, [f"{bus.subjects.root}.replay.>"])
     for i, subject in enumerate(subjects):
         bus.js_publish(subject, Metric(name="stored", value=float(i), step=i))
-    result = run_script("mgrpo", "tap", "--stream", stream, "--from-start", "--count", "6", "--duration", "30", "--nats", nats_server.url)
+    result = run_script(
+        "mgrpo",
+        "tap",
+        "--stream",
+        stream,
+        "--from-start",
+        "--count",
+        "6",
+        "--duration",
+        "30",
+        "--nats",
+        nats_server.url,
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(line["subject"], line["payload"]["step"]) for line in lines] == list(zip(subjects, range(6)))
     assert all(line["type"] == "Metric" for line in lines)
 
-    only_a = run_script("mgrpo", "tap", f"{bus.subjects.root}.replay.a", "--stream", stream, "--from-start", "--count", "3", "--duration", "30", "--nats", nats_server.url)
+    only_a = run_script(
+        "mgrpo",
+        "tap",
+        f"{bus.subjects.root}.replay.a",
+        "--stream",
+        stream,
+        "--from-start",
+        "--count",
+        "3",
+        "--duration",
+        "30",
+        "--nats",
+        nats_server.url,
+    )
     assert only_a.returncode == 0, only_a.stderr
     assert [json.loads(line)["payload"]["step"] for line in only_a.stdout.splitlines()] == [1, 3, 5]
 
 
 def test_tap_of_a_missing_stream_exits_2_naming_it(nats_server):
-    result = run_script("mgrpo", "tap", "--stream", "no-such-stream", "--from-start", "--count", "1", "--nats", nats_server.url)
+    result = run_script(
+        "mgrpo", "tap", "--stream", "no-such-stream", "--from-start", "--count", "1", "--nats", nats_server.url
+    )
     assert result.returncode == 2
     assert "no-such-stream" in result.stderr
 
@@ -109,7 +159,9 @@ def test_tap_with_unreachable_nats_exits_3_naming_the_url():
     result = run_script("mgrpo", "tap", "--count", "1", "--nats", url, timeout_s=60)
     assert result.returncode == 3
     assert url in result.stderr and "cannot reach NATS" in result.stderr
-    assert "Traceback" not in result.stderr, "an unreachable server is an expected condition: one clear line, no tracebacks"
+    assert "Traceback" not in result.stderr, (
+        "an unreachable server is an expected condition: one clear line, no tracebacks"
+    )
 
 
 def test_ping_without_nodes_exits_1_saying_so(nats_server, run_id):
@@ -123,4 +175,6 @@ def test_ping_with_unreachable_nats_exits_3_naming_the_url():
     result = run_script("mgrpo", "ping", "--nats", url, timeout_s=60)
     assert result.returncode == 3
     assert url in result.stderr and "cannot reach NATS" in result.stderr
-    assert "Traceback" not in result.stderr, "an unreachable server is an expected condition: one clear line, no tracebacks"
+    assert "Traceback" not in result.stderr, (
+        "an unreachable server is an expected condition: one clear line, no tracebacks"
+    )

@@ -24,7 +24,16 @@ from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, rea
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 STEPS = 3
-TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
+TOPOLOGY = [
+    "tool",
+    "sub-agent",
+    "main-agent",
+    "main-aligner",
+    "sub-aligner",
+    "main-learner",
+    "sub-learner",
+    "controller",
+]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -61,8 +70,17 @@ class LoopbackCluster:
                 f'cluster {{ name: "test", listen: "127.0.0.1:{route}", routes: {json.dumps(others)} }}\n'
             )
             log = open(self.root / f"c{i}.log", "wb")  # noqa: SIM115 - the server owns it
-            self.procs.append(subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        wait_until(self._jetstream_ready, timeout_s=30, interval_s=0.2, what="the cluster's JetStream never became ready")
+            self.procs.append(
+                subprocess.Popen(
+                    [str(nats_server_binary()), "-c", str(conf)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+        wait_until(
+            self._jetstream_ready, timeout_s=30, interval_s=0.2, what="the cluster's JetStream never became ready"
+        )
         return self
 
     def _jetstream_ready(self) -> bool:
@@ -96,8 +114,13 @@ class LoopbackCluster:
 def test_a_run_on_a_three_server_cluster_survives_losing_one_server(tmp_path):
     cluster = LoopbackCluster(tmp_path).start()
     learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
-    config = pipeline_config(tmp_path, "clustered", nats={"replicas": 3}, pipeline={"steps": STEPS, "advance_on": "learners"},
-                             learners={"main": learner, "sub": learner})  # fmt: skip
+    config = pipeline_config(
+        tmp_path,
+        "clustered",
+        nats={"replicas": 3},
+        pipeline={"steps": STEPS, "advance_on": "learners"},
+        learners={"main": learner, "sub": learner},
+    )
     try:
         with Bus(cluster.url, run_id="clustered", node="watcher", reconnect_wait_s=0.2) as bus:
             events = EventLog(bus)
@@ -105,12 +128,25 @@ def test_a_run_on_a_three_server_cluster_survives_losing_one_server(tmp_path):
             try:
                 for role in TOPOLOGY:
                     nodes.start(role, role)
-                events.wait_for("step.finished", timeout_s=240, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY))
-                leader = bus.stream_info(bus.subjects.stream("steps")).cluster.leader  # the server leading the steps stream ("c0".."c2")
+                events.wait_for(
+                    "step.finished",
+                    timeout_s=240,
+                    describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY),
+                )
+                leader = bus.stream_info(
+                    bus.subjects.stream("steps")
+                ).cluster.leader  # the server leading the steps stream ("c0".."c2")
                 killed_at = time.monotonic()
-                cluster.kill(int(leader.removeprefix("c")))  # and some nodes were connected to it (nats-py shuffles the URLs)
-                events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(f"--- {r}\n{nodes.output(r)[-1500:]}" for r in TOPOLOGY))
-                print(f"run finished {time.monotonic() - killed_at:.1f} s after one of the three NATS servers was killed")
+                # and some nodes were connected to it (nats-py shuffles the URLs)
+                cluster.kill(int(leader.removeprefix("c")))
+                events.wait_for(
+                    "run.finished",
+                    timeout_s=300,
+                    describe=lambda: "\n".join(f"--- {r}\n{nodes.output(r)[-1500:]}" for r in TOPOLOGY),
+                )
+                print(
+                    f"run finished {time.monotonic() - killed_at:.1f} s after one of the three NATS servers was killed"
+                )
             finally:
                 codes = nodes.stop_all()
             assert all(code == 0 for code in codes.values()), codes
@@ -120,6 +156,7 @@ def test_a_run_on_a_three_server_cluster_survives_losing_one_server(tmp_path):
             done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
             for side in ("main", "sub"):
                 mine = [(d.step, d.version) for d in done if d.side == side]
-                assert mine == [(s, s + 1) for s in range(STEPS)], (side, mine)  # every step once, in order: every batch applied once
+                # every step once, in order: every batch applied once
+                assert mine == [(s, s + 1) for s in range(STEPS)], (side, mine)
     finally:
         cluster.stop()

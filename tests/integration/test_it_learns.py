@@ -28,12 +28,18 @@ STEPS = 12
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     main_dir, sub_dir = warmed_models(NodeConfig().tools)  # built once per machine, cached with the models
-    return {"main": main_dir, "sub": sub_dir, "questions": write_questions(tmp_path_factory.mktemp("colour-rule") / "colours.jsonl")}
+    return {
+        "main": main_dir,
+        "sub": sub_dir,
+        "questions": write_questions(tmp_path_factory.mktemp("colour-rule") / "colours.jsonl"),
+    }
 
 
 def _run(task: dict, directory: Path, run_id: str, advantage_sign: int) -> list[dict]:
-    config = {"run": {"id": run_id, "dir": str(directory / "runs"), "seed": 0},
-              **demo_config(task["main"], task["sub"], task["questions"], STEPS, advantage_sign)}
+    config = {
+        "run": {"id": run_id, "dir": str(directory / "runs"), "seed": 0},
+        **demo_config(task["main"], task["sub"], task["questions"], STEPS, advantage_sign),
+    }
     path = directory / f"{run_id}.yaml"
     path.write_text(yaml.safe_dump(config))
     mgrpo = Path(sys.executable).parent / "mgrpo"
@@ -51,21 +57,28 @@ def _mean(rows: list[dict], key: str) -> float:
 def test_m_grpo_learns_the_rule_and_the_sign_flipped_control_does_not(task, tmp_path):
     learned = _run(task, tmp_path, "learns", advantage_sign=1)
     flipped = _run(task, tmp_path, "flipped", advantage_sign=-1)
-    assert learned[0]["main_correct"] <= 0.5 and flipped[0]["main_correct"] <= 0.5  # step 0, before any update: chance (1/4)
+    # step 0, before any update: chance (1/4)
+    assert learned[0]["main_correct"] <= 0.5 and flipped[0]["main_correct"] <= 0.5
     last = learned[-3:]
     assert _mean(last, "main_correct") >= 0.9, [row["main_correct"] for row in learned]
     assert _mean(last, "main_reward_mean") >= 0.9
     assert _mean(last, "sub_reward_mean") > learned[0]["sub_reward_mean"]
     assert _mean(flipped[-3:], "main_correct") <= 0.3, [row["main_correct"] for row in flipped]
     for rows in (learned, flipped):  # both learners applied every step, so both engines got every version
-        assert [row["main_version"] for row in rows] == [row["sub_version"] for row in rows] == list(range(1, STEPS + 1))
+        assert (
+            [row["main_version"] for row in rows] == [row["sub_version"] for row in rows] == list(range(1, STEPS + 1))
+        )
         assert _mean(rows, "sub_calls") > 0
 
 
 def test_the_demo_command_runs_the_colour_rule(task, tmp_path):
     mgrpo = Path(sys.executable).parent / "mgrpo"
-    done = subprocess.run([str(mgrpo), "demo", "learn", "--steps", "2", "--run-id", "demo", "--set", f"run.dir={tmp_path / 'runs'}"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [str(mgrpo), "demo", "learn", "--steps", "2", "--run-id", "demo", "--set", f"run.dir={tmp_path / 'runs'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "the answer is always 'blue'" in done.stdout and "rewards.png" in done.stdout
     rows = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())["steps"]

@@ -22,13 +22,19 @@ def rendered() -> list[dict]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed on this machine: the kustomize base cannot be rendered here")
-    done = subprocess.run([kubectl, "kustomize", str(REPO / "deploy" / "k8s")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [kubectl, "kustomize", str(REPO / "deploy" / "k8s")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
 def _workloads(docs: list[dict]) -> dict[str, dict]:
-    return {d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
+    return {
+        d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: d
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet")
+    }
 
 
 def test_every_role_runs_as_its_own_workload_with_probes_and_requests(rendered):
@@ -53,14 +59,20 @@ def test_learners_keep_checkpoints_on_a_volume_and_tools_autoscale(rendered):
         claims = workloads[f"{side}-learner"]["spec"]["volumeClaimTemplates"]
         assert [c["metadata"]["name"] for c in claims] == ["checkpoints"]
     (hpa,) = [d for d in rendered if d["kind"] == "HorizontalPodAutoscaler"]
-    assert hpa["spec"]["scaleTargetRef"]["name"] == workloads["tool"]["metadata"]["name"] and hpa["spec"]["maxReplicas"] > hpa["spec"]["minReplicas"]
+    assert (
+        hpa["spec"]["scaleTargetRef"]["name"] == workloads["tool"]["metadata"]["name"]
+        and hpa["spec"]["maxReplicas"] > hpa["spec"]["minReplicas"]
+    )
 
 
 def test_no_credential_is_written_in_the_manifests(rendered):
-    assert not [d for d in rendered if d["kind"] == "Secret"]  # Secrets are created from deploy/nats/generated, never committed
+    # Secrets are created from deploy/nats/generated, never committed
+    assert not [d for d in rendered if d["kind"] == "Secret"]
     text = yaml.safe_dump_all(rendered)
     for word in ("password:", "passwd", "token:", "BEGIN PRIVATE KEY", "BEGIN CERTIFICATE"):
         assert word not in text, word
     for workload in _workloads(rendered).values():
         for env in workload["spec"]["template"]["spec"]["containers"][0].get("env", []):
-            assert "value" not in env or not any(k in env["name"].lower() for k in ("pass", "token", "secret", "key")), env
+            assert "value" not in env or not any(
+                k in env["name"].lower() for k in ("pass", "token", "secret", "key")
+            ), env

@@ -49,7 +49,11 @@ def _row(model, rng: np.random.Generator, name: str, advantage: float, temperatu
     prompt = int(rng.integers(1, 4))
     with torch.no_grad():
         logits = model(input_ids=torch.from_numpy(ids[None].astype(np.int64))).logits[0, :-1] / temperature
-        own = torch.log_softmax(logits.float(), -1).gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))[:, 0].numpy()
+        own = (
+            torch.log_softmax(logits.float(), -1)
+            .gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))[:, 0]
+            .numpy()
+        )
     logprobs = np.concatenate([[0.0], own + rng.normal(0, 0.15, n - 1)]).astype(np.float32)
     mask = np.array([0] * prompt + [1] * (n - prompt), np.uint8)
     return BatchRow(name, "original", ids, mask, logprobs, advantage, 1.0, 0.0, 0, temperature=temperature)
@@ -66,7 +70,9 @@ def _batches(model) -> list[AlignedBatch]:  # noqa: ANN001
 
 def _rank_main(rank: int, world: int, port: int, stage: int, batches: list[AlignedBatch], out: str) -> None:
     """One rank of a learner: rank 0 leads (applies, gathers, checkpoints, stops), the others follow."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(1)
     from mgrpo_actors.learner.checkpoints import Checkpoints
     from mgrpo_actors.learner.ranks import RankChannel, follow, lead, stop_followers
@@ -89,7 +95,9 @@ def _rank_main(rank: int, world: int, port: int, stage: int, batches: list[Align
     results = []
     for batch in batches:
         stats = trainer.apply(batch)
-        results.append({"stats": stats.as_dict(), "state": {k: v.clone() for k, v in trainer.full_state_dict().items()}})
+        results.append(
+            {"stats": stats.as_dict(), "state": {k: v.clone() for k, v in trainer.full_state_dict().items()}}
+        )
     Checkpoints(out_dir / "checkpoints").save(trainer, tokenizer, "t0", {"step": len(batches) - 1})
     stop_followers(trainer)
     torch.save(results, out_dir / "lead.pt")
@@ -100,7 +108,9 @@ def _launch(world: int, stage: int, batches: list[AlignedBatch], out: Path) -> t
 
     out.mkdir(parents=True)
     started = time.perf_counter()
-    mp.start_processes(_rank_main, args=(world, _free_port(), stage, batches, str(out)), nprocs=world, join=True, start_method="spawn")
+    mp.start_processes(
+        _rank_main, args=(world, _free_port(), stage, batches, str(out)), nprocs=world, join=True, start_method="spawn"
+    )
     return torch.load(out / "lead.pt"), time.perf_counter() - started
 
 
@@ -134,7 +144,9 @@ def test_two_ranks_give_the_same_update_as_one(batches, tmp_path, stage):
     diffs = [_max_diff(a["state"], b["state"]) for a, b in zip(one, two)]
     initial = {k: v for k, v in load_model(SPEC)[0].state_dict().items() if k in one[0]["state"]}
     moved = [_max_diff(s["state"], prev) for s, prev in zip(one, [initial, *(s["state"] for s in one)])]
-    print(f"\nZeRO-{stage}: max |w(2 ranks) - w(1 rank)| after each step {diffs}; max |Δw| per step {moved}; 1 rank {one_s:.1f} s, 2 ranks {two_s:.1f} s")
+    print(
+        f"\nZeRO-{stage}: max |w(2 ranks) - w(1 rank)| after each step {diffs}; max |Δw| per step {moved}; 1 rank {one_s:.1f} s, 2 ranks {two_s:.1f} s"
+    )
     assert max(diffs) <= 1e-5, diffs
     assert moved[0] > LR / 2 and moved[1] > LR / 2 and moved[2] == 0, moved  # the batch with no signal took no step
     for step, (a, b) in enumerate(zip(one, two)):  # rank 0 reports the whole batch's figures
@@ -153,7 +165,9 @@ def test_two_ranks_give_the_same_update_as_one(batches, tmp_path, stage):
     assert json.loads((checkpoint / "hf" / "config.json").read_text())["model_type"] == "llama"
 
 
-def test_a_two_rank_learner_under_torchrun_applies_a_batch_with_rank_1_off_nats(nats_server, tmp_path, make_bus, run_id):
+def test_a_two_rank_learner_under_torchrun_applies_a_batch_with_rank_1_off_nats(
+    nats_server, tmp_path, make_bus, run_id
+):
     """`torchrun --nproc-per-node 2 -m actors.node --role sub-learner`: rank 0 is the node on NATS, rank 1
     follows it (never connecting); the batch is applied, checkpointed by both ranks, and both exit 0
     once the run is finished."""
@@ -166,7 +180,20 @@ def test_a_two_rank_learner_under_torchrun_applies_a_batch_with_rank_1_off_nats(
     learner = {"lr": LR, "zero_stage": 2, "micro_batch_samples": MICRO}
     config = pipeline_config(tmp_path, run_id, learners={"sub": learner}, log={"level": "info", "json": True})
     out = open(tmp_path / "torchrun.log", "w")  # noqa: SIM115 - the process owns it
-    args = ("--standalone", "--nproc-per-node", "2", "-m", "actors.node", "--role", "sub-learner", "--config", str(config), "--nats", nats_server.url, "--until-finished")
+    args = (
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "actors.node",
+        "--role",
+        "sub-learner",
+        "--config",
+        str(config),
+        "--nats",
+        nats_server.url,
+        "--until-finished",
+    )
     proc = start_script("torchrun", *args, env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])}, stdout=out)
     log = lambda: (tmp_path / "torchrun.log").read_text()[-3000:]  # noqa: E731
     try:

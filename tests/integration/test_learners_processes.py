@@ -20,7 +20,16 @@ from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, rea
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 STEPS = 3
-TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
+TOPOLOGY = [
+    "tool",
+    "sub-agent",
+    "main-agent",
+    "main-aligner",
+    "sub-aligner",
+    "main-learner",
+    "sub-learner",
+    "controller",
+]
 
 
 def _run_to_the_end(url: str, config, tmp_path, events: EventLog) -> None:  # noqa: ANN001
@@ -29,7 +38,9 @@ def _run_to_the_end(url: str, config, tmp_path, events: EventLog) -> None:  # no
     try:
         for role in TOPOLOGY:
             nodes.start(role, role)
-        events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY))
+        events.wait_for(
+            "run.finished", timeout_s=300, describe=lambda: "\n".join(nodes.output(r)[-1500:] for r in TOPOLOGY)
+        )
     finally:
         codes = nodes.stop_all()
     assert all(code == 0 for code in codes.values()), codes
@@ -39,13 +50,19 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
     bus = make_bus("test")
     events = EventLog(bus)
     learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
-    config = pipeline_config(tmp_path, run_id, pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    config = pipeline_config(
+        tmp_path,
+        run_id,
+        pipeline={"steps": STEPS, "advance_on": "learners"},
+        learners={"main": learner, "sub": learner},
+    )
     _run_to_the_end(nats_server.url, config, tmp_path, events)
 
     done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
     for side in ("main", "sub"):
         mine = [d for d in done if d.side == side]
-        assert [(d.step, d.version) for d in mine] == [(s, s + 1) for s in range(STEPS)], mine  # every step once, in order
+        # every step once, in order
+        assert [(d.step, d.version) for d in mine] == [(s, s + 1) for s in range(STEPS)], mine
 
     # Sync mode: step n is rolled out by the policy of version n (the weights of step n - 1).
     for side in ("main", "sub"):
@@ -62,17 +79,26 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
 
     # The learners received only their own side's batches.
     for side, other in (("main", "sub"), ("sub", "main")):
-        received = [json.loads(line) for line in (tmp_path / "deliveries" / f"{side}-learner.jsonl").read_text().splitlines()]
+        received = [
+            json.loads(line) for line in (tmp_path / "deliveries" / f"{side}-learner.jsonl").read_text().splitlines()
+        ]
         assert received and all(r["type"] in ("AlignedBatch", "NodePing") for r in received), received[:3]
         assert all(r["side"] in (None, side) for r in received) and not any(r["side"] == other for r in received)
 
 
-def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_batch_once(nats_server, tmp_path, make_bus, run_id):
+def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_batch_once(
+    nats_server, tmp_path, make_bus, run_id
+):
     bus = make_bus("test")
     events = EventLog(bus)
     steps = 4
     learner = {"lr": 1e-2, "checkpoint_every": 1}
-    config = pipeline_config(tmp_path, run_id, pipeline={"steps": steps, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    config = pipeline_config(
+        tmp_path,
+        run_id,
+        pipeline={"steps": steps, "advance_on": "learners"},
+        learners={"main": learner, "sub": learner},
+    )
     nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")
     slow = {"MGRPO_TEST_POLICY_DELAY_S": "0.2"}
     try:
@@ -91,7 +117,8 @@ def test_a_learner_killed_mid_run_resumes_from_its_checkpoint_applying_every_bat
         ckpt = tmp_path / "runs" / run_id / "checkpoints" / side
         tag = (ckpt / "latest").read_text().strip()
         record = torch.load(ckpt / tag / "mp_rank_00_model_states.pt", weights_only=False)["record"]
-        assert record["history"] == [f"{run_id}-{side}-step{s}" for s in range(steps)], (side, record["history"])  # 1..N once each
+        # 1..N once each
+        assert record["history"] == [f"{run_id}-{side}-step{s}" for s in range(steps)], (side, record["history"])
         hf_model, _ = load_model(str(ckpt / tag / "hf"))  # a plain HF directory: transformers (and vLLM) load it
         assert sum(p.numel() for p in hf_model.parameters()) > 0
     done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone) and m.side == "sub"]
@@ -103,7 +130,12 @@ def test_async_mode_runs_a_step_ahead_and_learners_apply_every_batch_in_order(na
     events = EventLog(bus)
     steps = 4
     learner = {"lr": 1e-2, "checkpoint_every": 0}
-    config = pipeline_config(tmp_path, run_id, pipeline={"steps": steps, "mode": "async", "max_staleness": 1, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    config = pipeline_config(
+        tmp_path,
+        run_id,
+        pipeline={"steps": steps, "mode": "async", "max_staleness": 1, "advance_on": "learners"},
+        learners={"main": learner, "sub": learner},
+    )
     _run_to_the_end(nats_server.url, config, tmp_path, events)
 
     # The controller published step n + 1 before step n was finished (one step ahead), never two.
@@ -119,8 +151,14 @@ def test_async_mode_runs_a_step_ahead_and_learners_apply_every_batch_in_order(na
     for side in ("main", "sub"):
         assert [(d.step, d.version) for d in done if d.side == side] == [(s, s + 1) for s in range(steps)]
         trajectories = [t for t in read_stream(bus, bus.subjects.stream(f"traj-{side}")) if isinstance(t, Trajectory)]
-        assert trajectories and all(t.step - 1 <= t.policy_version <= t.step for t in trajectories), (side, sorted({(t.step, t.policy_version) for t in trajectories}), [e.data for e in events.kinds("step.started")])
-        assert all(d.stats["stale_dropped"] == 0 for d in done if d.side == side), [(d.step, d.stats["stale_dropped"], d.stats["samples"]) for d in done if d.side == side]
+        assert trajectories and all(t.step - 1 <= t.policy_version <= t.step for t in trajectories), (
+            side,
+            sorted({(t.step, t.policy_version) for t in trajectories}),
+            [e.data for e in events.kinds("step.started")],
+        )
+        assert all(d.stats["stale_dropped"] == 0 for d in done if d.side == side), [
+            (d.step, d.stats["stale_dropped"], d.stats["samples"]) for d in done if d.side == side
+        ]
 
 
 def test_a_fresh_run_refuses_an_earlier_runs_checkpoints_under_its_id(nats_server, tmp_path, run_id):
@@ -129,10 +167,30 @@ def test_a_fresh_run_refuses_an_earlier_runs_checkpoints_under_its_id(nats_serve
     from pathlib import Path
 
     node = Path(sys.executable).parent / "mgrpo-node"
-    tiny = ["--set", "agents.main.model=tiny:main", "--set", "agents.sub.model=tiny:sub", "--set", "tools.web_entities=150", "--set", "pipeline.steps=1"]
+    tiny = [
+        "--set",
+        "agents.main.model=tiny:main",
+        "--set",
+        "agents.sub.model=tiny:sub",
+        "--set",
+        "tools.web_entities=150",
+        "--set",
+        "pipeline.steps=1",
+    ]
 
     def job(rid: str) -> subprocess.CompletedProcess:
-        command = [str(node), "--role", "all", "--nats", nats_server.url, "--run-id", rid, "--set", f"run.dir={tmp_path / 'runs'}", *tiny]
+        command = [
+            str(node),
+            "--role",
+            "all",
+            "--nats",
+            nats_server.url,
+            "--run-id",
+            rid,
+            "--set",
+            f"run.dir={tmp_path / 'runs'}",
+            *tiny,
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=150)
 
     first = job(run_id)

@@ -35,7 +35,19 @@ def _stored(bus) -> int:
 
 
 def _monitor_args(nats_server, bus, tmp_path, name: str) -> list[str]:
-    return ["--role", "monitor", "--until-finished", "--nats", nats_server.url, "--run-id", bus.run_id, "--name", name, "--set", f"run.dir={tmp_path}"]
+    return [
+        "--role",
+        "monitor",
+        "--until-finished",
+        "--nats",
+        nats_server.url,
+        "--run-id",
+        bus.run_id,
+        "--name",
+        name,
+        "--set",
+        f"run.dir={tmp_path}",
+    ]
 
 
 def _check_report(tmp_path, run_id: str, out: str) -> None:
@@ -43,7 +55,9 @@ def _check_report(tmp_path, run_id: str, out: str) -> None:
     assert f"run report: {run_dir / 'summary.json'}, {run_dir / 'rewards.png'}" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [row["step"] for row in summary["steps"]] == [0, 1]
-    assert [row["main_reward_mean"] for row in summary["steps"]] == [0.25, 0.5] and summary["steps"][1]["sub_clip_fraction"] == 0.2
+    assert [row["main_reward_mean"] for row in summary["steps"]] == [0.25, 0.5] and summary["steps"][1][
+        "sub_clip_fraction"
+    ] == 0.2
     assert (run_dir / "rewards.png").read_bytes()[:8] == PNG_SIGNATURE
 
 
@@ -84,7 +98,11 @@ def test_a_monitor_attached_mid_run_replays_what_was_then_follows_live(nats_serv
     with log.open("w") as out_file:
         proc = start_script("mgrpo-node", *_monitor_args(nats_server, bus, tmp_path, "mon-live"), stdout=out_file)
         try:
-            wait_until(lambda: "  step 0: R_M 0.250" in log.read_text() or proc.poll() is not None, timeout_s=30, interval_s=0.1)
+            wait_until(
+                lambda: "  step 0: R_M 0.250" in log.read_text() or proc.poll() is not None,
+                timeout_s=30,
+                interval_s=0.1,
+            )
             assert proc.poll() is None, log.read_text()[-3000:]  # not finished: it waits for the run
             _publish(bus, messages[len(first_step) :])
             assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
@@ -99,6 +117,7 @@ def test_a_monitor_attached_mid_run_replays_what_was_then_follows_live(nats_serv
 
 def _stored_events(bus) -> list[Event]:
     """Every event the metrics stream holds (an ephemeral pull consumer: a limits stream keeps them)."""
+
     async def read() -> list[Event]:
         psub = await bus._js.pull_subscribe(bus.subjects.events, stream=bus.subjects.stream("metrics"))
         msgs = await psub.fetch(100, timeout=2)

@@ -37,14 +37,38 @@ def test_the_monitor_serves_prometheus_metrics_and_writes_tensorboard_scalars(na
     publish_metrics(bus, "sub", {"dk_hist": 4}, 1, "sub-aligner", tags={"dk": "3"})  # a tagged sample keeps its tags
     bus.flush()
     port, logdir = _free_port(), tmp_path / "tb"
-    node = start_script("mgrpo-node", "--role", "monitor", "--until-finished", "--nats", nats_server.url, "--run-id", bus.run_id, "--set", f"run.dir={tmp_path}",
-                        "--set", f"monitor.prometheus_port={port}", "--set", "monitor.prometheus_addr=127.0.0.1", "--set", f"monitor.tensorboard_dir={logdir}",
-                        stdout=open(tmp_path / "monitor.log", "w"))  # fmt: skip
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "monitor",
+        "--until-finished",
+        "--nats",
+        nats_server.url,
+        "--run-id",
+        bus.run_id,
+        "--set",
+        f"run.dir={tmp_path}",
+        "--set",
+        f"monitor.prometheus_port={port}",
+        "--set",
+        "monitor.prometheus_addr=127.0.0.1",
+        "--set",
+        f"monitor.tensorboard_dir={logdir}",
+        stdout=open(tmp_path / "monitor.log", "w"),
+    )
     try:
         line = f'mgrpo_main_reward_mean{{node="{bus.node}",role="main-aligner",run="{bus.run_id}",tags=""}} 0.5'
-        wait_until(lambda: line in _scrape(port), timeout_s=60, interval_s=0.5, what=lambda: _scrape(port)[-1500:] + (tmp_path / "monitor.log").read_text()[-1500:])
+        wait_until(
+            lambda: line in _scrape(port),
+            timeout_s=60,
+            interval_s=0.5,
+            what=lambda: _scrape(port)[-1500:] + (tmp_path / "monitor.log").read_text()[-1500:],
+        )
         assert f'mgrpo_step{{run="{bus.run_id}"}} 1.0' in _scrape(port)
-        assert f'mgrpo_sub_dk_hist{{node="{bus.node}",role="sub-aligner",run="{bus.run_id}",tags="dk=3"}} 4.0' in _scrape(port)
+        assert (
+            f'mgrpo_sub_dk_hist{{node="{bus.node}",role="sub-aligner",run="{bus.run_id}",tags="dk=3"}} 4.0'
+            in _scrape(port)
+        )
         publish_event(bus, RUN_FINISHED, "done", "controller")
         assert node.wait(30) == 0
     finally:

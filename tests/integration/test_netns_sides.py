@@ -75,7 +75,12 @@ def side_namespaces():
 
 def _reachable(ns: str, host: str, port: int) -> bool:
     code = f"import socket; socket.create_connection(({host!r}, {port}), timeout=2)"
-    return subprocess.run(["ip", "netns", "exec", ns, str(venv_script("python")), "-c", code], capture_output=True, timeout=30).returncode == 0
+    return (
+        subprocess.run(
+            ["ip", "netns", "exec", ns, str(venv_script("python")), "-c", code], capture_output=True, timeout=30
+        ).returncode
+        == 0
+    )
 
 
 def test_the_sides_in_two_network_namespaces_joined_only_by_nats_complete_a_run(side_namespaces, tmp_path):
@@ -84,18 +89,41 @@ def test_the_sides_in_two_network_namespaces_joined_only_by_nats_complete_a_run(
     main_ns, main_host = side_namespaces["main"]
     sub_ns, sub_host = side_namespaces["sub"]
     assert _reachable(main_ns, main_host, port) and _reachable(sub_ns, sub_host, port)
-    assert not _reachable(main_ns, sub_host, port) and not _reachable(sub_ns, main_host, port)  # the sides cannot reach each other
+    # the sides cannot reach each other
+    assert not _reachable(main_ns, sub_host, port) and not _reachable(sub_ns, main_host, port)
     learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
-    config = pipeline_config(tmp_path, "netns", pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner})
+    config = pipeline_config(
+        tmp_path,
+        "netns",
+        pipeline={"steps": STEPS, "advance_on": "learners"},
+        learners={"main": learner, "sub": learner},
+    )
     env = {**subprocess_env(), "PYTHONPATH": str(REPO)}
     procs: dict[str, subprocess.Popen] = {}
     logs = tmp_path / "logs"
     logs.mkdir()
 
     def start(role: str, url: str, ns: str | None) -> None:
-        command = [str(venv_script("mgrpo-node")), "--role", role, "--config", str(config), "--nats", url, "--name", role]
+        command = [
+            str(venv_script("mgrpo-node")),
+            "--role",
+            role,
+            "--config",
+            str(config),
+            "--nats",
+            url,
+            "--name",
+            role,
+        ]
         out = open(logs / f"{role}.log", "w")  # noqa: SIM115 - the process owns it
-        procs[role] = subprocess.Popen((["ip", "netns", "exec", ns] if ns else []) + command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        procs[role] = subprocess.Popen(
+            (["ip", "netns", "exec", ns] if ns else []) + command,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     try:
         with Bus(server.url, run_id="netns", node="watcher") as bus:
@@ -105,7 +133,11 @@ def test_the_sides_in_two_network_namespaces_joined_only_by_nats_complete_a_run(
                     start(role, f"nats://{host}:{port}", ns)
             for role in SHARED:
                 start(role, server.url, None)
-            events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(f"--- {r}\n{(logs / f'{r}.log').read_text()[-1500:]}" for r in procs))
+            events.wait_for(
+                "run.finished",
+                timeout_s=300,
+                describe=lambda: "\n".join(f"--- {r}\n{(logs / f'{r}.log').read_text()[-1500:]}" for r in procs),
+            )
             done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
             for side in ("main", "sub"):
                 assert [(d.step, d.version) for d in done if d.side == side] == [(s, s + 1) for s in range(STEPS)], side

@@ -14,13 +14,30 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 def test_the_health_file_is_fresh_while_the_node_runs_and_gone_after_it_stops(nats_server, tmp_path):
     health = tmp_path / "health"
-    node = start_script("mgrpo-node", "--role", "tool", "--nats", nats_server.url, "--run-id", "health", "--set", "tools.web_entities=100",
-                        "--health-file", str(health), stdout=open(tmp_path / "node.log", "w"))  # fmt: skip
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        nats_server.url,
+        "--run-id",
+        "health",
+        "--set",
+        "tools.web_entities=100",
+        "--health-file",
+        str(health),
+        stdout=open(tmp_path / "node.log", "w"),
+    )
     try:
         wait_until(health.exists, timeout_s=60, what=lambda: (tmp_path / "node.log").read_text()[-2000:])
         first = int(health.read_text())
         assert abs(first - time.time()) < 10
-        wait_until(lambda: int(health.read_text()) > first, timeout_s=15, interval_s=0.5, what="the health file was not refreshed")
+        wait_until(
+            lambda: int(health.read_text()) > first,
+            timeout_s=15,
+            interval_s=0.5,
+            what="the health file was not refreshed",
+        )
         node.terminate()
         assert node.wait(30) == 0
         assert not health.exists()
@@ -35,8 +52,22 @@ def test_the_health_file_goes_stale_while_nats_is_gone(tmp_path):
 
     server = EmbeddedNats().start()
     health = tmp_path / "health"
-    node = start_script("mgrpo-node", "--role", "tool", "--nats", server.url, "--run-id", "health", "--set", "tools.web_entities=100",
-                        "--set", "nats.reconnect_wait_s=0.2", "--health-file", str(health), stdout=open(tmp_path / "node.log", "w"))  # fmt: skip
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        server.url,
+        "--run-id",
+        "health",
+        "--set",
+        "tools.web_entities=100",
+        "--set",
+        "nats.reconnect_wait_s=0.2",
+        "--health-file",
+        str(health),
+        stdout=open(tmp_path / "node.log", "w"),
+    )
     try:
         wait_until(health.exists, timeout_s=60, what=lambda: (tmp_path / "node.log").read_text()[-2000:])
         server.kill()

@@ -46,8 +46,11 @@ def test_killing_a_sub_agent_and_a_tool_process_mid_step_loses_nothing(nats_serv
         nodes.start("main-agent", "main-agent")
         nodes.start("controller", "controller")
         deliveries = tmp_path / "deliveries"
-        wait_until(lambda: any(r["type"] == "SubtaskRequest" for r in received(deliveries, "sub-agent-1")), timeout_s=120,
-                   what=lambda: nodes.output("main-agent")[-2000:])  # fmt: skip
+        wait_until(
+            lambda: any(r["type"] == "SubtaskRequest" for r in received(deliveries, "sub-agent-1")),
+            timeout_s=120,
+            what=lambda: nodes.output("main-agent")[-2000:],
+        )
         victim.send_signal(signal.SIGKILL)
         nodes.procs["tool-1"].send_signal(signal.SIGKILL)
         events.wait_for("run.finished", timeout_s=150, describe=lambda: nodes.output("core")[-3000:])
@@ -59,27 +62,47 @@ def test_killing_a_sub_agent_and_a_tool_process_mid_step_loses_nothing(nats_serv
         assert _metric_total(bus, "main.failed") == 0 and _metric_total(bus, "sub.failed_rollouts") == 0
     finally:
         codes = nodes.stop_all()
-    assert codes["sub-agent-1"] == -signal.SIGKILL and all(code == 0 for name, code in codes.items() if name not in ("sub-agent-1", "tool-1")), codes
+    assert codes["sub-agent-1"] == -signal.SIGKILL and all(
+        code == 0 for name, code in codes.items() if name not in ("sub-agent-1", "tool-1")
+    ), codes
 
 
 # Each pipeline subject and what listens there; core NATS subjects answer the requester with a Failure.
-STREAM_SUBJECTS = ("rollout_requests", "step_start", "reward_stats", "traj-main", "traj-sub", "aligned-main", "aligned-sub")
+STREAM_SUBJECTS = (
+    "rollout_requests",
+    "step_start",
+    "reward_stats",
+    "traj-main",
+    "traj-sub",
+    "aligned-main",
+    "aligned-sub",
+)
 CORE_SUBJECTS = ("subtask_requests", "tool-search", "tool-visit", "rollout_done")
 
 
 def _subject(subjects, what: str) -> str:
-    special = {"traj-main": subjects.trajectories("main"), "traj-sub": subjects.trajectories("sub"),
-               "aligned-main": subjects.step_aligned("main"), "aligned-sub": subjects.step_aligned("sub"),
-               "tool-search": subjects.tool("search"), "tool-visit": subjects.tool("visit")}  # fmt: skip
+    special = {
+        "traj-main": subjects.trajectories("main"),
+        "traj-sub": subjects.trajectories("sub"),
+        "aligned-main": subjects.step_aligned("main"),
+        "aligned-sub": subjects.step_aligned("sub"),
+        "tool-search": subjects.tool("search"),
+        "tool-visit": subjects.tool("visit"),
+    }
     return special.get(what) or getattr(subjects, what)
 
 
-def test_a_malformed_message_on_every_pipeline_subject_is_dead_lettered_and_the_step_completes(nats_server, tmp_path, make_bus, run_id):
+def test_a_malformed_message_on_every_pipeline_subject_is_dead_lettered_and_the_step_completes(
+    nats_server, tmp_path, make_bus, run_id
+):
     bus = make_bus("test")
     events = EventLog(bus)
     subjects = bus.subjects
     bus.ensure_streams()
-    garbage = {what: (b"\xc1 not msgpack" if i % 2 == 0 else msgpack.packb({"v": 1, "t": "NodePing", "d": {"requester": 7}})) for i, what in enumerate(STREAM_SUBJECTS + CORE_SUBJECTS)}
+    garbage = {
+        what: (b"\xc1 not msgpack" if i % 2 == 0 else msgpack.packb({"v": 1, "t": "NodePing", "d": {"requester": 7}}))
+        for i, what in enumerate(STREAM_SUBJECTS + CORE_SUBJECTS)
+    }
     for what in STREAM_SUBJECTS:  # waiting in the streams before any consumer starts
         bus.js_publish(_subject(subjects, what), garbage[what])
     bus.js_publish(subjects.trajectories("main"), NodePing(requester="wrong type on a trajectory stream"))
@@ -108,7 +131,9 @@ def test_a_malformed_message_on_every_pipeline_subject_is_dead_lettered_and_the_
     assert codes == {"all": 0}, nodes.output("all")[-3000:]
 
 
-def test_a_killed_controller_and_sub_aligner_resume_from_kv_without_doing_anything_twice(nats_server, tmp_path, make_bus, run_id):
+def test_a_killed_controller_and_sub_aligner_resume_from_kv_without_doing_anything_twice(
+    nats_server, tmp_path, make_bus, run_id
+):
     bus = make_bus("test")
     events = EventLog(bus)
     config = pipeline_config(tmp_path, run_id, pipeline={"steps": 3})
@@ -130,7 +155,8 @@ def test_a_killed_controller_and_sub_aligner_resume_from_kv_without_doing_anythi
         assert _batch_sizes(bus) == {"main": [B * K] * 3, "sub": [B * K * D] * 3}
         finished = sorted(e.data["step"] for e in events.kinds("step.finished"))
         assert finished == [0, 1, 2], finished  # no step twice, none skipped
-        late = nodes.start("late-controller", "controller", extra=("--until-finished",))  # after the end: it says so, and stops
+        # after the end: it says so, and stops
+        late = nodes.start("late-controller", "controller", extra=("--until-finished",))
         assert late.wait(timeout=60) == 0, nodes.output("late-controller")[-2000:]
     finally:
         codes = nodes.stop_all()

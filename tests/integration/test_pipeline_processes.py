@@ -69,11 +69,18 @@ def _rows(batch: AlignedBatch) -> list[dict]:
     ends = np.cumsum(batch.lengths)
     starts = ends - batch.lengths
     return [
-        {"id": sid, "tokens": batch.token_ids[s:e], "mask": batch.loss_mask[s:e], "logprobs": batch.logprobs[s:e],
-         "advantage": float(batch.advantages[i]), "weight": float(batch.weights[i]), "reward": float(batch.rewards[i]),
-         "kind": SAMPLE_KINDS[batch.kinds[i]]}
+        {
+            "id": sid,
+            "tokens": batch.token_ids[s:e],
+            "mask": batch.loss_mask[s:e],
+            "logprobs": batch.logprobs[s:e],
+            "advantage": float(batch.advantages[i]),
+            "weight": float(batch.weights[i]),
+            "reward": float(batch.rewards[i]),
+            "kind": SAMPLE_KINDS[batch.kinds[i]],
+        }
         for i, (sid, s, e) in enumerate(zip(batch.sample_ids, starts, ends))
-    ]  # fmt: skip
+    ]
 
 
 def _expected_advantages(rows: list[dict], group_of) -> dict[str, float]:  # noqa: ANN001
@@ -122,9 +129,17 @@ def test_advantages_follow_from_the_rewards(finished_run):
 def test_every_sample_traces_back_to_its_rollout(finished_run):
     bus = finished_run[0]
     subjects = bus.subjects
-    main_trajs = {(t.query_id, t.attempt, t.rollout_index): t for t in read_stream(bus, subjects.stream("traj-main")) if isinstance(t, Trajectory)}
+    main_trajs = {
+        (t.query_id, t.attempt, t.rollout_index): t
+        for t in read_stream(bus, subjects.stream("traj-main"))
+        if isinstance(t, Trajectory)
+    }
     sub_trajs = {t.call_id: t for t in read_stream(bus, subjects.stream("traj-sub")) if isinstance(t, Trajectory)}
-    stats = {(s.query_id, s.attempt, s.rollout_index): s for s in read_stream(bus, subjects.stream("stats")) if isinstance(s, RewardStats)}
+    stats = {
+        (s.query_id, s.attempt, s.rollout_index): s
+        for s in read_stream(bus, subjects.stream("stats"))
+        if isinstance(s, RewardStats)
+    }
     for batch in _batches(bus, "main"):
         for row in _rows(batch):
             query, attempt, rollout = row["id"].split("/")
@@ -157,7 +172,8 @@ def test_only_subtask_text_and_scalar_statistics_cross_between_the_sides(finishe
     from_main_side = {"SubtaskRequest", "RewardStats"}  # what the sub side gets from the main side
     from_sub_side = {"SubtaskResult"}  # what the main side gets from the sub side
     neutral = {"StepPlan", "ToolResult", "NodePing", "Event"}  # the controller's plans, tools, operators
-    own = {"sub": {"Trajectory"}, "main": {"Trajectory", "RolloutRequest"}}  # questions and gold answers stay on the main side
+    # questions and gold answers stay on the main side
+    own = {"sub": {"Trajectory"}, "main": {"Trajectory", "RolloutRequest"}}
     crossed = {"sub": 0, "main": 0}
     for node in SUB_SIDE:
         for record in _received(tmp, node):

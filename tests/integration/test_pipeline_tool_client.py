@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from actors.tool import ToolActor
-from mgrpo_actors.tools.setup import build_tool_registry
 from mgrpo_actors.agents.driver import registry_executor
 from mgrpo_actors.agents.episode import ToolCall
 from mgrpo_actors.config import NodeConfig, load_config
@@ -14,6 +13,7 @@ from mgrpo_actors.envs.world import WorldConfig, generate_world
 from mgrpo_actors.pipeline.tool_client import bus_tool_executor
 from mgrpo_actors.tools.base import ToolOutput
 from mgrpo_actors.tools.registry import ToolRegistry
+from mgrpo_actors.tools.setup import build_tool_registry
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,12 @@ class EchoTool:
 
     name = "echo"
     description = "echo"
-    parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"], "additionalProperties": False}
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
 
     def __call__(self, arguments: dict) -> ToolOutput:
         return ToolOutput.success(f"echo: {arguments['text']}")

@@ -46,7 +46,10 @@ def test_single_agent_trains_one_agent_with_every_tool_and_no_sub_side(tmp_path)
 def test_main_only_keeps_the_sub_agent_frozen(tmp_path):
     out, summary, types = _run(tmp_path, "--method", "main-only")
     assert "run 'methods' (main-only): M tiny:main, S tiny:sub" in out
-    assert "roles on an embedded nats-server: tool, sub-agent, sub-aligner, main-aligner, main-agent, main-learner, controller 2 steps" in out
+    assert (
+        "roles on an embedded nats-server: tool, sub-agent, sub-aligner, main-aligner, main-agent, main-learner, controller 2 steps"
+        in out
+    )
     assert out.count(f"sub batch: {B * K * D} samples") == 2  # S's batches are still aligned, just not trained on
     assert "trained: main; frozen: sub" in out
     assert [row["main_version"] for row in summary["steps"]] == [1.0, 2.0]
@@ -57,9 +60,20 @@ def test_main_only_keeps_the_sub_agent_frozen(tmp_path):
 def test_a_sub_learner_is_refused_when_the_method_does_not_train_s(tmp_path):
     config = pipeline_config(tmp_path, "methods")
     for method, why in (("main-only", "run.method is main-only"), ("single-agent", "run.method is single-agent")):
-        done = run_script("mgrpo-node", "--config", str(config), "--set", f"run.method={method}", "--role", "sub-learner", timeout_s=60)
+        done = run_script(
+            "mgrpo-node",
+            "--config",
+            str(config),
+            "--set",
+            f"run.method={method}",
+            "--role",
+            "sub-learner",
+            timeout_s=60,
+        )
         assert done.returncode == 2 and why in done.stderr, done.stderr[-2000:]
-    done = run_script("mgrpo-node", "--config", str(config), "--set", "run.method=single-agent", "--role", "sub-agent", timeout_s=60)
+    done = run_script(
+        "mgrpo-node", "--config", str(config), "--set", "run.method=single-agent", "--role", "sub-agent", timeout_s=60
+    )
     assert done.returncode == 2 and "no sub-agent" in done.stderr
 
 

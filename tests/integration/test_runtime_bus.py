@@ -75,7 +75,8 @@ def test_a_subject_is_delivered_into_the_actors_mailbox(bus, actors):
     assert [m.step for _, m, _ in seen] == [0, 1, 2, 3, 4]  # one connection: order kept
     assert {s for s, _, _ in seen} == {subject}
     handler_threads = {t for _, _, t in seen}
-    assert len(handler_threads) == 1 and not next(iter(handler_threads)).startswith("nats-bus")  # the actor's own thread
+    # the actor's own thread
+    assert len(handler_threads) == 1 and not next(iter(handler_threads)).startswith("nats-bus")
     assert ref.proxy().handled.get() == 5
     assert ref.proxy().dead_letters.get() == 0
 
@@ -107,7 +108,10 @@ def test_many_requests_in_flight(bus, actors):
     subject = bus.subjects.tool("echo")
     ref = ToolEcho.start_ready(bus, subject)
     actors.append(ref)
-    futures = [bus.request_future(subject, ToolRequest(call_id=f"c{i}", tool="echo", arguments={"text": str(i)}), 10) for i in range(50)]
+    futures = [
+        bus.request_future(subject, ToolRequest(call_id=f"c{i}", tool="echo", arguments={"text": str(i)}), 10)
+        for i in range(50)
+    ]
     replies = [f.result(timeout=15) for f in futures]
     assert [r.call_id for r in replies] == [f"c{i}" for i in range(50)]
 
@@ -171,7 +175,9 @@ def test_queue_group_spreads_work_over_three_actors(make_bus, actors, run_id):
     # client connection after the workers subscribed makes their interest visible to it.
     client.flush()
     n = 90
-    futures = [client.request_future(subject, ToolRequest(call_id=f"job-{i}", tool="echo", arguments={}), 15) for i in range(n)]
+    futures = [
+        client.request_future(subject, ToolRequest(call_id=f"job-{i}", tool="echo", arguments={}), 15) for i in range(n)
+    ]
     replies = [f.result(timeout=20) for f in futures]
     assert sorted(r.call_id for r in replies) == sorted(f"job-{i}" for i in range(n))
     per_actor = collections.Counter(name for name, _ in handled)
@@ -205,4 +211,7 @@ def test_decoded_replies_use_the_bus_size_limit(make_bus, actors):
     with pytest.raises(ProtocolError) as err:
         small.request(subject, ToolRequest(call_id="c", tool="big", arguments={"size": 2000}), timeout_s=5)
     assert "512" in err.value.problem
-    assert small.request(subject, ToolRequest(call_id="c", tool="big", arguments={"size": 100}), timeout_s=5).content == "y" * 100
+    assert (
+        small.request(subject, ToolRequest(call_id="c", tool="big", arguments={"size": 100}), timeout_s=5).content
+        == "y" * 100
+    )

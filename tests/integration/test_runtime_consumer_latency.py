@@ -50,7 +50,9 @@ def test_a_message_sent_to_an_idle_consumer_is_delivered_at_once(bus: Bus, monke
         assert i in arrived, f"message {i} was not delivered within 3 s"
         waits.append(arrived[i] - sent)
     # One outlier is allowed (a loaded 2-core machine can pause any thread ~0.1 s); the old stalls hit several.
-    assert sorted(waits)[-2] < 0.08, f"messages waited {sorted(waits)[-3:]} s in the consumer (median {sorted(waits)[10]:.4f} s)"
+    assert sorted(waits)[-2] < 0.08, (
+        f"messages waited {sorted(waits)[-3:]} s in the consumer (median {sorted(waits)[10]:.4f} s)"
+    )
 
 
 class _FakePull:
@@ -68,4 +70,9 @@ def test_fetch_waits_for_one_message_and_takes_several_only_when_they_are_waitin
     pull = _FakePull()
     for room, backlog in ((4, 0), (1, 5), (4, 2), (4, 100)):
         asyncio.run(consumer._fetch(pull, room, backlog))
-    assert pull.calls == [(1, consumer.FETCH_WAIT_S), (1, consumer.FETCH_WAIT_S), (2, consumer.BACKLOG_WAIT_S), (4, consumer.BACKLOG_WAIT_S)]
+    assert pull.calls == [
+        (1, consumer.FETCH_WAIT_S),
+        (1, consumer.FETCH_WAIT_S),
+        (2, consumer.BACKLOG_WAIT_S),
+        (4, consumer.BACKLOG_WAIT_S),
+    ]

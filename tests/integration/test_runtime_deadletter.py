@@ -85,7 +85,9 @@ def test_undecodable_message_is_dead_lettered_and_the_actor_goes_on(bus, actors)
 def test_invalid_field_is_dead_lettered_naming_the_field(bus, actors):
     subject, seen, dlq = _setup(bus, actors)
     bad = msgpack.packb({"v": SCHEMA_VERSION, "t": "Metric", "ts": 1.0, "d": {"name": "m"}}, use_bin_type=True)
-    unknown_version = msgpack.packb({"v": SCHEMA_VERSION + 1, "t": "Metric", "ts": 1.0, "d": {"name": "m", "value": 1.0}}, use_bin_type=True)
+    unknown_version = msgpack.packb(
+        {"v": SCHEMA_VERSION + 1, "t": "Metric", "ts": 1.0, "d": {"name": "m", "value": 1.0}}, use_bin_type=True
+    )
     bus.publish(subject, bad)
     bus.publish(subject, unknown_version)
     bus.publish(subject, Metric(name="good", value=2.0))
@@ -113,10 +115,14 @@ def test_handler_exception_dead_letters_and_the_requester_gets_remote_failure(bu
     with pytest.raises(RemoteFailure) as err:
         client.request(subject, ToolRequest(call_id="c-fail", tool="fail", arguments={}), timeout_s=5)
     assert err.value.error_type == "KeyError" and "no such page" in err.value.reason
-    assert client.request(subject, ToolRequest(call_id="c-ok", tool="visit", arguments={}), timeout_s=5).content == "fine"
+    assert (
+        client.request(subject, ToolRequest(call_id="c-ok", tool="visit", arguments={}), timeout_s=5).content == "fine"
+    )
     bus.publish(subject, Metric(name="boom", value=0.0))
     bus.publish(subject, Metric(name="after-boom", value=0.0))
-    wait_until(lambda: "after-boom" in seen and len(dlq.letters) == 2, what=lambda: f"seen {seen}, letters {dlq.letters}")
+    wait_until(
+        lambda: "after-boom" in seen and len(dlq.letters) == 2, what=lambda: f"seen {seen}, letters {dlq.letters}"
+    )
     (_, first), (_, second) = dlq.letters
     assert first.error_type == "KeyError" and "no such page" in first.reason
     assert "test_runtime_deadletter.py" in first.reason  # where it was raised
@@ -139,7 +145,10 @@ def test_stream_message_that_fails_is_dead_lettered_and_terminated(bus, actors):
     actors.append(Strict.start_ready(bus, subject, seen, stream=stream, holder=holder))
     consumer = holder["consumer"]
     wait_until(lambda: seen == ["ok"] and len(dlq.letters) == 2, what=lambda: f"seen {seen}, letters {dlq.letters}")
-    wait_until(lambda: consumer.settled["term"] == 2 and consumer.settled["ack"] == 1, what=lambda: f"settled {dict(consumer.settled)}")
+    wait_until(
+        lambda: consumer.settled["term"] == 2 and consumer.settled["ack"] == 1,
+        what=lambda: f"settled {dict(consumer.settled)}",
+    )
     assert [letter.subject for _, letter in dlq.letters] == [subject, subject]
     assert "<envelope>" in dlq.letters[0][1].reason
 
@@ -168,7 +177,9 @@ def test_oversized_message_is_dead_lettered_even_on_a_small_size_limit(make_bus,
     actors.append(Strict.start_ready(small, subject, seen))
     sender.publish(subject, Metric(name="x" * 20_000, value=0.0))
     sender.publish(subject, Metric(name="small-enough", value=0.0))
-    wait_until(lambda: seen == ["small-enough"], timeout_s=5, what=lambda: f"seen {seen}; actor alive: {actors[0].is_alive()}")
+    wait_until(
+        lambda: seen == ["small-enough"], timeout_s=5, what=lambda: f"seen {seen}; actor alive: {actors[0].is_alive()}"
+    )
     wait_until(lambda: len(dlq.letters) == 1, what=lambda: f"letters {dlq.letters}")
     letter = dlq.letters[0][1]
     assert "limit" in letter.reason and letter.subject == subject
@@ -184,10 +195,14 @@ def test_a_request_whose_reply_subject_is_not_an_inbox_is_refused_and_dead_lette
     written: list = []
     client.subscribe(stream_subject, written.append)
     client.publish(subject, ToolRequest(call_id="c-inject", tool="visit", arguments={}), reply=stream_subject)
-    client.publish(subject, ToolRequest(call_id="c-loop", tool="visit", arguments={}), reply=subject)  # a reply to itself: no loop
-    assert client.request(subject, ToolRequest(call_id="c-ok", tool="visit", arguments={}), timeout_s=5).content == "fine"
+    # a reply to itself: no loop
+    client.publish(subject, ToolRequest(call_id="c-loop", tool="visit", arguments={}), reply=subject)
+    assert (
+        client.request(subject, ToolRequest(call_id="c-ok", tool="visit", arguments={}), timeout_s=5).content == "fine"
+    )
     wait_until(lambda: len(dlq.letters) == 2, what=lambda: f"letters {dlq.letters}")
-    client.request(subject, ToolRequest(call_id="c-ok2", tool="visit", arguments={}), timeout_s=5)  # later traffic: nothing more
+    # later traffic: nothing more
+    client.request(subject, ToolRequest(call_id="c-ok2", tool="visit", arguments={}), timeout_s=5)
     assert seen == ["c-ok", "c-ok2"] and written == []
     assert [letter.error_type for _, letter in dlq.letters] == ["BadReplySubject", "BadReplySubject"]
     assert stream_subject in dlq.letters[0][1].reason and "not an inbox" in dlq.letters[0][1].reason

@@ -25,14 +25,29 @@ def _answers(bus) -> bool:  # noqa: ANN001
 
 
 def test_a_node_whose_read_loop_a_raw_message_killed_answers_again_within_seconds(nats_server, bus, tmp_path):
-    node = start_script("mgrpo-node", "--role", "tool", "--nats", nats_server.url, "--run-id", bus.run_id, "--name", "deaf",
-                        "--set", "tools.web_entities=100", "--set", "nats.ping_interval_s=1", stdout=open(tmp_path / "node.log", "w"))  # fmt: skip
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        nats_server.url,
+        "--run-id",
+        bus.run_id,
+        "--name",
+        "deaf",
+        "--set",
+        "tools.web_entities=100",
+        "--set",
+        "nats.ping_interval_s=1",
+        stdout=open(tmp_path / "node.log", "w"),
+    )
     try:
         wait_until(lambda: _answers(bus), timeout_s=60, what="the tool node never answered a ping")
         host, port = nats_server.url.removeprefix("nats://").split(":")
         with socket.create_connection((host, int(port))) as raw:
             raw.recv(4096)  # INFO
-            raw.sendall(f"CONNECT {{}}\r\nPUB {bus.subjects.node_ping} \xff 0\r\n\r\n".encode("latin-1"))  # reply subject b"\xff"
+            # reply subject b"\xff"
+            raw.sendall(f"CONNECT {{}}\r\nPUB {bus.subjects.node_ping} \xff 0\r\n\r\n".encode("latin-1"))
             time.sleep(0.5)
         hit = time.monotonic()
         wait_until(lambda: _answers(bus), timeout_s=30, what=lambda: (tmp_path / "node.log").read_text()[-2000:])

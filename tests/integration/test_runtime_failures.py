@@ -7,7 +7,16 @@ import time
 
 import pytest
 
-from mgrpo_actors.runtime import Bus, BusActor, BusError, Delivery, EmbeddedNats, KvUpdate, RemoteFailure, nats_server_binary
+from mgrpo_actors.runtime import (
+    Bus,
+    BusActor,
+    BusError,
+    Delivery,
+    EmbeddedNats,
+    KvUpdate,
+    RemoteFailure,
+    nats_server_binary,
+)
 from protocols import DeadLetter, Metric, NodePing, ToolRequest, ToolResult, decode
 from tests.helpers import run_script, start_script, stop_process, wait_until
 
@@ -54,7 +63,10 @@ def test_a_failing_kv_watch_handler_does_not_kill_the_actor(bus, make_bus, actor
     bucket.put("a", b"1")
     bucket.put("b", b"2")
     wait_until(lambda: actor.proxy().dead_letters.get() >= 2, what="both updates reached the handler")
-    assert bus.request(bus.subjects.tool("bad"), ToolRequest(call_id="3", tool="bad", arguments={}), timeout_s=5).content == "fine"
+    assert (
+        bus.request(bus.subjects.tool("bad"), ToolRequest(call_id="3", tool="bad", arguments={}), timeout_s=5).content
+        == "fine"
+    )
     stop_watch()
 
 
@@ -137,15 +149,22 @@ def test_embedded_server_reusing_a_store_dir_reports_its_new_port(tmp_path):
 
 
 def test_node_with_a_server_without_jetstream_exits_3_saying_so(tmp_path):
-    proc = subprocess.Popen([str(nats_server_binary()), "-a", "127.0.0.1", "-p", "-1", "-l", str(tmp_path / "log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(nats_server_binary()), "-a", "127.0.0.1", "-p", "-1", "-l", str(tmp_path / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def port() -> int | None:
             text = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""
             marker = "Listening for client connections on 127.0.0.1:"
             return int(text.split(marker, 1)[1].split()[0]) if marker in text else None
 
         url = f"nats://127.0.0.1:{wait_until(port, what='plain nats-server up')}"
-        done = run_script("mgrpo-node", "--role", "tool", "--nats", url, "--set", "tools.web_entities=100", timeout_s=60)
+        done = run_script(
+            "mgrpo-node", "--role", "tool", "--nats", url, "--set", "tools.web_entities=100", timeout_s=60
+        )
         assert done.returncode == 3 and "JetStream is not enabled" in done.stderr, done.stderr[-2000:]
     finally:
         proc.terminate()
@@ -154,8 +173,19 @@ def test_node_with_a_server_without_jetstream_exits_3_saying_so(tmp_path):
 
 def test_node_exits_3_when_nats_is_gone_for_good(tmp_path):
     server = EmbeddedNats(store_dir=str(tmp_path / "store")).start()
-    node = start_script("mgrpo-node", "--role", "tool", "--nats", server.url, "--set", "tools.web_entities=100",
-                        "--set", "nats.max_reconnect_attempts=2", "--set", "nats.reconnect_wait_s=0.2")  # fmt: skip
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        server.url,
+        "--set",
+        "tools.web_entities=100",
+        "--set",
+        "nats.max_reconnect_attempts=2",
+        "--set",
+        "nats.reconnect_wait_s=0.2",
+    )
     try:
         with Bus(server.url, run_id="default") as bus:
             wait_until(lambda: _serves_search(bus), timeout_s=60, what="the node's tool actors are up")
@@ -169,13 +199,29 @@ def test_node_exits_3_when_nats_is_gone_for_good(tmp_path):
 
 def _serves_search(bus: Bus) -> bool:
     try:
-        return bus.request(bus.subjects.tool("search"), ToolRequest(call_id="up", tool="search", arguments={"query": "x"}), timeout_s=1) is not None
+        return (
+            bus.request(
+                bus.subjects.tool("search"),
+                ToolRequest(call_id="up", tool="search", arguments={"query": "x"}),
+                timeout_s=1,
+            )
+            is not None
+        )
     except BusError:
         return False
 
 
-@pytest.mark.parametrize("setting", ["tools.serve=[searchh]", "tools.pages=/nope.jsonl", "tools.web_entities=50", "tools.serve=[search, 'my tool']",
-                                     "tools.actors_per_tool=100000", "tools.web_entities=100000000"])  # fmt: skip
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "tools.serve=[searchh]",
+        "tools.pages=/nope.jsonl",
+        "tools.web_entities=50",
+        "tools.serve=[search, 'my tool']",
+        "tools.actors_per_tool=100000",
+        "tools.web_entities=100000000",
+    ],
+)
 def test_bad_tool_settings_exit_2_before_connecting(setting):
     done = run_script("mgrpo-node", "--role", "tool", "--set", setting, "--nats", "nats://127.0.0.1:1", timeout_s=30)
     assert done.returncode == 2 and "tools." in done.stderr and "Traceback" not in done.stderr, done.stderr

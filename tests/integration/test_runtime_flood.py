@@ -69,8 +69,11 @@ def test_what_nats_py_must_drop_is_counted_logged_and_published(make_bus):
         assert wait_until(lambda: seen and seen[-1].value >= 1, 10, what="the slow-consumer metric published")
         assert seen[-1].node == server.node and seen[-1].tags["subject"] == server.subjects.node_ping
         # Every message is accounted for: handled (dead-lettered: not msgpack) or counted as dropped.
-        assert wait_until(lambda: server.dead_letter_total + server.slow_consumers.total == 60, 30,
-                          what=lambda: f"dead letters {server.dead_letter_total} + drops {server.slow_consumers.total} == 60")  # fmt: skip
+        assert wait_until(
+            lambda: server.dead_letter_total + server.slow_consumers.total == 60,
+            30,
+            what=lambda: f"dead letters {server.dead_letter_total} + drops {server.slow_consumers.total} == 60",
+        )
     finally:
         actor.stop()
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from mgrpo_actors.runtime.consumer import FETCH_WAIT_S
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
+from mgrpo_actors.runtime.consumer import FETCH_WAIT_S
 from protocols import Metric, decode
 from tests.helpers import wait_until
 
@@ -22,7 +22,16 @@ class Worker(BusActor):
 
     role = "test"
 
-    def __init__(self, bus: Bus, stream: str, durable: str, seen: list, holder: dict, gate: threading.Event | None = None, **consume_kwargs) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        stream: str,
+        durable: str,
+        seen: list,
+        holder: dict,
+        gate: threading.Event | None = None,
+        **consume_kwargs,
+    ) -> None:
         super().__init__(bus)
         self.stream, self.durable, self.seen, self.holder, self.gate = stream, durable, seen, holder, gate
         self.consume_kwargs = consume_kwargs
@@ -76,8 +85,14 @@ def test_unsettled_deliveries_are_nakked_on_stop_and_redelivered_at_once(bus, ma
 
     again: list[Delivery] = []
     other_bus = make_bus("restarted")
-    second = other_bus.consume(stream, "naker", lambda d: (again.append(d), d.ack()), batch=4, max_ack_pending=6, ack_wait_s=60)
-    wait_until(lambda: len({decode(d.data).step for d in again}) == 12, timeout_s=10, what=lambda: f"got {sorted({decode(d.data).step for d in again})}")
+    second = other_bus.consume(
+        stream, "naker", lambda d: (again.append(d), d.ack()), batch=4, max_ack_pending=6, ack_wait_s=60
+    )
+    wait_until(
+        lambda: len({decode(d.data).step for d in again}) == 12,
+        timeout_s=10,
+        what=lambda: f"got {sorted({decode(d.data).step for d in again})}",
+    )
     redelivered = {decode(d.data).step for d in again if d.num_delivered > 1}
     assert redelivered == {decode(d.data).step for d in held}
     second.stop()
@@ -120,7 +135,13 @@ def test_durable_consumer_stopped_and_restarted_loses_nothing(bus, make_bus, act
     def union() -> set:
         return set(handled1) | {step for step, _ in seen2}
 
-    wait_until(lambda: union() == set(range(n)), timeout_s=10, what=lambda: f"missing jobs {sorted(set(range(n)) - union())}; first handled {len(handled1)}, settled {dict(consumer1.settled)}")
+    wait_until(
+        lambda: union() == set(range(n)),
+        timeout_s=10,
+        what=lambda: (
+            f"missing jobs {sorted(set(range(n)) - union())}; first handled {len(handled1)}, settled {dict(consumer1.settled)}"
+        ),
+    )
     counts = collections.Counter(handled1 + [step for step, _ in seen2])
     duplicates = {step: c for step, c in counts.items() if c > 1}
     # Duplicates are allowed (at-least-once) but only for redeliveries, and counted here.
@@ -137,10 +158,15 @@ def test_a_provisioned_durable_keeps_its_settings_and_the_node_follows_its_ack_w
 
     stream, subject = _publish_jobs(bus, 3)
     assert ensure_durable(bus, stream, "provisioned", subject, ack_wait_s=30.0, max_ack_pending=7) is True
-    assert ensure_durable(bus, stream, "provisioned", subject, ack_wait_s=99.0, max_ack_pending=7) is False  # exists: kept
+    # exists: kept
+    assert ensure_durable(bus, stream, "provisioned", subject, ack_wait_s=99.0, max_ack_pending=7) is False
     seen: list = []
     holder: dict = {}
-    actors.append(Worker.start_ready(bus, stream, "provisioned", seen, holder, subject=subject, ack_wait_s=60.0, max_ack_pending=7))
+    actors.append(
+        Worker.start_ready(
+            bus, stream, "provisioned", seen, holder, subject=subject, ack_wait_s=60.0, max_ack_pending=7
+        )
+    )
     wait_until(lambda: len(seen) == 3, what=lambda: f"handled {len(seen)} of 3")
     info = bus.call(bus._js.consumer_info(stream, "provisioned"))
     assert info.config.ack_wait == 30.0 and info.config.max_ack_pending == 7 and info.config.filter_subject == subject

@@ -63,7 +63,12 @@ def test_watch_delivers_updates_into_an_actor(bus, actors):
     wait_until(lambda: len(updates) >= 4, what=lambda: f"updates {updates}")
     got = [(u.key, u.value, u.operation) for u, _ in updates]
     # The current value of an existing key first, then every change in order; deletes carry no value.
-    assert got == [("q0.r0", b"before-watch", "PUT"), ("q0.r1", b"a", "PUT"), ("q0.r0", b"b", "PUT"), ("q0.r1", None, "DEL")]
+    assert got == [
+        ("q0.r0", b"before-watch", "PUT"),
+        ("q0.r1", b"a", "PUT"),
+        ("q0.r0", b"b", "PUT"),
+        ("q0.r1", None, "DEL"),
+    ]
     assert all(u.bucket == bus.subjects.bucket("stats") for u, _ in updates)
     revisions = [u.revision for u, _ in updates]
     assert revisions == sorted(revisions) and revisions[0] > 0

@@ -55,7 +55,8 @@ def test_a_resent_crossing_reaches_a_stream_that_missed_it_once_and_nothing_else
         with Bus(server.url, run_id=RUN_ID, node="main", security=ConnectSecurity(user="main", password="main")) as bus:
             bus.js_publish(S.reward_stats, b"sent once", msg_id="once")
             bus.js_publish(S.reward_stats, b"sent again", msg_id="again")
-            assert resend_later(bus, S.reward_stats, b"sent again", "again", after_s=(1.0, 2.0, 3.0, 7200.0)) == 3  # not beyond the duplicate window
+            # not beyond the duplicate window
+            assert resend_later(bus, S.reward_stats, b"sent again", "again", after_s=(1.0, 2.0, 3.0, 7200.0)) == 3
             asyncio.run(_stream(server.url, "sub", create=True))  # SUB's stream comes after both first publishes
             deadline = time.monotonic() + 10
             while asyncio.run(_stream(server.url, "sub", create=False)) < 1 and time.monotonic() < deadline:

@@ -43,10 +43,13 @@ def test_no_responders_pauses_grow_and_are_capped():
 def test_a_call_sent_before_anyone_listens_is_answered_once_a_responder_subscribes(make_bus):
     client, server = make_bus("client"), make_bus("server")
     on_request, _ = _answer_with(server, [INFO])
-    threading.Timer(1.2, lambda: server.subscribe(server.subjects.node_ping, on_request)).start()  # like a node reconnecting
+    threading.Timer(
+        1.2, lambda: server.subscribe(server.subjects.node_ping, on_request)
+    ).start()  # like a node reconnecting
     outcome = request_retrying(client, client.subjects.node_ping, NodePing(), timeout_s=5, retries=0)
     assert isinstance(outcome.reply, NodeInfo), outcome.error
-    assert outcome.sends >= 3 and outcome.attempts == 1 and 1.0 < outcome.seconds < 5  # resent after pauses, within one attempt's patience
+    # resent after pauses, within one attempt's patience
+    assert outcome.sends >= 3 and outcome.attempts == 1 and 1.0 < outcome.seconds < 5
 
 
 def test_a_call_nobody_ever_answers_fails_after_its_bounded_budget(bus):
@@ -55,7 +58,8 @@ def test_a_call_nobody_ever_answers_fails_after_its_bounded_budget(bus):
     elapsed = time.monotonic() - started
     assert outcome.reply is None and "no responders" in outcome.error
     assert 2 * 1.5 - 0.1 <= elapsed < 2 * 1.5 + 1.0  # (retries + 1) attempts of at most min(timeout, patience) each
-    assert outcome.attempts == 2 and outcome.sends > 2  # both attempts resent after "no responders" within their patience
+    # both attempts resent after "no responders" within their patience
+    assert outcome.attempts == 2 and outcome.sends > 2
 
 
 def test_a_passing_remote_failure_is_retried_and_a_real_one_is_not(make_bus):
@@ -71,24 +75,39 @@ def test_a_passing_remote_failure_is_retried_and_a_real_one_is_not(make_bus):
     on_request, count = _answer_with(server, [real, INFO])
     server.subscribe(server.subjects.node_ping, on_request)
     outcome = request_retrying(client, client.subjects.node_ping, NodePing(), timeout_s=5, retries=2)
-    assert outcome.reply is None and outcome.attempts == outcome.sends == 1 and count[0] == 1 and "ValueError" in outcome.error
+    assert (
+        outcome.reply is None
+        and outcome.attempts == outcome.sends == 1
+        and count[0] == 1
+        and "ValueError" in outcome.error
+    )
 
 
 def test_killing_one_of_two_tool_nodes_mid_load_loses_no_call(nats_server, bus):
-    nodes = start_tool_nodes(bus, nats_server.url, [f"{bus.run_id}-a", f"{bus.run_id}-b"], delay_tool_settings(0.1, actors_per_tool=2))
+    nodes = start_tool_nodes(
+        bus, nats_server.url, [f"{bus.run_id}-a", f"{bus.run_id}-b"], delay_tool_settings(0.1, actors_per_tool=2)
+    )
     try:
         # 80 × 0.1 s over 4 actors: ~2 s of work, half of it queued in the node killed at 0.5 s; the other
         # node is through its own half before the killed node's calls time out (3 s) and come to it.
         calls = 80
         subject = bus.subjects.tool("delay")
         threading.Timer(0.5, lambda: nodes[0].proc.send_signal(signal.SIGKILL)).start()
-        outcomes = request_all(bus, [subject] * calls, lambda i, _a: ToolRequest(call_id=str(i), tool="delay", arguments={"text": str(i)}), 3.0, 2)
+        outcomes = request_all(
+            bus,
+            [subject] * calls,
+            lambda i, _a: ToolRequest(call_id=str(i), tool="delay", arguments={"text": str(i)}),
+            3.0,
+            2,
+        )
         assert nodes[0].proc.wait(10) == -signal.SIGKILL
         lost = [o.error for o in outcomes if not (isinstance(o.reply, ToolResult) and o.reply.ok)]
         assert not lost, lost[:3]
         assert [o.reply.content for o in outcomes] == [str(i) for i in range(calls)]
         resent = sum(o.sends - 1 for o in outcomes)
-        print(f"{calls} calls, one of two tool nodes killed: 0 lost, {resent} resends, slowest {max(o.seconds for o in outcomes):.1f} s")
+        print(
+            f"{calls} calls, one of two tool nodes killed: 0 lost, {resent} resends, slowest {max(o.seconds for o in outcomes):.1f} s"
+        )
         assert resent > 0  # the killed node's share was sent again, to the other node
     finally:
         stop_tool_nodes(nodes)

@@ -26,7 +26,9 @@ def _messages(bus: Bus, what: str) -> tuple[int, int]:
 def test_the_dead_letter_stream_keeps_its_newest_up_to_its_limit(bus):
     bus.ensure_streams(["dlq"], StreamLimits(max_msgs={"dlq": 5}))
     for i in range(20):
-        bus.dead_letter(Delivery(f"{bus.subjects.root}.node.ping", f"garbage {i}".encode(), "", None), "not msgpack", "DecodeError")
+        bus.dead_letter(
+            Delivery(f"{bus.subjects.root}.node.ping", f"garbage {i}".encode(), "", None), "not msgpack", "DecodeError"
+        )
     assert wait_until(lambda: _messages(bus, "dlq") == (5, 20), 10, what="the 5 newest of 20 dead letters kept")
 
 
@@ -67,7 +69,8 @@ def test_streams_lost_with_a_restarted_servers_store_come_back_on_reconnect(tmp_
                 return False
 
         assert wait_until(recreated, 10, what="the dlq stream recreated with its limits")
-        bus.publish(bus.subjects.metrics("after"), Metric(name="after", value=1.0))  # a core publish: lands only if the stream exists
+        # a core publish: lands only if the stream exists
+        bus.publish(bus.subjects.metrics("after"), Metric(name="after", value=1.0))
         assert wait_until(lambda: _messages(bus, "metrics")[0] == 1, 10, what="the metric stored")
     finally:
         bus.close()

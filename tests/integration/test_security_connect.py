@@ -32,7 +32,7 @@ def pki(tmp_path_factory):
     root = tmp_path_factory.mktemp("pki")
     good = make_certificates(root / "good", ["127.0.0.1", "localhost"])
     other = make_certificates(root / "other", ["127.0.0.1"])
-    long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=30)
+    long_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
     expired = make_certificates(root / "expired", ["127.0.0.1"], days=1, not_before=long_ago)
     (root / "password").write_text(PASSWORD + "\n")
     (root / "wrong-password").write_text("not it\n")
@@ -41,15 +41,25 @@ def pki(tmp_path_factory):
 
 def _config(tmp_path: Path, pki, ca: Path, password_file: str = "password") -> Path:  # noqa: ANN001
     path = tmp_path / "node.yaml"
-    path.write_text(yaml.safe_dump({
-        "nats": {"auth": {"user": "tool", "password_file": str(pki["root"] / password_file)}, "tls": {"ca_file": str(ca)}, "connect_timeout_s": 2},
-        "tools": {"web_entities": 100},
-    }))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "nats": {
+                    "auth": {"user": "tool", "password_file": str(pki["root"] / password_file)},
+                    "tls": {"ca_file": str(ca)},
+                    "connect_timeout_s": 2,
+                },
+                "tools": {"web_entities": 100},
+            }
+        )
+    )
     return path
 
 
 def _node_fails(url: str, config: Path) -> tuple[int, str]:
-    result = run_script("mgrpo-node", "--role", "tool", "--nats", url, "--config", str(config), "--run-id", "sec", timeout_s=60)
+    result = run_script(
+        "mgrpo-node", "--role", "tool", "--nats", url, "--config", str(config), "--run-id", "sec", timeout_s=60
+    )
     return result.returncode, result.stderr[-2000:]
 
 
@@ -57,10 +67,25 @@ def test_a_node_with_ca_user_and_password_file_connects_and_answers_over_tls(pki
     server = _tls_server(pki["good"])
     url = server.url.replace("nats://", "tls://")
     config = _config(tmp_path, pki, pki["good"].ca)
-    node = start_script("mgrpo-node", "--role", "tool", "--nats", url, "--config", str(config), "--run-id", "sec", "--name", "secure-tool")
+    node = start_script(
+        "mgrpo-node",
+        "--role",
+        "tool",
+        "--nats",
+        url,
+        "--config",
+        str(config),
+        "--run-id",
+        "sec",
+        "--name",
+        "secure-tool",
+    )
     try:
+
         def answered() -> bool:
-            result = run_script("mgrpo", "ping", "--config", str(config), "--nats", url, "--run-id", "sec", timeout_s=30)
+            result = run_script(
+                "mgrpo", "ping", "--config", str(config), "--nats", url, "--run-id", "sec", timeout_s=30
+            )
             return result.returncode == 0 and "secure-tool" in result.stdout
 
         wait_until(answered, timeout_s=60, interval_s=0.5, what="the TLS tool node never answered mgrpo ping")
@@ -73,9 +98,17 @@ def test_a_node_with_ca_user_and_password_file_connects_and_answers_over_tls(pki
 
 @pytest.mark.parametrize("case", ["wrong CA", "expired certificate", "wrong password", "server without TLS"])
 def test_a_node_that_cannot_connect_securely_exits_3_naming_the_cause(pki, tmp_path, case):
-    expected = {"wrong CA": "wrong CA", "expired certificate": "has expired", "wrong password": "wrong user or password",
-                "server without TLS": "does not speak TLS"}[case]  # fmt: skip
-    server = _tls_server(pki["expired"] if case == "expired certificate" else pki["good"], users=True) if case != "server without TLS" else EmbeddedNats().start()
+    expected = {
+        "wrong CA": "wrong CA",
+        "expired certificate": "has expired",
+        "wrong password": "wrong user or password",
+        "server without TLS": "does not speak TLS",
+    }[case]
+    server = (
+        _tls_server(pki["expired"] if case == "expired certificate" else pki["good"], users=True)
+        if case != "server without TLS"
+        else EmbeddedNats().start()
+    )
     try:
         ca = {"wrong CA": pki["other"].ca, "expired certificate": pki["expired"].ca}.get(case, pki["good"].ca)
         config = _config(tmp_path, pki, ca, "wrong-password" if case == "wrong password" else "password")

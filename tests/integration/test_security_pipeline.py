@@ -24,7 +24,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 B, K, D, STEPS = 3, 2, 2, 2
 RUN_ID = "secure"
-TOPOLOGY = ["tool", "sub-agent", "main-agent", "main-aligner", "sub-aligner", "main-learner", "sub-learner", "controller"]
+TOPOLOGY = [
+    "tool",
+    "sub-agent",
+    "main-agent",
+    "main-aligner",
+    "sub-aligner",
+    "main-learner",
+    "sub-learner",
+    "controller",
+]
 
 
 def test_two_steps_run_under_tls_and_per_role_users_as_without_them(tmp_path):
@@ -32,11 +41,20 @@ def test_two_steps_run_under_tls_and_per_role_users_as_without_them(tmp_path):
     server = secure_server(out)
     url = server.url.replace("nats://", "tls://")
     learner = {"lr": 1e-2, "zero_stage": 2, "micro_batch_samples": 4}
-    base = yaml.safe_load(pipeline_config(tmp_path, RUN_ID, pipeline={"steps": STEPS, "advance_on": "learners"}, learners={"main": learner, "sub": learner}).read_text())
+    base = yaml.safe_load(
+        pipeline_config(
+            tmp_path,
+            RUN_ID,
+            pipeline={"steps": STEPS, "advance_on": "learners"},
+            learners={"main": learner, "sub": learner},
+        ).read_text()
+    )
     try:
         for account in ACCOUNTS:
             admin = node_config(tmp_path, out, admin_user(account), base)
-            done = run_script("mgrpo", "deploy", "provision", "--config", str(admin), "--nats", url, "--run-id", RUN_ID, timeout_s=60)
+            done = run_script(
+                "mgrpo", "deploy", "provision", "--config", str(admin), "--nats", url, "--run-id", RUN_ID, timeout_s=60
+            )
             assert done.returncode == 0 and f"account {account}" in done.stdout, done.stdout + done.stderr
 
         with Bus(url, run_id=RUN_ID, node="watcher", security=user_security(out, TAP_USER, url)) as bus:
@@ -45,22 +63,40 @@ def test_two_steps_run_under_tls_and_per_role_users_as_without_them(tmp_path):
             try:
                 for role in TOPOLOGY:
                     nodes.start(role, role, config=node_config(tmp_path, out, role, base))
-                events.wait_for("run.finished", timeout_s=300, describe=lambda: "\n".join(f"--- {r}\n{nodes.output(r)[-1500:]}" for r in TOPOLOGY) + server.log_tail(40))
+                events.wait_for(
+                    "run.finished",
+                    timeout_s=300,
+                    describe=lambda: (
+                        "\n".join(f"--- {r}\n{nodes.output(r)[-1500:]}" for r in TOPOLOGY) + server.log_tail(40)
+                    ),
+                )
             finally:
                 codes = nodes.stop_all()
             assert all(code == 0 for code in codes.values()), codes
 
-        with Bus(url, run_id=RUN_ID, node="watcher-main", security=user_security(out, tap_user("MAIN"), url)) as main_side:
+        with Bus(
+            url, run_id=RUN_ID, node="watcher-main", security=user_security(out, tap_user("MAIN"), url)
+        ) as main_side:
             # MAIN's steps stream holds the sub side's step events too: they crossed (SUB exports them).
-            done_steps = [m for m in read_stream(main_side, main_side.subjects.stream("steps")) if isinstance(m, StepDone)]
+            done_steps = [
+                m for m in read_stream(main_side, main_side.subjects.stream("steps")) if isinstance(m, StepDone)
+            ]
             for side in ("main", "sub"):
                 assert sorted(d.step for d in done_steps if d.side == side) == list(range(STEPS)), side
             for side, size, account in (("main", B * K, "MAIN"), ("sub", B * K * D, "SUB")):
-                with Bus(url, run_id=RUN_ID, node=f"watcher-{side}", security=user_security(out, tap_user(account), url)) as bus:
-                    batches = [m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)]
-                assert len(batches) == STEPS and all(len(b.sample_ids) == size for b in batches), (side, [len(b.sample_ids) for b in batches])
+                with Bus(
+                    url, run_id=RUN_ID, node=f"watcher-{side}", security=user_security(out, tap_user(account), url)
+                ) as bus:
+                    batches = [
+                        m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)
+                    ]
+                assert len(batches) == STEPS and all(len(b.sample_ids) == size for b in batches), (
+                    side,
+                    [len(b.sample_ids) for b in batches],
+                )
         log = (server.store_dir / "nats-server.log").read_text()
-        violations = [line for line in log.splitlines() if "Violation" in line]  # "Publish Violation", "Subscription Violation"
+        # "Publish Violation", "Subscription Violation"
+        violations = [line for line in log.splitlines() if "Violation" in line]
         assert not violations, "\n".join(violations[:20])
     finally:
         server.stop()

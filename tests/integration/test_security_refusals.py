@@ -19,8 +19,8 @@ import pytest
 from actors.roles import ROLES
 from mgrpo_actors.deploy.access import permissions
 from mgrpo_actors.deploy.accounts import ACCOUNTS
-from mgrpo_actors.deploy.server_config import TAP_USER, admin_user, tap_user, user_specs
 from mgrpo_actors.deploy.description import DeploymentDescription
+from mgrpo_actors.deploy.server_config import TAP_USER, admin_user, tap_user, user_specs
 from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
 from protocols import Subjects
@@ -36,19 +36,50 @@ def targets(s: Subjects) -> tuple[list[str], list[str]]:
     """(subjects to publish forged messages on, subjects to subscribe to) of run `s`."""
     state, weights = s.bucket("state-main"), s.bucket("versions-main")
     publish = [
-        *(subject for side in ("main", "sub") for subject in (s.trajectories(side), s.batches(side), s.weights(side), s.step_aligned(side), s.step_done(side))),
-        s.reward_stats, s.step_start, s.rollout_requests,
-        f"$KV.{state}.learner.main", f"$KV.{s.bucket('state')}.controller.cursor", f"$KV.{weights}.latest.main", f"$KV.{s.bucket('versions-sub')}.latest.sub",
-        *(f"$JS.API.STREAM.MSG.GET.KV_{s.bucket(what)}" for what in ("state-main", "state-sub", "versions-main", "versions-sub")),
-        f"$O.{s.bucket('weights-main')}.C.forged", f"$O.{s.bucket('weights-sub')}.C.forged",
-        *(f"$JS.API.CONSUMER.CREATE.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub", "stats")),
+        *(
+            subject
+            for side in ("main", "sub")
+            for subject in (
+                s.trajectories(side),
+                s.batches(side),
+                s.weights(side),
+                s.step_aligned(side),
+                s.step_done(side),
+            )
+        ),
+        s.reward_stats,
+        s.step_start,
+        s.rollout_requests,
+        f"$KV.{state}.learner.main",
+        f"$KV.{s.bucket('state')}.controller.cursor",
+        f"$KV.{weights}.latest.main",
+        f"$KV.{s.bucket('versions-sub')}.latest.sub",
+        *(
+            f"$JS.API.STREAM.MSG.GET.KV_{s.bucket(what)}"
+            for what in ("state-main", "state-sub", "versions-main", "versions-sub")
+        ),
+        f"$O.{s.bucket('weights-main')}.C.forged",
+        f"$O.{s.bucket('weights-sub')}.C.forged",
+        *(
+            f"$JS.API.CONSUMER.CREATE.{s.stream(what)}"
+            for what in ("traj-main", "traj-sub", "batch-main", "batch-sub", "stats")
+        ),
         *(f"$JS.API.CONSUMER.CREATE.OBJ_{s.bucket(f'weights-{side}')}" for side in ("main", "sub")),
         *(f"$JS.API.CONSUMER.CREATE.{s.stream(spec.stream)}.{spec.name}" for spec in DURABLES.values()),
         *(f"$JS.API.CONSUMER.DURABLE.CREATE.{s.stream(spec.stream)}.{spec.name}" for spec in DURABLES.values()),
         *(f"$JS.API.STREAM.MSG.GET.{s.stream(what)}" for what in ("traj-main", "traj-sub", "batch-main", "batch-sub")),
-        "$JS.API.STREAM.CREATE.forged", f"$JS.API.STREAM.DELETE.{s.stream('batch-main')}",
-    ]  # fmt: skip
-    subscribe = [s.trajectories("main"), s.trajectories("sub"), s.batches("main"), s.batches("sub"), s.reward_stats, "mgrpo.>", "_INBOX.>"]
+        "$JS.API.STREAM.CREATE.forged",
+        f"$JS.API.STREAM.DELETE.{s.stream('batch-main')}",
+    ]
+    subscribe = [
+        s.trajectories("main"),
+        s.trajectories("sub"),
+        s.batches("main"),
+        s.batches("sub"),
+        s.reward_stats,
+        "mgrpo.>",
+        "_INBOX.>",
+    ]
     return publish, subscribe
 
 
@@ -89,7 +120,21 @@ def deployment(tmp_path_factory):
     try:
         for account in ACCOUNTS:
             admin = node_config(tmp, out, admin_user(account), {})
-            assert run_script("mgrpo", "deploy", "provision", "--config", str(admin), "--nats", url, "--run-id", RUN_ID, timeout_s=60).returncode == 0
+            assert (
+                run_script(
+                    "mgrpo",
+                    "deploy",
+                    "provision",
+                    "--config",
+                    str(admin),
+                    "--nats",
+                    url,
+                    "--run-id",
+                    RUN_ID,
+                    timeout_s=60,
+                ).returncode
+                == 0
+            )
         yield out, url, server
     finally:
         server.stop()
@@ -98,7 +143,12 @@ def deployment(tmp_path_factory):
 def test_every_user_is_refused_every_subject_its_role_must_not_touch(deployment):
     out, url, server = deployment
     s = Subjects(RUN_ID)
-    users = {u.name: u for u in user_specs(DeploymentDescription(run_ids=[RUN_ID]), {name: spec.nats_access for name, spec in ROLES.items()})}
+    users = {
+        u.name: u
+        for u in user_specs(
+            DeploymentDescription(run_ids=[RUN_ID]), {name: spec.nats_access for name, spec in ROLES.items()}
+        )
+    }
     publish, subscribe = targets(s)
     attempts = refused_total = 0
     taps = [tap_user(account) for account in ACCOUNTS]
@@ -119,12 +169,17 @@ def test_every_user_is_refused_every_subject_its_role_must_not_touch(deployment)
     anonymous = user_security(out, TAP_USER, url)
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         asyncio.run(attack(url, ConnectSecurity(tls=anonymous.tls, tls_handshake_first=True), publish, subscribe))
-    print(f"{attempts} forbidden attempts by {len(ROLES) + len(taps)} users: {refused_total} refused by the server; "
-          f"a client without credentials: refused at connect")  # fmt: skip
+    print(
+        f"{attempts} forbidden attempts by {len(ROLES) + len(taps)} users: {refused_total} refused by the server; "
+        f"a client without credentials: refused at connect"
+    )
     assert refused_total == attempts
 
     # Nothing forged landed where a learner or an aligner reads, on either side.
-    for account, streams in (("MAIN", ("traj-main", "batch-main", "stats", "steps", "rollouts")), ("SUB", ("traj-sub", "batch-sub", "stats", "steps"))):
+    for account, streams in (
+        ("MAIN", ("traj-main", "batch-main", "stats", "steps", "rollouts")),
+        ("SUB", ("traj-sub", "batch-sub", "stats", "steps")),
+    ):
         with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user(account), url)) as bus:
             for what in streams:
                 assert bus.stream_info(s.stream(what)).state.messages == 0, (account, what)
@@ -143,7 +198,9 @@ async def _redirect(url: str, security, publish: str, stream: str, deliver_to: s
         if publish_first:
             await nc.publish(publish, b"forged batch")
             await nc.flush()
-        config = ConsumerConfig(name="redirect", deliver_subject=deliver_to, deliver_policy=DeliverPolicy.ALL, filter_subject=publish)
+        config = ConsumerConfig(
+            name="redirect", deliver_subject=deliver_to, deliver_policy=DeliverPolicy.ALL, filter_subject=publish
+        )
         await nc.jetstream().add_consumer(stream, config)
         await asyncio.sleep(1.0)
     finally:
@@ -154,7 +211,10 @@ def _refused(server, user: str, subject_prefix: str) -> bool:  # noqa: ANN001
     """The server logged a publish violation of `user` on a subject starting with `subject_prefix`."""
     log = (server.store_dir / "nats-server.log").read_text()
     # e.g. … - "SUB/user:sub-learner" - Publish Violation - Subject "$JS.API.CONSUMER.CREATE.OBJ_…"
-    return any("Publish Violation" in line and f'/user:{user}"' in line and f'Subject "{subject_prefix}' in line for line in log.splitlines())
+    return any(
+        "Publish Violation" in line and f'/user:{user}"' in line and f'Subject "{subject_prefix}' in line
+        for line in log.splitlines()
+    )
 
 
 def test_a_consumer_redirect_cannot_reach_another_account(deployment):
@@ -163,7 +223,15 @@ def test_a_consumer_redirect_cannot_reach_another_account(deployment):
     stream stays empty (in a single account this reached it: measured before the accounts)."""
     out, url, _ = deployment
     s = Subjects(RUN_ID)
-    asyncio.run(_redirect(url, user_security(out, admin_user("MONITOR"), url), s.metrics("forged"), s.stream("metrics"), s.batches("sub")))
+    asyncio.run(
+        _redirect(
+            url,
+            user_security(out, admin_user("MONITOR"), url),
+            s.metrics("forged"),
+            s.stream("metrics"),
+            s.batches("sub"),
+        )
+    )
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
 
@@ -176,7 +244,11 @@ def test_a_role_cannot_have_the_server_deliver_into_its_own_sides_batch_stream(d
     s = Subjects(RUN_ID)
     bucket = s.bucket("weights-sub")
     with pytest.raises(nats.errors.TimeoutError):  # nats-py sees the refused API request as a timeout
-        asyncio.run(_redirect(url, user_security(out, "sub-learner", url), f"$O.{bucket}.C.forged", f"OBJ_{bucket}", s.batches("sub")))
+        asyncio.run(
+            _redirect(
+                url, user_security(out, "sub-learner", url), f"$O.{bucket}.C.forged", f"OBJ_{bucket}", s.batches("sub")
+            )
+        )
     assert _refused(server, "sub-learner", f"$JS.API.CONSUMER.CREATE.OBJ_{bucket}")
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
@@ -187,10 +259,21 @@ def test_a_tap_user_cannot_have_the_server_deliver_into_its_sides_batch_stream(d
     batch.sub is refused, and the batch stream stays empty."""
     out, url, server = deployment
     s = Subjects(RUN_ID)
-    with Bus(url, run_id=RUN_ID, node="metrics", security=user_security(out, "sub-learner", url)) as bus:  # a metric any sub-side node may publish
+    with Bus(
+        url, run_id=RUN_ID, node="metrics", security=user_security(out, "sub-learner", url)
+    ) as bus:  # a metric any sub-side node may publish
         bus.js_publish(s.metrics("forged"), b"forged batch")
     with pytest.raises(nats.errors.TimeoutError):
-        asyncio.run(_redirect(url, user_security(out, tap_user("SUB"), url), s.metrics("forged"), s.stream("metrics"), s.batches("sub"), publish_first=False))
+        asyncio.run(
+            _redirect(
+                url,
+                user_security(out, tap_user("SUB"), url),
+                s.metrics("forged"),
+                s.stream("metrics"),
+                s.batches("sub"),
+                publish_first=False,
+            )
+        )
     assert _refused(server, tap_user("SUB"), f"$JS.API.CONSUMER.CREATE.{s.stream('metrics')}")
     with Bus(url, run_id=RUN_ID, node="auditor", security=user_security(out, admin_user("SUB"), url)) as bus:
         assert bus.stream_info(s.stream("batch-sub")).state.messages == 0
@@ -198,7 +281,17 @@ def test_a_tap_user_cannot_have_the_server_deliver_into_its_sides_batch_stream(d
 
 # A side's own subjects (relative to the run): what another account's users must never get into it.
 SIDE_SUBJECTS = {
-    "MAIN": ("traj.main", "batch.main", "weights.main", "step.aligned.main", "step.done.main", "stats", "step.start", "rollout.request", "rollout.done"),
+    "MAIN": (
+        "traj.main",
+        "batch.main",
+        "weights.main",
+        "step.aligned.main",
+        "step.done.main",
+        "stats",
+        "step.start",
+        "rollout.request",
+        "rollout.done",
+    ),
     "SUB": ("traj.sub", "batch.sub", "weights.sub", "step.aligned.sub", "step.done.sub"),
 }
 
@@ -259,9 +352,14 @@ def test_no_account_can_get_a_message_into_another_sides_account(deployment):
         subjects += [f"$O.{s.bucket(f'weights-{side.lower()}')}.C.forged" for side in targets]
         others = [account for account in ACCOUNTS if account != attacker]
         before = {account: _stream_counts(url, admins[account]) for account in others}
-        seen = asyncio.run(_forge_across(url, admins[attacker], {account: listeners[account] for account in others}, subjects))
+        seen = asyncio.run(
+            _forge_across(url, admins[attacker], {account: listeners[account] for account in others}, subjects)
+        )
         after = {account: _stream_counts(url, admins[account]) for account in others}
-        assert before == after, (attacker, {a: {k: v for k, v in after[a].items() if before[a].get(k) != v} for a in others})
+        assert before == after, (
+            attacker,
+            {a: {k: v for k, v in after[a].items() if before[a].get(k) != v} for a in others},
+        )
         assert not any(seen.values()), (attacker, seen)
         forged += len(subjects) * len(others)
         arrived += sum(len(v) for v in seen.values())
@@ -281,9 +379,21 @@ def test_a_node_whose_user_may_not_use_its_roles_streams_exits_3_at_once_naming_
     import time
 
     out, url, _ = deployment
-    wrong_user = node_config(tmp_path, out, "tool", {"tools": {"web_entities": 100}})  # the tool's user, the controller's role
+    # the tool's user, the controller's role
+    wrong_user = node_config(tmp_path, out, "tool", {"tools": {"web_entities": 100}})
     started = time.monotonic()
-    done = run_script("mgrpo-node", "--role", "controller", "--config", str(wrong_user), "--nats", url, "--run-id", RUN_ID, timeout_s=90)
+    done = run_script(
+        "mgrpo-node",
+        "--role",
+        "controller",
+        "--config",
+        str(wrong_user),
+        "--nats",
+        url,
+        "--run-id",
+        RUN_ID,
+        timeout_s=90,
+    )
     assert done.returncode == 3, done.stderr[-2000:]
     assert "NATS refused stream info" in done.stderr and "may not do that" in done.stderr, done.stderr[-2000:]
     assert time.monotonic() - started < 30  # one API timeout (5 s), not five

@@ -47,7 +47,9 @@ async def _ask(url: str, out, delays: list[float]) -> list[bool]:  # noqa: ANN00
 
 def test_an_answer_across_accounts_arrives_within_the_reply_window_and_not_after(tmp_path):
     out = render(tmp_path, RUN_ID, reply_window_s=2)
-    assert 'response_threshold: "2s"' in (out / "n1.conf").read_text() and 'expires: "2s"' in (out / "n1.conf").read_text()
+    assert (
+        'response_threshold: "2s"' in (out / "n1.conf").read_text() and 'expires: "2s"' in (out / "n1.conf").read_text()
+    )
     server = secure_server(out)
     try:
         url = server.url.replace("nats://", "tls://")

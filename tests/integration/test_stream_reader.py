@@ -10,8 +10,7 @@ import asyncio
 import nats
 import pytest
 
-from mgrpo_actors.runtime import EmbeddedNats, StoredMessage, follow_stream
-from mgrpo_actors.runtime import stream_reader
+from mgrpo_actors.runtime import EmbeddedNats, StoredMessage, follow_stream, stream_reader
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -23,7 +22,14 @@ def server():
     srv.stop()
 
 
-async def _read(url: str, stream: str, subject: str | None, wanted: int, publish_live: list[tuple[str, bytes]] = (), from_start: bool = True) -> list[StoredMessage]:
+async def _read(
+    url: str,
+    stream: str,
+    subject: str | None,
+    wanted: int,
+    publish_live: list[tuple[str, bytes]] = (),
+    from_start: bool = True,
+) -> list[StoredMessage]:
     nc = await nats.connect(url)
     got: list[StoredMessage] = []
     enough = asyncio.Event()
@@ -65,14 +71,17 @@ def test_every_message_in_order_across_batches_then_new_ones_live(server):
     assert [int.from_bytes(m.data[:4], "big") for m in got[:1200]] == list(range(1200))
     assert [m.data for m in got[1200:]] == [b"live-1", b"live-2", b"live-3"]
     assert got[0].subject == "s1.even" and got[1].subject == "s1.odd"
-    assert 1199 <= got[0].pending <= 1202 and got[1199].pending >= 0  # messages after it (the live ones may have come meanwhile)
+    # messages after it (the live ones may have come meanwhile)
+    assert 1199 <= got[0].pending <= 1202 and got[1199].pending >= 0
 
 
 def test_a_subject_filter_and_from_now_on(server):
     """Only the filtered subject's messages; with from_start=False only those published afterwards."""
     asyncio.run(_fill(server.url, "s2", 10))
     odd = asyncio.run(_read(server.url, "s2", "s2.odd", 5))
-    assert [int.from_bytes(m.data[:4], "big") for m in odd] == [1, 3, 5, 7, 9] and {m.subject for m in odd} == {"s2.odd"}
+    assert [int.from_bytes(m.data[:4], "big") for m in odd] == [1, 3, 5, 7, 9] and {m.subject for m in odd} == {
+        "s2.odd"
+    }
     new = asyncio.run(_read(server.url, "s2", None, 1, [("s2.even", b"new")], from_start=False))
     assert [m.data for m in new] == [b"new"]
 
@@ -82,7 +91,9 @@ def test_messages_larger_than_a_batchs_byte_budget_are_read(server, monkeypatch)
     monkeypatch.setattr(stream_reader, "BATCH_BYTES", 64 * 1024)
     asyncio.run(_fill(server.url, "s3", 3, size=1024 * 1024))
     got = asyncio.run(_read(server.url, "s3", None, 3))
-    assert [int.from_bytes(m.data[:4], "big") for m in got] == [0, 1, 2] and all(len(m.data) == 4 + 1024 * 1024 for m in got)
+    assert [int.from_bytes(m.data[:4], "big") for m in got] == [0, 1, 2] and all(
+        len(m.data) == 4 + 1024 * 1024 for m in got
+    )
 
 
 def test_a_stream_without_direct_gets_is_read_one_message_at_a_time(server):

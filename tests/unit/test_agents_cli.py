@@ -6,15 +6,27 @@ import re
 import pytest
 from rich.console import Console
 
+from actors.cli import main
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.rollout import RolloutConfig, run_rollouts
-from actors.cli import main
 from mgrpo_actors.cli.rollout_view import print_group
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.helpers import run_script
 
-TINY = ["rollout", "--main", "tiny:main", "--sub", "tiny:sub", "--entities", "120", "--max-turns", "2", "--max-new-tokens", "16"]
+TINY = [
+    "rollout",
+    "--main",
+    "tiny:main",
+    "--sub",
+    "tiny:sub",
+    "--entities",
+    "120",
+    "--max-turns",
+    "2",
+    "--max-new-tokens",
+    "16",
+]
 
 
 def test_tiny_models_print_the_transcript_rewards_and_timings(capsys):
@@ -63,7 +75,11 @@ def test_smollm2_runs_one_question_through_main_and_sub_agents():
 
 @pytest.mark.parametrize(
     "bad, message",
-    [(["--k", "0"], "need --k >= 1"), (["--max-turns", "0"], "max_turns must be >= 1"), (["--temperature", "-1"], "temperature")],
+    [
+        (["--k", "0"], "need --k >= 1"),
+        (["--max-turns", "0"], "max_turns must be >= 1"),
+        (["--temperature", "-1"], "temperature"),
+    ],
 )
 def test_bad_arguments_exit_with_a_message(bad, message):
     with pytest.raises(SystemExit, match=message):
@@ -74,12 +90,16 @@ def test_a_delegation_prints_the_sub_agents_transcript_inside_ms_turn():
     question, tokenizer = lookup_question(), tiny_tokenizer()
     main_model = AgentModel(main_script(question, question.answer), tokenizer)
     cfg = RolloutConfig(main=AgentConfig(max_new_tokens_per_turn=128), sub=AgentConfig(max_new_tokens_per_turn=128))
-    group = run_rollouts(question, 1, main_model, AgentModel(sub_script(question), tokenizer), web_tools(small_web()), cfg)
+    group = run_rollouts(
+        question, 1, main_model, AgentModel(sub_script(question), tokenizer), web_tools(small_web()), cfg
+    )
     buffer = io.StringIO()
     print_group(Console(file=buffer, width=80, soft_wrap=True), group, cfg, result_chars=1000, single=False)
     out = buffer.getvalue()
     url = question.evidence[0].urls[0]
-    assert out.index("M turn 1") < out.index("sub-agent r0.t0 · R_S 1.000") < out.index("S turn 3") < out.index("M turn 2")
+    assert (
+        out.index("M turn 1") < out.index("sub-agent r0.t0 · R_S 1.000") < out.index("S turn 3") < out.index("M turn 2")
+    )
     assert f"result → M: {question.evidence[0].subject}: {question.evidence[0].fact}." in out
     assert f"['{url}']" in out and f"M answer: {question.answer}" in out
     assert "S r0.t0" in out and "R_S 1.000" in out and "R_M 1.000" in out

@@ -28,8 +28,10 @@ class RecordingDelegate:
 
     def __call__(self, requests):
         self.batches.append(list(requests))
-        return [SubtaskResult(call_id=r.call_id, ok=True, findings=f"{r.task} Galen.", evidence=["synth://wiki/aldora"])
-                for r in requests]
+        return [
+            SubtaskResult(call_id=r.call_id, ok=True, findings=f"{r.task} Galen.", evidence=["synth://wiki/aldora"])
+            for r in requests
+        ]
 
 
 def main_episodes(k: int):
@@ -44,29 +46,47 @@ def test_delegations_reach_the_callback_batched_with_their_payload_and_come_back
     episodes = main_episodes(k=2)
     run_episodes(episodes, engine, registry_executor(web_tools(small_web())), delegate=delegate, seed=0)
 
-    assert delegate.batches == [[
-        DelegationRequest(task="Find who founded Aldora.", context="Aldora is a city.", rollout_index=0, call_id="r0.t0"),
-        DelegationRequest(task="Find who founded Aldora.", context="Aldora is a city.", rollout_index=1, call_id="r1.t0"),
-    ]]  # fmt: skip
+    assert delegate.batches == [
+        [
+            DelegationRequest(
+                task="Find who founded Aldora.", context="Aldora is a city.", rollout_index=0, call_id="r0.t0"
+            ),
+            DelegationRequest(
+                task="Find who founded Aldora.", context="Aldora is a city.", rollout_index=1, call_id="r1.t0"
+            ),
+        ]
+    ]
     for index, episode in enumerate(episodes):
         record = episode.record()
         expected = format_subtask_result(
-            SubtaskResult(call_id=f"r{index}.t0", ok=True, findings="Find who founded Aldora. Galen.",
-                          evidence=["synth://wiki/aldora"])
-        )  # fmt: skip
+            SubtaskResult(
+                call_id=f"r{index}.t0",
+                ok=True,
+                findings="Find who founded Aldora. Galen.",
+                evidence=["synth://wiki/aldora"],
+            )
+        )
         assert record.turns[0].tool_result == expected
-        assert json.loads(expected) == {"findings": "Find who founded Aldora. Galen.", "evidence": ["synth://wiki/aldora"]}
+        assert json.loads(expected) == {
+            "findings": "Find who founded Aldora. Galen.",
+            "evidence": ["synth://wiki/aldora"],
+        }
         ids, mask = record.trajectory.token_ids, record.trajectory.loss_mask
         assert tokenizer.decode(ids[mask == 1].tolist(), skip_special_tokens=True) == DELEGATE + format_answer("Galen")
         (start, end), _ = record.trajectory.turn_spans
         result_ids = ids[end : record.trajectory.turn_spans[1][0]]
-        assert expected in tokenizer.decode(result_ids.tolist()) and not mask[end : record.trajectory.turn_spans[1][0]].any()
+        assert (
+            expected in tokenizer.decode(result_ids.tolist())
+            and not mask[end : record.trajectory.turn_spans[1][0]].any()
+        )
         assert record.answer == "Galen"
 
 
 def test_each_step_is_one_generate_call_over_every_running_episode():
     engine = ScriptedEngine(tiny_tokenizer(), by_turn(DELEGATE, format_answer("Galen")))
-    stats = run_episodes(main_episodes(k=3), engine, registry_executor(web_tools(small_web())), delegate=RecordingDelegate())
+    stats = run_episodes(
+        main_episodes(k=3), engine, registry_executor(web_tools(small_web())), delegate=RecordingDelegate()
+    )
     assert [len(prompts) for prompts, _ in engine.calls] == [3, 3]
     assert (stats.steps, stats.turns) == (2, 6)
     tokenizer = tiny_tokenizer()
@@ -114,14 +134,19 @@ def test_invalid_delegate_arguments_are_answered_with_an_error_and_no_delegation
     (episode,) = main_episodes(k=1)
     run_episodes([episode], engine, registry_executor(web_tools(small_web())), delegate=delegate)
     assert delegate.batches == []
-    assert episode.record().turns[0].tool_result == "Error: invalid arguments for delegate: arguments: missing required field 'task'"
+    assert (
+        episode.record().turns[0].tool_result
+        == "Error: invalid arguments for delegate: arguments: missing required field 'task'"
+    )
 
 
 def test_a_failed_delegation_tells_m_why():
     engine = ScriptedEngine(tiny_tokenizer(), by_turn(DELEGATE, format_answer("Galen")))
 
     def failing(requests):
-        return [SubtaskResult(call_id=r.call_id, ok=False, findings="", error="it used its turn budget") for r in requests]
+        return [
+            SubtaskResult(call_id=r.call_id, ok=False, findings="", error="it used its turn budget") for r in requests
+        ]
 
     (episode,) = main_episodes(k=1)
     run_episodes([episode], engine, registry_executor(web_tools(small_web())), delegate=failing)
@@ -157,7 +182,9 @@ def test_delegating_without_a_delegate_callback_is_an_error():
 
 def test_sampling_follows_the_agent_config_and_each_step_gets_its_own_seed():
     engine = ScriptedEngine(tiny_tokenizer(), by_turn(DELEGATE, format_answer("Galen")))
-    run_episodes(main_episodes(k=1), engine, registry_executor(web_tools(small_web())), delegate=RecordingDelegate(), seed=7)
+    run_episodes(
+        main_episodes(k=1), engine, registry_executor(web_tools(small_web())), delegate=RecordingDelegate(), seed=7
+    )
     params = [p for _, p in engine.calls]
     assert [(p.temperature, p.top_p, p.top_k, p.max_new_tokens) for p in params] == [(1.0, 1.0, 0, 128)] * 2
     assert [p.seed for p in params] == [step_seed(step_seed(7, 0), 0), step_seed(step_seed(7, 1), 0)]

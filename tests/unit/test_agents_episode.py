@@ -209,11 +209,7 @@ def test_the_turn_budget_sends_an_early_stop_note_and_allows_one_final_turn():
     ep.apply(turn(SEARCH))  # the final turn calls a tool anyway: the episode ends without an answer
     assert ep.done
     record = ep.record()
-    assert [t.tool_result for t in record.turns] == [
-        "first result",
-        f"second result\n\n{BUDGET_NOTES['turns']}",
-        None,
-    ]
+    assert [t.tool_result for t in record.turns] == ["first result", f"second result\n\n{BUDGET_NOTES['turns']}", None]
     assert (record.answer, record.stop_reason, len(record.turns)) == (None, "turns", 3)
     assert format_check(record, max_turns=3) == (False, "ended without an <answer> turn")
 
@@ -258,12 +254,7 @@ WORDS = ("the", "city", "of", "Aldora", "was", "founded", "by", "Brevik", "in", 
 
 
 @settings(max_examples=150)
-@given(
-    max_turns=st.integers(1, 8),
-    max_new=st.integers(8, 64),
-    max_context=st.integers(100, 700),
-    data=st.data(),
-)
+@given(max_turns=st.integers(1, 8), max_new=st.integers(8, 64), max_context=st.integers(100, 700), data=st.data())
 def test_every_turn_the_final_one_included_gets_its_whole_token_budget(max_turns, max_new, max_context, data):
     assume(max_context > max_new)
     tokenizer = tiny_tokenizer()

@@ -6,8 +6,8 @@ import numpy as np
 
 from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DelegateTool, DelegationRequest, format_subtask_result
-from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.driver import AgentModel
+from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.episode import AgentEpisode
 from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, SUB_DEMONSTRATION
@@ -19,7 +19,9 @@ from protocols.messages import SubtaskResult
 from tests.agent_helpers import small_web, tiny_tokenizer, web_tools
 from tests.scripted_engine import ScriptedEngine
 
-REQUEST = DelegationRequest(task="Who designed Skurfor 9?", context="It is a product.", rollout_index=1, call_id="r1.t2")
+REQUEST = DelegationRequest(
+    task="Who designed Skurfor 9?", context="It is a product.", rollout_index=1, call_id="r1.t2"
+)
 
 
 def prompt_text(episode: AgentEpisode) -> str:
@@ -42,8 +44,13 @@ def test_each_role_is_shown_and_allowed_its_own_tools():
     sub = sub_episode(REQUEST, tokenizer, tools, cfg)
     single = single_episode("Q?", tokenizer, tools, cfg, rollout_index=0)
     assert (main.tool_names, sub.tool_names, single.tool_names) == (
-        ("reason", "delegate"), ("search", "visit"), ("search", "visit", "reason"))  # fmt: skip
-    shown = {name: prompt_text(ep).split("</tools>")[0] for name, ep in (("main", main), ("sub", sub), ("single", single))}
+        ("reason", "delegate"),
+        ("search", "visit"),
+        ("search", "visit", "reason"),
+    )
+    shown = {
+        name: prompt_text(ep).split("</tools>")[0] for name, ep in (("main", main), ("sub", sub), ("single", single))
+    }
     assert '"name": "delegate"' in shown["main"] and '"name": "reason"' in shown["main"]
     assert '"name": "search"' not in shown["main"] and '"name": "delegate"' not in shown["sub"]
     assert '"name": "visit"' in shown["single"] and '"name": "delegate"' not in shown["single"]
@@ -75,11 +82,17 @@ def test_a_system_prompt_override_replaces_the_default():
 
 def test_a_json_answer_gives_findings_and_evidence():
     sub = sub_episode(REQUEST, tiny_tokenizer(), web_tools(small_web()), AgentConfig())
-    answer = json.dumps({"findings": "Skurfor 9 was designed by Talfal Dreingel.", "evidence": ["synth://wiki/skurfor-9", 7]})
+    answer = json.dumps(
+        {"findings": "Skurfor 9 was designed by Talfal Dreingel.", "evidence": ["synth://wiki/skurfor-9", 7]}
+    )
     play(sub, (format_answer(answer), None, True))
     assert subtask_result(sub.record()) == SubtaskResult(
-        call_id="r1.t2", ok=True, findings="Skurfor 9 was designed by Talfal Dreingel.",
-        evidence=["synth://wiki/skurfor-9"], num_turns=1)  # fmt: skip
+        call_id="r1.t2",
+        ok=True,
+        findings="Skurfor 9 was designed by Talfal Dreingel.",
+        evidence=["synth://wiki/skurfor-9"],
+        num_turns=1,
+    )
 
 
 def test_a_plain_answer_is_the_findings_with_no_evidence_since_m_never_sees_what_s_read():
@@ -114,8 +127,10 @@ def test_the_delegate_tool_is_for_prompts_and_validation_only():
 
 def test_the_reasoning_model_answers_a_user_message_with_text():
     engine = ScriptedEngine(tiny_tokenizer(), lambda prompt: "Result: 42" if "6 * 7" in prompt else "?")
-    generate = engine_text_generator(AgentModel(engine, tiny_tokenizer()), SamplingParams(temperature=0.0, max_new_tokens=16))
+    generate = engine_text_generator(
+        AgentModel(engine, tiny_tokenizer()), SamplingParams(temperature=0.0, max_new_tokens=16)
+    )
     assert generate("What is 6 * 7?") == "Result: 42"
-    (prompts, params), = engine.calls
+    ((prompts, params),) = engine.calls
     assert tiny_tokenizer().decode(prompts[0]).startswith("<|im_start|>user\nWhat is 6 * 7?")
     assert params.greedy

@@ -11,8 +11,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.delegation import DelegationRequest
+from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.local_delegate import SubCall
 from mgrpo_actors.agents.rollout import NO_EVIDENCE, RolloutConfig, run_rollouts, run_single_agent_rollouts
 from mgrpo_actors.agents.scoring import expert_references, score_sub
@@ -22,8 +22,8 @@ from mgrpo_actors.algo.judge import JudgeError, OpenAICompatibleJudge, Verdict
 from mgrpo_actors.algo.rewards import resolve_sub_weights
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge
 from mgrpo_actors.envs.dataset import load_questions
-from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from protocols.messages import SubtaskResult
+from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.scripted_engine import ScriptedEngine, by_turn
 
 AGENT = AgentConfig(max_turns=4, max_new_tokens_per_turn=128)
@@ -32,8 +32,15 @@ CFG = RolloutConfig(main=AGENT, sub=AGENT)
 
 def rollouts(main_engine, sub_engine, question, k=1, cfg=CFG):
     tokenizer = tiny_tokenizer()
-    return run_rollouts(question, k, AgentModel(main_engine, tokenizer), AgentModel(sub_engine, tokenizer),
-                        web_tools(small_web()), cfg, seed=0)  # fmt: skip
+    return run_rollouts(
+        question,
+        k,
+        AgentModel(main_engine, tokenizer),
+        AgentModel(sub_engine, tokenizer),
+        web_tools(small_web()),
+        cfg,
+        seed=0,
+    )
 
 
 def test_a_correct_rollout_with_one_delegation_gets_full_rewards():
@@ -54,7 +61,8 @@ def test_a_correct_rollout_with_one_delegation_gets_full_rewards():
         page = call.episode.turns[1].tool_result
         assert page.startswith("Title: ") and question.evidence[0].urls[0] in page
         m_context = tiny_tokenizer().decode(rollout.main.trajectory.token_ids.tolist())
-        assert page not in m_context and call.episode.turns[0].tool_result not in m_context  # M never sees S's transcript
+        # M never sees S's transcript
+        assert page not in m_context and call.episode.turns[0].tool_result not in m_context
         assert json.loads(rollout.main.turns[0].tool_result)["evidence"] == list(question.evidence[0].urls)
     assert group.sub_stats.turns == 6 and group.main_stats.turns == 4
 
@@ -139,12 +147,17 @@ def test_a_malformed_sub_agent_gets_no_reward_but_m_still_can():
 def test_the_single_agent_baseline_uses_every_tool_itself():
     question = lookup_question()
     (chain,) = question.evidence
-    engine = ScriptedEngine(tiny_tokenizer(), by_turn(
-        format_tool_call("search", {"query": chain.subject}),
-        format_tool_call("visit", {"url": chain.urls[0], "goal": "the fact"}),
-        format_answer(question.answer),
-    ))  # fmt: skip
-    group = run_single_agent_rollouts(question, 2, AgentModel(engine, tiny_tokenizer()), web_tools(small_web()), CFG, seed=0)
+    engine = ScriptedEngine(
+        tiny_tokenizer(),
+        by_turn(
+            format_tool_call("search", {"query": chain.subject}),
+            format_tool_call("visit", {"url": chain.urls[0], "goal": "the fact"}),
+            format_answer(question.answer),
+        ),
+    )
+    group = run_single_agent_rollouts(
+        question, 2, AgentModel(engine, tiny_tokenizer()), web_tools(small_web()), CFG, seed=0
+    )
     assert group.sub_weights is None
     for rollout in group.rollouts:
         assert rollout.sub_calls == () and rollout.main.answer == question.answer
@@ -219,15 +232,23 @@ class FailingJudge:
 def test_a_failing_judge_is_an_error_unless_it_has_an_explicit_fallback():
     question = lookup_question()
     with pytest.raises(JudgeError, match="judge at http://judge/v1 failed"):
-        rollouts(main_script(question, question.answer), sub_script(question), question,
-                 cfg=dataclasses.replace(CFG, expert=FailingJudge()))  # fmt: skip
+        rollouts(
+            main_script(question, question.answer),
+            sub_script(question),
+            question,
+            cfg=dataclasses.replace(CFG, expert=FailingJudge()),
+        )
     with socket.socket() as probe:  # a loopback port with nobody listening: the judge cannot connect
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cfg = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=5, fallback_score=0.0)
     judge = OpenAICompatibleJudge(cfg)
-    group = rollouts(main_script(question, question.answer), sub_script(question), question,
-                     cfg=dataclasses.replace(CFG, expert=judge))  # fmt: skip
+    group = rollouts(
+        main_script(question, question.answer),
+        sub_script(question),
+        question,
+        cfg=dataclasses.replace(CFG, expert=judge),
+    )
     (s,) = group.rollouts[0].sub_scores
     assert (s.r_expert, s.reward) == (0.0, pytest.approx(0.1 + 0.4))
 
@@ -249,10 +270,14 @@ def test_a_delegation_too_long_for_s_is_refused_without_running_s():
     question = lookup_question()
     delegate = format_tool_call("delegate", {"task": question.question, "context": "ö" * 3000})
     main = ScriptedEngine(tiny_tokenizer(), by_turn(delegate, format_answer(question.answer)))
-    tight = RolloutConfig(main=AgentConfig(max_turns=3, max_new_tokens_per_turn=8192, max_context_tokens=40000),
-                          sub=AgentConfig(max_turns=3, max_new_tokens_per_turn=128, max_context_tokens=2048))  # fmt: skip
+    tight = RolloutConfig(
+        main=AgentConfig(max_turns=3, max_new_tokens_per_turn=8192, max_context_tokens=40000),
+        sub=AgentConfig(max_turns=3, max_new_tokens_per_turn=128, max_context_tokens=2048),
+    )
     group = rollouts(main, sub_script(question), question, cfg=tight)
     (rollout,) = group.rollouts
     assert rollout.sub_calls == () and group.sub_stats.turns == 0
-    assert rollout.main.turns[0].tool_result.startswith("Error: the sub-agent returned no result (episode r0.t0: the opening prompt has")
+    assert rollout.main.turns[0].tool_result.startswith(
+        "Error: the sub-agent returned no result (episode r0.t0: the opening prompt has"
+    )
     assert rollout.main_score.reward == pytest.approx(1.0)

@@ -17,7 +17,9 @@ from tests.agent_helpers import RecordingEngine, assert_token_in_token_out, reco
 from tests.scripted_engine import ScriptedEngine, by_turn
 
 MAIN_CFG = AgentConfig(max_turns=3, max_new_tokens_per_turn=24, max_context_tokens=2048)
-SUB_CFG = AgentConfig(max_turns=3, max_new_tokens_per_turn=24, max_context_tokens=2048, temperature=0.8, top_k=40, top_p=0.9)
+SUB_CFG = AgentConfig(
+    max_turns=3, max_new_tokens_per_turn=24, max_context_tokens=2048, temperature=0.8, top_k=40, top_p=0.9
+)
 
 
 @pytest.fixture(scope="module", autouse=True)

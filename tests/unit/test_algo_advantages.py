@@ -50,8 +50,9 @@ def test_sub_advantages_over_counted_slots(data):
     assert advantages.shape == shape
     flat_counted = weights.reshape(shape[0], -1) > 0
     flat_rewards = rewards.reshape(shape[0], -1)
-    _assert_standardised(advantages.reshape(shape[0], -1), flat_counted,
-                         group_statistics(flat_rewards, flat_counted, CFG))
+    _assert_standardised(
+        advantages.reshape(shape[0], -1), flat_counted, group_statistics(flat_rewards, flat_counted, CFG)
+    )
 
 
 def test_known_values():

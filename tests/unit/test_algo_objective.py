@@ -98,8 +98,15 @@ def test_micro_batch_accumulation_equals_one_batch(aggregation, ratio):
     denominator = loss_denominator(mask, cfg)
     total = 0.0
     for rows in (slice(0, 2), slice(2, 3), slice(3, 9)):
-        micro_loss, _ = clipped_policy_loss(parts[rows], old[rows], advantages[rows], mask[rows], cfg,
-                                            ref_logprobs=ref[rows], global_denominator=denominator)
+        micro_loss, _ = clipped_policy_loss(
+            parts[rows],
+            old[rows],
+            advantages[rows],
+            mask[rows],
+            cfg,
+            ref_logprobs=ref[rows],
+            global_denominator=denominator,
+        )
         micro_loss.backward()
         total += micro_loss.item()
     assert total == pytest.approx(loss.item(), abs=1e-6)
@@ -129,8 +136,9 @@ def test_log_ratio_is_clamped_and_padding_garbage_is_ignored():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     # Clamped token log-ratios (20, 0): token and sequence reach e^20; sequence-mean their mean, e^10.
     for ratio, log_max in (("token", 20.0), ("sequence", 20.0), ("sequence-mean", 10.0)):
-        loss, stats = clipped_policy_loss(new, old, torch.tensor([-1.0]), mask, _cfg(ratio=ratio, kl_coef=0.1),
-                                          ref_logprobs=ref, entropy=entropy)
+        loss, stats = clipped_policy_loss(
+            new, old, torch.tensor([-1.0]), mask, _cfg(ratio=ratio, kl_coef=0.1), ref_logprobs=ref, entropy=entropy
+        )
         loss.backward()
         assert math.isfinite(loss.item()) and stats.ratio_max == pytest.approx(math.exp(log_max))
         assert math.isfinite(stats.kl_ref) and stats.entropy == 1.0

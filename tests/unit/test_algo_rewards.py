@@ -68,14 +68,8 @@ def test_main_correct_for_sub_is_zero_where_m_format_is_invalid():
         (lambda: main_reward([True], [float("nan")], CFG), "r_correct has non-finite"),
         (lambda: main_reward([True], [1.5], CFG), r"r_correct must lie in \[0, 1\]"),
         (lambda: main_reward([1, 0], [1.0, 0.0], CFG), "format_ok must be boolean"),
-        (
-            lambda: sub_reward([True], [1.0], [np.nan], resolve_sub_weights(CFG, True)),
-            "r_expert has non-finite",
-        ),
-        (
-            lambda: sub_reward([True, True], [1.0, 1.0], [1.0], resolve_sub_weights(CFG, True)),
-            "same shape",
-        ),
+        (lambda: sub_reward([True], [1.0], [np.nan], resolve_sub_weights(CFG, True)), "r_expert has non-finite"),
+        (lambda: sub_reward([True, True], [1.0, 1.0], [1.0], resolve_sub_weights(CFG, True)), "same shape"),
         (lambda: main_correct_for_sub([True, False], [1.0]), "same shape"),
         (lambda: main_correct_for_sub([1, 0], [1.0, 0.0]), "main_format_ok must be boolean"),
         (lambda: main_correct_for_sub([True], [2.0]), r"main_r_correct must lie in \[0, 1\]"),

@@ -68,7 +68,9 @@ def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", ["mgrpo_actors.runtime", "mgrpo_actors.config", "mgrpo_actors.agents", "mgrpo_actors.pipeline", "actors"])
+@pytest.mark.parametrize(
+    "package", ["mgrpo_actors.runtime", "mgrpo_actors.config", "mgrpo_actors.agents", "mgrpo_actors.pipeline", "actors"]
+)
 def test_no_import_circles(package):
     modules = _modules()
     packages = {name for name, path in modules.items() if path.name == "__init__.py"}

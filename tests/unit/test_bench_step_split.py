@@ -43,16 +43,23 @@ INTERVALS = [
 def test_a_step_is_split_with_each_instant_counted_once():
     split = split_step(0, 10, 20, INTERVALS)
     assert split.wall == 10
-    assert split.seconds == pytest.approx({"generate": 3, "learn": 1, "weights": 1, "checkpoint": 1, "align": 1.5, "score": 0, "other": 2.5})
+    assert split.seconds == pytest.approx(
+        {"generate": 3, "learn": 1, "weights": 1, "checkpoint": 1, "align": 1.5, "score": 0, "other": 2.5}
+    )
     assert sum(split.seconds.values()) == pytest.approx(split.wall)
-    assert split.busy == pytest.approx({"generate": 3, "learn": 1.5, "weights": 1.5, "checkpoint": 1.5, "align": 1.5, "score": 0})  # each kind alone
+    # each kind alone
+    assert split.busy == pytest.approx(
+        {"generate": 3, "learn": 1.5, "weights": 1.5, "checkpoint": 1.5, "align": 1.5, "score": 0}
+    )
     assert split.compute == pytest.approx(4)  # |generate ∪ learn| = 10-14
     assert split.non_compute_share == pytest.approx(0.6)
 
 
 def test_the_next_step_gets_the_rest_of_a_straddling_interval():
     split = split_step(1, 20, 25, INTERVALS)
-    assert split.seconds == pytest.approx({"generate": 1, "learn": 0, "weights": 0, "checkpoint": 0, "align": 1, "score": 0, "other": 3})
+    assert split.seconds == pytest.approx(
+        {"generate": 1, "learn": 0, "weights": 0, "checkpoint": 0, "align": 1, "score": 0, "other": 3}
+    )
     assert split.non_compute_share == pytest.approx(0.8)
 
 

@@ -40,11 +40,25 @@ def test_infinite_values_give_standard_json():
 
 
 def test_arrays_are_shown_as_dtype_and_shape():
-    batch = AlignedBatch(run_id="r", side="main", step=0, batch_id="b", sample_ids=["s0", "s1"], lengths=np.array([2, 3], np.int32),
-                         token_ids=np.zeros(5, np.int32), loss_mask=np.ones(5, np.uint8), logprobs=np.zeros(5, np.float32),
-                         advantages=np.zeros(2, np.float32), weights=np.ones(2, np.float32), policy_versions=np.zeros(2, np.int32),
-                         rewards=np.zeros(2, np.float32), kinds=np.zeros(2, np.uint8), temperatures=np.ones(2, np.float32),
-                         top_ps=np.ones(2, np.float32), top_ks=np.zeros(2, np.int32))
+    batch = AlignedBatch(
+        run_id="r",
+        side="main",
+        step=0,
+        batch_id="b",
+        sample_ids=["s0", "s1"],
+        lengths=np.array([2, 3], np.int32),
+        token_ids=np.zeros(5, np.int32),
+        loss_mask=np.ones(5, np.uint8),
+        logprobs=np.zeros(5, np.float32),
+        advantages=np.zeros(2, np.float32),
+        weights=np.ones(2, np.float32),
+        policy_versions=np.zeros(2, np.int32),
+        rewards=np.zeros(2, np.float32),
+        kinds=np.zeros(2, np.uint8),
+        temperatures=np.ones(2, np.float32),
+        top_ps=np.ones(2, np.float32),
+        top_ks=np.zeros(2, np.int32),
+    )
     payload = json.loads(message_to_json("s", encode(batch)))["payload"]
     assert payload["token_ids"] == {"dtype": "int32", "shape": [5]}
     assert payload["advantages"] == {"dtype": "float32", "shape": [2]}
@@ -71,7 +85,9 @@ def test_a_send_time_out_of_range_still_gives_a_line():
     # placeholder time), never raise (which in a live tap silently drops the line).
     raised = []
     for ts in (float("nan"), float("inf"), 1e300, -1e300):
-        data = msgpack.packb({"v": SCHEMA_VERSION, "t": "Metric", "ts": ts, "d": {"name": "m", "value": 1.0}}, use_bin_type=True)
+        data = msgpack.packb(
+            {"v": SCHEMA_VERSION, "t": "Metric", "ts": ts, "d": {"name": "m", "value": 1.0}}, use_bin_type=True
+        )
         try:
             obj = strict_json(message_to_json("mgrpo.r.metrics.m", data))
         except Exception as exc:
@@ -83,7 +99,9 @@ def test_a_send_time_out_of_range_still_gives_a_line():
 
 def test_long_fields_are_cut_by_default_and_whole_when_asked():
     """Issue 8: a 900 KB field printed whole floods the terminal (8.5 MB for ~190 messages)."""
-    huge = ToolRequest(call_id="c", tool="search", arguments={"query": "x" * 900_000, **{f"k{i}": "v" * 500 for i in range(999)}})
+    huge = ToolRequest(
+        call_id="c", tool="search", arguments={"query": "x" * 900_000, **{f"k{i}": "v" * 500 for i in range(999)}}
+    )
     data = encode(huge)
     cut_line = message_to_json("s", data, Cut())
     payload = strict_json(cut_line)["payload"]

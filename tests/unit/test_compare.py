@@ -21,8 +21,15 @@ def test_eval_steps_are_the_start_every_n_and_the_last():
     assert CompareConfig(steps=1, eval_every=3).eval_steps == [0, 1]
 
 
-@pytest.mark.parametrize("bad, message", [({"methods": ("m-grpo", "nope")}, "unknown or no methods"), ({"steps": 0}, "steps must be >= 1"),
-                                          ({"stage1_steps": -1}, "stage1-steps must be >= 0"), ({"methods": ()}, "unknown or no methods")])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"methods": ("m-grpo", "nope")}, "unknown or no methods"),
+        ({"steps": 0}, "steps must be >= 1"),
+        ({"stage1_steps": -1}, "stage1-steps must be >= 0"),
+        ({"methods": ()}, "unknown or no methods"),
+    ],
+)
 def test_bad_settings_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         CompareConfig(**bad)
@@ -32,8 +39,15 @@ def test_every_method_starts_from_its_layouts_start_with_the_same_budget():
     cfg = CompareConfig(steps=4, eval_every=2, seed=3, extra=("tools.web_entities=150",))
     starts = {"multi": {"main": "/s/m", "sub": "/s/s"}, "single": {"main": "/s/single"}}
     runs = {run.method: set(run.overrides) for run in method_runs(cfg, starts, "/out/runs")}
-    shared = {"tools.web_entities=150", "run.dir=/out/runs", "run.seed=3", "pipeline.steps=4", "pipeline.stage1_steps=0",
-              "learners.main.export_every=2", "learners.main.checkpoint_every=0"}  # fmt: skip
+    shared = {
+        "tools.web_entities=150",
+        "run.dir=/out/runs",
+        "run.seed=3",
+        "pipeline.steps=4",
+        "pipeline.stage1_steps=0",
+        "learners.main.export_every=2",
+        "learners.main.checkpoint_every=0",
+    }
     assert all(shared <= overrides for overrides in runs.values())
     assert {"run.method=main-only", "agents.main.model=/s/m", "agents.sub.model=/s/s"} <= runs["main-only"]
     assert {"run.method=single-agent", "agents.main.model=/s/single"} <= runs["single-agent"]
@@ -44,21 +58,45 @@ def test_every_method_starts_from_its_layouts_start_with_the_same_budget():
 
 
 def test_the_stage1_warm_start_trains_on_lookups_and_exports_its_end():
-    overrides = stage1_overrides(CompareConfig(stage1_steps=3, extra=("agents.main.model=tiny:main",)), "single", "/r", {"main": "/w/main"})
-    assert {"run.method=single-agent", "run.id=stage1-single", "pipeline.steps=3", "pipeline.stage1_steps=3", "learners.main.export_every=3"} <= set(overrides)
+    overrides = stage1_overrides(
+        CompareConfig(stage1_steps=3, extra=("agents.main.model=tiny:main",)), "single", "/r", {"main": "/w/main"}
+    )
+    assert {
+        "run.method=single-agent",
+        "run.id=stage1-single",
+        "pipeline.steps=3",
+        "pipeline.stage1_steps=3",
+        "learners.main.export_every=3",
+    } <= set(overrides)
     # The start models (e.g. a warm-up's) come after the --set/--main overrides, so they win.
     assert overrides.index("agents.main.model=/w/main") > overrides.index("agents.main.model=tiny:main")
 
 
 def _eval(path, means):
-    path.write_text(json.dumps({"setup": {"questions": 4, "runs": 2},
-                                "aggregate": {name: {"mean": m, "std": 0.1, "min": m - 0.1, "max": m + 0.1} for name, m in means.items()}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "setup": {"questions": 4, "runs": 2},
+                "aggregate": {
+                    name: {"mean": m, "std": 0.1, "min": m - 0.1, "max": m + 0.1} for name, m in means.items()
+                },
+            }
+        )
+    )
     return path
 
 
 def test_results_table_and_figure(tmp_path):
     summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"steps": [{"step": s, "main_reward_mean": r, "sub_reward_mean": None} for s, r in enumerate([0.1, 0.2, 0.6])]}))
+    summary.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"step": s, "main_reward_mean": r, "sub_reward_mean": None} for s, r in enumerate([0.1, 0.2, 0.6])
+                ]
+            }
+        )
+    )
     metrics = {"accuracy": 0.25, "format_valid": 0.5, "sub_calls": 1.0, "turns": 2.0, "reward": 0.3}
     evals = {0: _eval(tmp_path / "a.json", metrics), 2: _eval(tmp_path / "b.json", {**metrics, "accuracy": 0.75})}
     result = method_result(summary, evals, seconds=90)

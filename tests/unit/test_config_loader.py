@@ -87,8 +87,33 @@ def test_to_dict_round_trips():
 
 # ---- overrides ------------------------------------------------------------------------------
 def test_override_values_are_typed_by_yaml():
-    data = apply_overrides({}, ["a.int=3", "a.float=1.5", "a.bool=true", "a.list=[1, 2]", "a.str=hello", "a.empty=", "a.null=null", "a.url=nats://h:4222", "a.map={x: 1}"])
-    assert data == {"a": {"int": 3, "float": 1.5, "bool": True, "list": [1, 2], "str": "hello", "empty": "", "null": None, "url": "nats://h:4222", "map": {"x": 1}}}
+    data = apply_overrides(
+        {},
+        [
+            "a.int=3",
+            "a.float=1.5",
+            "a.bool=true",
+            "a.list=[1, 2]",
+            "a.str=hello",
+            "a.empty=",
+            "a.null=null",
+            "a.url=nats://h:4222",
+            "a.map={x: 1}",
+        ],
+    )
+    assert data == {
+        "a": {
+            "int": 3,
+            "float": 1.5,
+            "bool": True,
+            "list": [1, 2],
+            "str": "hello",
+            "empty": "",
+            "null": None,
+            "url": "nats://h:4222",
+            "map": {"x": 1},
+        }
+    }
 
 
 def test_override_splits_on_the_first_equals_sign_only():
@@ -96,11 +121,21 @@ def test_override_splits_on_the_first_equals_sign_only():
 
 
 def test_later_overrides_win_and_siblings_are_kept():
-    data = apply_overrides({"nats": {"url": "nats://a:1", "connect_timeout_s": 2.0}}, ["nats.url=nats://b:1", "nats.url=nats://c:1"])
+    data = apply_overrides(
+        {"nats": {"url": "nats://a:1", "connect_timeout_s": 2.0}}, ["nats.url=nats://b:1", "nats.url=nats://c:1"]
+    )
     assert data == {"nats": {"url": "nats://c:1", "connect_timeout_s": 2.0}}
 
 
-@pytest.mark.parametrize(("override", "expected"), [("no-equals-sign", "key.path=value"), ("=3", "key.path=value"), (" =3", "key.path=value"), ("a.b=[1", "not valid YAML")])
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("no-equals-sign", "key.path=value"),
+        ("=3", "key.path=value"),
+        (" =3", "key.path=value"),
+        ("a.b=[1", "not valid YAML"),
+    ],
+)
 def test_malformed_overrides_are_rejected(override, expected):
     with pytest.raises(ConfigError) as err:
         apply_overrides({}, [override])
@@ -146,7 +181,10 @@ def test_missing_file_is_named(tmp_path):
     assert "nope.yaml" in str(err.value) and "does not exist" in str(err.value)
 
 
-@pytest.mark.parametrize(("text", "expected"), [("- a\n- b\n", "mapping"), ("run: [unclosed\n", "not valid YAML"), ("just a string\n", "mapping")])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("- a\n- b\n", "mapping"), ("run: [unclosed\n", "not valid YAML"), ("just a string\n", "mapping")],
+)
 def test_bad_file_content_is_named(tmp_path, text, expected):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -175,7 +213,9 @@ def test_the_shipped_default_yaml_spells_out_exactly_the_defaults():
     written = yaml.safe_load(path.read_text())
 
     def keys(tree, prefix=""):
-        return {f"{prefix}{k}" for k in tree} | {x for k, v in tree.items() if isinstance(v, dict) for x in keys(v, f"{prefix}{k}.")}
+        return {f"{prefix}{k}" for k in tree} | {
+            x for k, v in tree.items() if isinstance(v, dict) for x in keys(v, f"{prefix}{k}.")
+        }
 
     defaults = to_dict(NodeConfig())
     defaults["agents"]["llm_judge"] = None  # a None section has no keys to spell out

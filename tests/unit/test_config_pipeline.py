@@ -12,6 +12,10 @@ def test_timeout_warnings_count_the_resends_while_nobody_listens():
     assert longest_attempt_s(10.0) == 15.0 and longest_attempt_s(2.0) == 4.0 and longest_attempt_s(300.0) == 305.0
     short = PipelineConfig(tool_timeout_s=10.0, subtask_timeout_s=170.0, call_retries=2)
     assert any("subtask_timeout_s (170) is below" in w and "= 180:" in w for w in timeout_warnings(short, 1, 4))
-    assert not [w for w in timeout_warnings(PipelineConfig(tool_timeout_s=10.0, subtask_timeout_s=181.0, call_retries=2), 1, 4) if "subtask_timeout_s" in w]
+    assert not [
+        w
+        for w in timeout_warnings(PipelineConfig(tool_timeout_s=10.0, subtask_timeout_s=181.0, call_retries=2), 1, 4)
+        if "subtask_timeout_s" in w
+    ]
     main = PipelineConfig(subtask_timeout_s=300.0, rollout_timeout_s=2 * 305.0 * 3 - 1, call_retries=2)
     assert any("rollout_timeout_s (1829) is below" in w and "= 1830:" in w for w in timeout_warnings(main, 2, 1))

@@ -59,7 +59,9 @@ def _reference_match(pattern: str, subject: str) -> bool:
 
 _TOKENS = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=4)
 _PATTERNS = st.builds(
-    lambda toks, tail: ".".join([*toks, *([">"] if tail else [])]), st.lists(st.sampled_from(["a", "b", "*"]), max_size=4), st.booleans()
+    lambda toks, tail: ".".join([*toks, *([">"] if tail else [])]),
+    st.lists(st.sampled_from(["a", "b", "*"]), max_size=4),
+    st.booleans(),
 ).filter(bool)  # literal and `*` tokens, optionally a final `>`
 
 
@@ -107,7 +109,9 @@ def test_merged_keeps_first_seen_order_and_drops_duplicates(pub_a, sub_a, pub_b,
 
 # ---- permissions(access, run_id, inbox_prefix) -----------------------------------------------
 
-_LEARNER_LIKE = RoleAccess(publish=("batch.main",), durables=(("batch-main", "main-learner"),), kv_write=(("state", "learner.main"),))
+_LEARNER_LIKE = RoleAccess(
+    publish=("batch.main",), durables=(("batch-main", "main-learner"),), kv_write=(("state", "learner.main"),)
+)
 
 
 def test_permissions_of_a_small_access_by_hand():
@@ -115,8 +119,11 @@ def test_permissions_of_a_small_access_by_hand():
     create) and its KV key, each once."""
     p = permissions(_LEARNER_LIKE, "r1", "_INBOX.x")
     assert p.publish == [
-        "mgrpo.r1.events", "mgrpo.r1.metrics.>", "mgrpo.r1.dlq.>",
-        "$JS.API.STREAM.INFO.mgrpo-r1-metrics", "$JS.API.STREAM.INFO.mgrpo-r1-dlq",
+        "mgrpo.r1.events",
+        "mgrpo.r1.metrics.>",
+        "mgrpo.r1.dlq.>",
+        "$JS.API.STREAM.INFO.mgrpo-r1-metrics",
+        "$JS.API.STREAM.INFO.mgrpo-r1-dlq",
         "mgrpo.r1.batch.main",
         "$JS.API.STREAM.INFO.mgrpo-r1-batch-main",
         "$JS.API.CONSUMER.INFO.mgrpo-r1-batch-main.main-learner",
@@ -127,13 +134,16 @@ def test_permissions_of_a_small_access_by_hand():
         "$JS.API.DIRECT.GET.KV_mgrpo-r1-state",
         "$JS.API.DIRECT.GET.KV_mgrpo-r1-state.>",
         "$KV.mgrpo-r1-state.learner.main",
-    ]  # fmt: skip
+    ]
     assert p.subscribe == ["_INBOX.x.>", "mgrpo.r1.node.ping", "mgrpo.r1.events"]
 
 
 def test_permissions_without_until_finished_drop_only_the_events_subscription():
     """`until_finished=False`: the node still publishes events but no longer listens to them."""
-    with_events, without = permissions(_LEARNER_LIKE, "r1", "_INBOX.x"), permissions(_LEARNER_LIKE, "r1", "_INBOX.x", until_finished=False)
+    with_events, without = (
+        permissions(_LEARNER_LIKE, "r1", "_INBOX.x"),
+        permissions(_LEARNER_LIKE, "r1", "_INBOX.x", until_finished=False),
+    )
     assert without.subscribe == ["_INBOX.x.>", "mgrpo.r1.node.ping"]
     assert without.publish == with_events.publish
     assert "events" not in common_access(until_finished=False).subscribe
@@ -179,7 +189,9 @@ def test_every_role_permission_is_well_formed_and_scoped_to_the_run(run_id):
 def test_no_role_may_create_update_or_delete_a_stream(name):
     """Streams and buckets are made by `admin` (mgrpo deploy provision), never by a role."""
     p, s = _role(name), Subjects(RUN)
-    assert not any(x.startswith(("$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.", "$JS.API.STREAM.DELETE.")) for x in p.publish)
+    assert not any(
+        x.startswith(("$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.", "$JS.API.STREAM.DELETE.")) for x in p.publish
+    )
     for stream in s.streams():
         for api in ("CREATE", "UPDATE", "DELETE"):
             assert not p.may_publish(f"$JS.API.STREAM.{api}.{stream}"), (name, api, stream)
@@ -191,9 +203,13 @@ def test_no_role_may_create_or_update_a_consumer(name):
     """A consumer's creator can have the server deliver onto any subject of its account: no role gets
     CONSUMER.CREATE (its durables are provisioned, its object reads are message gets, its replays direct gets)."""
     p, s = _role(name), Subjects(RUN)
-    assert not any(x.startswith(("$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DURABLE.CREATE")) for x in p.publish), name
+    assert not any(x.startswith(("$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DURABLE.CREATE")) for x in p.publish), (
+        name
+    )
     for stream in [*s.streams(), f"OBJ_{s.bucket('weights-main')}", f"OBJ_{s.bucket('weights-sub')}"]:
-        assert not p.may_publish(f"$JS.API.CONSUMER.CREATE.{stream}") and not p.may_publish(f"$JS.API.CONSUMER.CREATE.{stream}.x.>"), (name, stream)
+        assert not p.may_publish(f"$JS.API.CONSUMER.CREATE.{stream}") and not p.may_publish(
+            f"$JS.API.CONSUMER.CREATE.{stream}.x.>"
+        ), (name, stream)
 
 
 @pytest.mark.parametrize("name", list(ROLES))
@@ -231,7 +247,11 @@ def test_each_role_pulls_only_its_own_durables():
         "sub-agent": set(),
         "tool": set(),
         "main-aligner": {"mgrpo-r1-steps.main-aligner-plans", "mgrpo-r1-traj-main.main-aligner"},
-        "sub-aligner": {"mgrpo-r1-steps.sub-aligner-plans", "mgrpo-r1-stats.sub-aligner-stats", "mgrpo-r1-traj-sub.sub-aligner"},
+        "sub-aligner": {
+            "mgrpo-r1-steps.sub-aligner-plans",
+            "mgrpo-r1-stats.sub-aligner-stats",
+            "mgrpo-r1-traj-sub.sub-aligner",
+        },
         "main-learner": {"mgrpo-r1-batch-main.main-learner"},
         "sub-learner": {"mgrpo-r1-batch-sub.sub-learner"},
         "monitor": set(),
@@ -245,8 +265,13 @@ def test_a_learner_consumes_only_its_own_sides_batch_stream(side):
     other = "sub" if side == "main" else "main"
     p, s = _role(f"{side}-learner"), Subjects(RUN)
     stream = s.stream(f"batch-{other}")
-    for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{other}-learner", f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.x",
-                    f"$JS.ACK.{stream}.{other}-learner.1.1.1.1.1", f"$JS.API.STREAM.MSG.GET.{stream}"):  # fmt: skip
+    for subject in (
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{other}-learner",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.x",
+        f"$JS.ACK.{stream}.{other}-learner.1.1.1.1.1",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+    ):
         assert not p.may_publish(subject), subject
     assert not p.may_subscribe(s.batches(other))
 
@@ -264,9 +289,18 @@ def test_the_sub_learner_may_write_nothing_of_the_main_side():
     p, s = _role("sub-learner"), Subjects(RUN)
     assert not [x for x in p.publish if "main" in x]
     state, weights = s.bucket("state-main"), s.bucket("versions-main")
-    for subject in (s.weights("main"), s.batches("main"), s.step_done("main"), s.step_aligned("main"), s.trajectories("main"),
-                    f"$KV.{state}.learner.main", f"$KV.{weights}.latest.main", f"$O.{s.bucket('weights-main')}.C.x",
-                    f"$JS.API.STREAM.PURGE.OBJ_{s.bucket('weights-main')}", f"$JS.API.CONSUMER.MSG.NEXT.{s.stream('batch-main')}.main-learner"):  # fmt: skip
+    for subject in (
+        s.weights("main"),
+        s.batches("main"),
+        s.step_done("main"),
+        s.step_aligned("main"),
+        s.trajectories("main"),
+        f"$KV.{state}.learner.main",
+        f"$KV.{weights}.latest.main",
+        f"$O.{s.bucket('weights-main')}.C.x",
+        f"$JS.API.STREAM.PURGE.OBJ_{s.bucket('weights-main')}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{s.stream('batch-main')}.main-learner",
+    ):
         assert not p.may_publish(subject), subject
 
 
@@ -274,4 +308,6 @@ def test_a_role_of_one_run_gets_nothing_of_another_run():
     """Permissions are written per run: run a's aligner cannot publish run b's batches."""
     p, other = _role("main-aligner", "a"), Subjects("b")
     assert p.may_publish(Subjects("a").batches("main"))
-    assert not p.may_publish(other.batches("main")) and not p.may_publish(f"$JS.API.STREAM.INFO.{other.stream('batch-main')}")
+    assert not p.may_publish(other.batches("main")) and not p.may_publish(
+        f"$JS.API.STREAM.INFO.{other.stream('batch-main')}"
+    )

@@ -10,7 +10,15 @@ import pytest
 
 from actors.roles import ROLES
 from mgrpo_actors.deploy.access import common_access, subject_matches
-from mgrpo_actors.deploy.accounts import ACCOUNTS, CROSSINGS, Crossing, account_block, account_resources, crossings_into, crossings_out_of
+from mgrpo_actors.deploy.accounts import (
+    ACCOUNTS,
+    CROSSINGS,
+    Crossing,
+    account_block,
+    account_resources,
+    crossings_into,
+    crossings_out_of,
+)
 
 ACCESSES = {name: spec.nats_access for name, spec in ROLES.items()}
 COMMON = common_access()
@@ -37,9 +45,16 @@ def _covers(patterns: list[str], subject: str) -> bool:
 def test_every_role_lives_in_one_of_the_accounts_by_its_side():
     """Main side roles and the controller in MAIN, sub side roles in SUB, tools in TOOLS, the monitor in MONITOR."""
     assert {name: access.account for name, access in ACCESSES.items()} == {
-        "controller": "MAIN", "main-agent": "MAIN", "main-aligner": "MAIN", "main-learner": "MAIN",
-        "sub-agent": "SUB", "sub-aligner": "SUB", "sub-learner": "SUB", "tool": "TOOLS", "monitor": "MONITOR",
-    }  # fmt: skip
+        "controller": "MAIN",
+        "main-agent": "MAIN",
+        "main-aligner": "MAIN",
+        "main-learner": "MAIN",
+        "sub-agent": "SUB",
+        "sub-aligner": "SUB",
+        "sub-learner": "SUB",
+        "tool": "TOOLS",
+        "monitor": "MONITOR",
+    }
 
 
 @pytest.mark.parametrize("crossing", CROSSINGS, ids=lambda c: f"{c.source}:{c.subject}")
@@ -63,14 +78,19 @@ def test_every_crossing_has_a_source_in_its_account_and_a_user_in_each_importer(
             readers += [f"{s.root}.{rel}" for rel in (*access.subscribe, *COMMON.subscribe)]
             for stream in (*(d for d, _ in access.durables), *access.replays):
                 readers += s.streams()[s.stream(stream)]
-        assert any(subject_matches(r, subject) or subject_matches(subject, r) or r == subject for r in readers), (account, crossing.subject)
+        assert any(subject_matches(r, subject) or subject_matches(subject, r) or r == subject for r in readers), (
+            account,
+            crossing.subject,
+        )
 
 
 def test_no_trajectory_batch_weights_or_store_subject_crosses():
     """design.md §Sides: no trajectories, tokens, logprobs, gradients or weights cross sides."""
     for crossing in CROSSINGS:
         head = crossing.subject.split(".")[0]
-        assert head not in ("traj", "batch", "weights", "dlq", "node") and not crossing.subject.startswith("$"), crossing
+        assert head not in ("traj", "batch", "weights", "dlq", "node") and not crossing.subject.startswith("$"), (
+            crossing
+        )
 
 
 def test_what_crosses_between_the_two_sides_is_the_design_list():
@@ -79,7 +99,11 @@ def test_what_crosses_between_the_two_sides_is_the_design_list():
     sub_to_main = sorted(c.subject for c in crossings_out_of("SUB") if "MAIN" in c.into)
     assert main_to_sub == ["events", "stats", "step.start"]
     assert sub_to_main == ["step.aligned.sub", "step.done.sub", "subtask.request"]
-    assert crossings_out_of("MONITOR") == [] and {c.subject for c in crossings_into("MONITOR")} == {"events", "metrics.>", "rollout.done"}
+    assert crossings_out_of("MONITOR") == [] and {c.subject for c in crossings_into("MONITOR")} == {
+        "events",
+        "metrics.>",
+        "rollout.done",
+    }
 
 
 @pytest.mark.parametrize("account", ACCOUNTS)
@@ -93,9 +117,16 @@ def test_every_subscription_and_call_of_a_role_finds_its_other_end(account):
     for name in _roles_of(account):
         access = ACCESSES[name]
         for rel in access.subscribe:
-            assert _covers(_published_in(account), rel) or rel in arriving or rel in callers_here or rel in exported_services, (name, rel)
+            assert (
+                _covers(_published_in(account), rel)
+                or rel in arriving
+                or rel in callers_here
+                or rel in exported_services
+            ), (name, rel)
         for rel in access.requests:
-            assert _covers(_served_in(account), rel) or rel in [c.subject for c in crossings_into(account) if c.service], (name, rel)
+            assert _covers(_served_in(account), rel) or rel in [
+                c.subject for c in crossings_into(account) if c.service
+            ], (name, rel)
 
 
 def test_no_subject_crosses_both_ways_between_two_accounts():
@@ -116,9 +147,13 @@ def test_account_block_renders_exports_naming_importers_and_imports_per_run():
     """Exports are restricted to the importing accounts; each crossing is rendered for every run id."""
     text = account_block("MAIN", ['      { user: "u", password: "h" }'], ["r1", "r2"])
     assert text.startswith("  MAIN: {\n    jetstream: enabled\n    users: [")
-    assert '{ stream: "mgrpo.r1.stats", accounts: ["SUB"] }' in text and '{ stream: "mgrpo.r2.stats", accounts: ["SUB"] }' in text
+    assert (
+        '{ stream: "mgrpo.r1.stats", accounts: ["SUB"] }' in text
+        and '{ stream: "mgrpo.r2.stats", accounts: ["SUB"] }' in text
+    )
     assert '{ service: { account: "SUB", subject: "mgrpo.r1.subtask.request" } }' in text
-    sub = account_block("SUB", [], ["r1"], reply_window_s=900)  # a service's answer may come back within the reply window
+    # a service's answer may come back within the reply window
+    sub = account_block("SUB", [], ["r1"], reply_window_s=900)
     assert '{ service: "mgrpo.r1.subtask.request", accounts: ["MAIN"], response_threshold: "900s" }' in sub
     assert '{ stream: "mgrpo.r1.step.done.sub", accounts: ["MAIN"] }' in sub
     assert '{ stream: { account: "SUB", subject: "mgrpo.r2.step.done.sub" } }' in text
@@ -127,10 +162,13 @@ def test_account_block_renders_exports_naming_importers_and_imports_per_run():
     assert "exports" not in monitor and monitor.count("{ stream: { account:") == 7
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"source": "NOWHERE", "into": ("MAIN",)}, "unknown account 'NOWHERE'"),
-    ({"source": "MAIN", "into": ("MAIN",)}, "cannot import its own subject"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"source": "NOWHERE", "into": ("MAIN",)}, "unknown account 'NOWHERE'"),
+        ({"source": "MAIN", "into": ("MAIN",)}, "cannot import its own subject"),
+    ],
+)
 def test_a_crossing_with_a_bad_account_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Crossing("x", False, why="test", **kwargs)
@@ -147,12 +185,23 @@ def test_each_account_provisions_what_its_roles_use():
     assert set(sub.kv) == {"state-sub", "versions-sub"} and sub.objects == ("weights-sub",)
     assert set(tools.streams) == set(monitor.streams) == {"metrics", "dlq"} and not tools.kv and not monitor.objects
     assert set(main.durables) == {"controller", "main-agents", "main-aligner-plans", "main-aligner", "main-learner"}
-    assert set(sub.durables) == {"sub-aligner-plans", "sub-aligner-stats", "sub-aligner", "sub-learner"} and not tools.durables and not monitor.durables
+    assert (
+        set(sub.durables) == {"sub-aligner-plans", "sub-aligner-stats", "sub-aligner", "sub-learner"}
+        and not tools.durables
+        and not monitor.durables
+    )
 
 
-@pytest.mark.parametrize(("flag", "user", "expected"), [
-    ("auto", "admin-sub", "SUB"), ("auto", "admin-monitor", "MONITOR"), ("auto", "", None), ("auto", "ops", None), ("TOOLS", "ops", "TOOLS"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "user", "expected"),
+    [
+        ("auto", "admin-sub", "SUB"),
+        ("auto", "admin-monitor", "MONITOR"),
+        ("auto", "", None),
+        ("auto", "ops", None),
+        ("TOOLS", "ops", "TOOLS"),
+    ],
+)
 def test_provision_takes_the_account_of_an_admin_user_unless_told(flag, user, expected):
     """`mgrpo deploy provision`: --account wins; else an `admin-<account>` user names it; else
     everything (None: a server without accounts keeps every stream in one)."""
@@ -171,7 +220,17 @@ def test_everything_is_every_stream_and_bucket_of_the_run():
     from protocols import Subjects
 
     made = everything(SimpleNamespace(run_id="r1", subjects=Subjects("r1")))
-    assert set(made.streams) == {"rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq"}
+    assert set(made.streams) == {
+        "rollouts",
+        "traj-main",
+        "traj-sub",
+        "stats",
+        "batch-main",
+        "batch-sub",
+        "steps",
+        "metrics",
+        "dlq",
+    }
     assert made.kv == RUN_BUCKETS and made.objects == ("weights-main", "weights-sub")
     from mgrpo_actors.pipeline.durables import DURABLES
 

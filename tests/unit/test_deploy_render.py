@@ -16,9 +16,18 @@ import yaml
 from actors.roles import ROLES
 from mgrpo_actors.config import ConfigError, from_dict
 from mgrpo_actors.deploy.access import Permissions
-from mgrpo_actors.deploy.description import DeploymentDescription, JetStreamSettings, ServerAddress, TlsSettings
 from mgrpo_actors.deploy.accounts import ACCOUNTS
-from mgrpo_actors.deploy.server_config import TAP_USER, UserSpec, _user_block, admin_user, render_deployment, security_sections, tap_user, user_specs
+from mgrpo_actors.deploy.description import DeploymentDescription, JetStreamSettings, ServerAddress, TlsSettings
+from mgrpo_actors.deploy.server_config import (
+    TAP_USER,
+    UserSpec,
+    _user_block,
+    admin_user,
+    render_deployment,
+    security_sections,
+    tap_user,
+    user_specs,
+)
 
 ADMIN_USER = admin_user("MAIN")
 PER_ACCOUNT = [name for account in ACCOUNTS for name in (admin_user(account), tap_user(account))]
@@ -41,7 +50,16 @@ def test_the_default_description_is_one_local_server_with_tls():
     [
         ({"servers": _servers(2)}, "2 servers cannot lose one"),
         ({"servers": []}, "at least one server"),
-        ({"servers": [ServerAddress(name="a", host="h1"), ServerAddress(name="a", host="h2"), ServerAddress(name="b")]}, "unique"),
+        (
+            {
+                "servers": [
+                    ServerAddress(name="a", host="h1"),
+                    ServerAddress(name="a", host="h2"),
+                    ServerAddress(name="b"),
+                ]
+            },
+            "unique",
+        ),
         ({"servers": _servers(1), "jetstream": JetStreamSettings(replicas=3)}, "jetstream.replicas"),
         ({"servers": _servers(3), "jetstream": JetStreamSettings(replicas=4)}, "jetstream.replicas"),
         ({"run_ids": ["bad.run"]}, "run id 'bad.run' is invalid"),
@@ -60,8 +78,15 @@ def test_three_servers_with_three_replicas_are_accepted():
     assert DeploymentDescription(servers=_servers(3), jetstream=JetStreamSettings(replicas=3)).jetstream.replicas == 3
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [({"name": "a b"}, "servers[].name"), ({"name": ""}, "servers[].name"), ({"client_port": 0}, "client_port"),
-                                             ({"monitor_port": 70000}, "monitor_port")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"name": "a b"}, "servers[].name"),
+        ({"name": ""}, "servers[].name"),
+        ({"client_port": 0}, "client_port"),
+        ({"monitor_port": 70000}, "monitor_port"),
+    ],
+)
 def test_a_bad_server_address_is_refused(kwargs, key):
     """Server names are tokens; ports are 1-65535."""
     with pytest.raises(ValueError, match=re.escape(key)):
@@ -79,10 +104,19 @@ def test_urls_follow_the_tls_setting_or_the_override():
 
 def test_a_description_loads_from_a_mapping_with_a_servers_list():
     """The loader builds ServerAddress items from the list; unset keys keep their defaults."""
-    d = from_dict(DeploymentDescription, {
-        "servers": [{"name": "a", "host": "h1"}, {"name": "b", "host": "h2", "client_port": 4333}, {"name": "c", "host": "h3"}],
-        "run_ids": ["r1", "r2"], "tls": {"enabled": False}, "jetstream": {"replicas": 3},
-    })  # fmt: skip
+    d = from_dict(
+        DeploymentDescription,
+        {
+            "servers": [
+                {"name": "a", "host": "h1"},
+                {"name": "b", "host": "h2", "client_port": 4333},
+                {"name": "c", "host": "h3"},
+            ],
+            "run_ids": ["r1", "r2"],
+            "tls": {"enabled": False},
+            "jetstream": {"replicas": 3},
+        },
+    )
     assert d.servers == [ServerAddress("a", "h1"), ServerAddress("b", "h2", client_port=4333), ServerAddress("c", "h3")]
     assert d.urls() == "nats://h1:4222,nats://h2:4333,nats://h3:4222"
     assert d.tls == TlsSettings(enabled=False) and d.jetstream.replicas == 3 and d.run_ids == ["r1", "r2"]
@@ -106,23 +140,53 @@ def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
     unrestricted admin and a tap that reads the run there (its streams only)."""
     users = user_specs(DeploymentDescription(run_ids=["r1"]), ACCESSES)
     assert [u.name for u in users] == [*ROLES, *PER_ACCOUNT]
-    assert PER_ACCOUNT == ["admin-main", "tap-main", "admin-sub", "tap-sub", "admin-tools", "tap-tools", "admin-monitor", TAP_USER]
+    assert PER_ACCOUNT == [
+        "admin-main",
+        "tap-main",
+        "admin-sub",
+        "tap-sub",
+        "admin-tools",
+        "tap-tools",
+        "admin-monitor",
+        TAP_USER,
+    ]
     assert all(u.inbox_prefix == f"_INBOX.{u.name}" for u in users)
     by_name = {u.name: u for u in users}
     assert {name: by_name[name].account for name in ROLES} == {name: ACCESSES[name].account for name in ROLES}
-    assert [by_name[admin_user(a)].account for a in ACCOUNTS] == list(ACCOUNTS) == [by_name[tap_user(a)].account for a in ACCOUNTS]
+    assert (
+        [by_name[admin_user(a)].account for a in ACCOUNTS]
+        == list(ACCOUNTS)
+        == [by_name[tap_user(a)].account for a in ACCOUNTS]
+    )
     admins = {admin_user(a) for a in ACCOUNTS}
     assert all(by_name[a].permissions is None for a in admins)
-    assert all(u.permissions is not None and u.permissions.publish and u.permissions.subscribe for u in users if u.name not in admins)
+    assert all(
+        u.permissions is not None and u.permissions.publish and u.permissions.subscribe
+        for u in users
+        if u.name not in admins
+    )
     tap = by_name["tap-main"].permissions
     assert tap.may_subscribe("mgrpo.r1.batch.main") and tap.may_publish("mgrpo.r1.node.ping")
     assert not tap.may_publish("mgrpo.r1.batch.main") and not tap.may_publish("$KV.mgrpo-r1-state.learner.main")
-    assert tap.may_publish("$JS.API.DIRECT.GET.mgrpo-r1-batch-main") and not tap.may_publish("$JS.API.DIRECT.GET.mgrpo-r1-batch-sub")
-    creating = ("$JS.API.CONSUMER.CREATE", "$JS.API.CONSUMER.DURABLE.CREATE", "$JS.API.CONSUMER.DELETE", "$JS.API.STREAM.CREATE", "$JS.API.STREAM.UPDATE")
-    assert not any(p.startswith(creating) for user in users if user.permissions for p in user.permissions.publish)  # only the admins
+    assert tap.may_publish("$JS.API.DIRECT.GET.mgrpo-r1-batch-main") and not tap.may_publish(
+        "$JS.API.DIRECT.GET.mgrpo-r1-batch-sub"
+    )
+    creating = (
+        "$JS.API.CONSUMER.CREATE",
+        "$JS.API.CONSUMER.DURABLE.CREATE",
+        "$JS.API.CONSUMER.DELETE",
+        "$JS.API.STREAM.CREATE",
+        "$JS.API.STREAM.UPDATE",
+    )
+    # only the admins
+    assert not any(p.startswith(creating) for user in users if user.permissions for p in user.permissions.publish)
     monitor_tap = by_name[TAP_USER].permissions  # MONITOR keeps only the metrics and dead-letter streams
-    assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-steps")
-    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count("allow_responses: { max: 1, expires: \"3600s\" }") == len(users) - len(admins)
+    assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish(
+        "$JS.API.STREAM.INFO.mgrpo-r1-steps"
+    )
+    assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count(
+        'allow_responses: { max: 1, expires: "3600s" }'
+    ) == len(users) - len(admins)
 
 
 def test_a_role_without_a_known_account_is_refused():
@@ -135,7 +199,9 @@ def test_a_role_without_a_known_account_is_refused():
 
 def test_user_specs_allow_each_run_of_the_description():
     """With two run ids a role's user may work on both, and on no other."""
-    learner = {u.name: u for u in user_specs(DeploymentDescription(run_ids=["r1", "r2"]), ACCESSES)}["main-learner"].permissions
+    learner = {u.name: u for u in user_specs(DeploymentDescription(run_ids=["r1", "r2"]), ACCESSES)}[
+        "main-learner"
+    ].permissions
     assert learner.may_publish("mgrpo.r1.weights.main") and learner.may_publish("mgrpo.r2.weights.main")
     assert not learner.may_publish("mgrpo.r3.weights.main")
     assert len(set(learner.publish)) == len(learner.publish)
@@ -144,14 +210,30 @@ def test_user_specs_allow_each_run_of_the_description():
 def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
     """Restricted users get allow lists and `allow_responses` (once, within the reply window); admin gets no permissions block;
     each user sits in its account's block."""
-    users = [UserSpec("tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"]), "TOOLS"),
-             UserSpec(ADMIN_USER, "_INBOX.admin", None, "MAIN")]  # fmt: skip
+    users = [
+        UserSpec(
+            "tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"]), "TOOLS"
+        ),
+        UserSpec(ADMIN_USER, "_INBOX.admin", None, "MAIN"),
+    ]
     text = security_sections(users, {"tool": "$2b$10$h1", ADMIN_USER: "$2b$10$h2"}, None, False, 2.0, ["r1"])
     assert "tls {" not in text and text.startswith("accounts {") and "authorization" not in text
-    assert text.index('{ user: "admin-main"') < text.index("  SUB: {") < text.index("  TOOLS: {") < text.index('{ user: "tool"') < text.index("  MONITOR: {")
-    admin_block, tool_block = text.split('  TOOLS: {')[0], text.split('  TOOLS: {')[1].split("  MONITOR: {")[0]
-    assert '{ user: "tool", password: "$2b$10$h1"' in tool_block and "allow_responses: { max: 1, expires: \"3600s\" }" in tool_block
-    assert 'publish: { allow: ["mgrpo.r1.events"] }' in tool_block and 'subscribe: { allow: ["_INBOX.tool.>", "mgrpo.r1.tool.*"] }' in tool_block
+    assert (
+        text.index('{ user: "admin-main"')
+        < text.index("  SUB: {")
+        < text.index("  TOOLS: {")
+        < text.index('{ user: "tool"')
+        < text.index("  MONITOR: {")
+    )
+    admin_block, tool_block = text.split("  TOOLS: {")[0], text.split("  TOOLS: {")[1].split("  MONITOR: {")[0]
+    assert (
+        '{ user: "tool", password: "$2b$10$h1"' in tool_block
+        and 'allow_responses: { max: 1, expires: "3600s" }' in tool_block
+    )
+    assert (
+        'publish: { allow: ["mgrpo.r1.events"] }' in tool_block
+        and 'subscribe: { allow: ["_INBOX.tool.>", "mgrpo.r1.tool.*"] }' in tool_block
+    )
     assert "permissions" not in admin_block and "allow_responses" not in admin_block and '"$2b$10$h2"' in admin_block
 
 
@@ -160,9 +242,13 @@ def test_security_sections_tls_block_names_the_files_and_verify():
     users = [UserSpec(ADMIN_USER, "_INBOX.admin", None)]
     files = {"cert": "/c/server.pem", "key": "/c/server-key.pem", "ca": "/c/ca.pem"}
     plain = security_sections(users, {ADMIN_USER: "h"}, files, False, 2.5, ["r1"])
-    assert plain.startswith('tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n  handshake_first: true\n}')
+    assert plain.startswith(
+        'tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n  handshake_first: true\n}'
+    )
     assert "verify" not in plain
-    assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(users, {ADMIN_USER: "h"}, files, True, 2.5, ["r1"])
+    assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(
+        users, {ADMIN_USER: "h"}, files, True, 2.5, ["r1"]
+    )
 
 
 @pytest.mark.parametrize("perms", [Permissions([], ["x"]), Permissions(["x"], []), Permissions()])
@@ -174,7 +260,8 @@ def test_user_block_refuses_an_empty_allow_list(perms):
 
 # ---- render_deployment ------------------------------------------------------------------------------
 
-_FEW = {name: ACCESSES[name] for name in ("main-learner", "tool")}  # + admin and tap of 4 accounts: 10 bcrypt hashes a render
+# + admin and tap of 4 accounts: 10 bcrypt hashes a render
+_FEW = {name: ACCESSES[name] for name in ("main-learner", "tool")}
 
 
 @pytest.fixture(scope="module")
@@ -207,8 +294,11 @@ def test_the_server_config_holds_bcrypt_hashes_and_never_a_password(rendered):
     for path in result.password_files.values():
         assert path.read_text().strip() not in conf
     assert "tls {" not in conf and "cluster {" not in conf
-    assert result.security in conf and conf.count("allow_responses: { max: 1, expires: \"3600s\" }") == 6  # all but the 4 admins
-    assert (out_accounts := (result.server_configs["nats-1"].parent / "accounts.conf").read_text()).startswith("accounts {") and "tls" not in out_accounts
+    # all but the 4 admins
+    assert result.security in conf and conf.count('allow_responses: { max: 1, expires: "3600s" }') == 6
+    assert (out_accounts := (result.server_configs["nats-1"].parent / "accounts.conf").read_text()).startswith(
+        "accounts {"
+    ) and "tls" not in out_accounts
 
 
 def test_node_configs_carry_user_inbox_and_password_file(rendered):
@@ -216,8 +306,14 @@ def test_node_configs_carry_user_inbox_and_password_file(rendered):
     _, out, result = rendered
     for user, path in result.node_configs.items():
         nats = yaml.safe_load(path.read_text())["nats"]
-        assert nats == {"url": "nats://127.0.0.1:4222", "auth": {"user": user, "password_file": str(out.resolve() / "secrets" / f"{user}.password"),
-                                                                "inbox_prefix": f"_INBOX.{user}"}}  # fmt: skip
+        assert nats == {
+            "url": "nats://127.0.0.1:4222",
+            "auth": {
+                "user": user,
+                "password_file": str(out.resolve() / "secrets" / f"{user}.password"),
+                "inbox_prefix": f"_INBOX.{user}",
+            },
+        }
         assert Path(nats["auth"]["password_file"]).read_text() == result.password_files[user].read_text()
 
 
@@ -242,7 +338,9 @@ def test_render_with_tls_needs_the_certificates_first(tmp_path):
 def test_render_a_tls_cluster_for_an_install_dir(tmp_path):
     """3 servers, TLS, install_dir: each config routes to the two others over verified TLS, and every
     path inside the rendered files points into the install dir (no local certs needed)."""
-    description = from_dict(DeploymentDescription, {"servers": [{"name": f"n{i}", "host": f"h{i}"} for i in (1, 2, 3)], "run_ids": ["r1"]})
+    description = from_dict(
+        DeploymentDescription, {"servers": [{"name": f"n{i}", "host": f"h{i}"} for i in (1, 2, 3)], "run_ids": ["r1"]}
+    )
     result = render_deployment(description, {"tool": ACCESSES["tool"]}, tmp_path / "out", install_dir="/opt/mgrpo")
     assert list(result.server_configs) == ["n1", "n2", "n3"]
     n2 = result.server_configs["n2"].read_text()
@@ -250,7 +348,10 @@ def test_render_a_tls_cluster_for_an_install_dir(tmp_path):
     assert 'cert_file: "/opt/mgrpo/certs/server.pem"' in n2 and "verify: true" in n2  # the routes' TLS
     nats = yaml.safe_load(result.node_configs["tool"].read_text())["nats"]
     assert nats["url"] == "tls://h1:4222,tls://h2:4222,tls://h3:4222"
-    assert nats["tls"] == {"ca_file": "/opt/mgrpo/certs/ca.pem"} and nats["auth"]["password_file"] == "/opt/mgrpo/secrets/tool.password"
+    assert (
+        nats["tls"] == {"ca_file": "/opt/mgrpo/certs/ca.pem"}
+        and nats["auth"]["password_file"] == "/opt/mgrpo/secrets/tool.password"
+    )
     assert _mode(result.password_files["tool"]) == 0o600
 
 

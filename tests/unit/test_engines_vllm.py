@@ -29,8 +29,9 @@ class FakeLLM:
     def generate(self, requests, sampling, use_tqdm):
         self.sampling = sampling
         step = lambda token, logprob: {token: SimpleNamespace(logprob=logprob)}  # noqa: E731
-        completion = SimpleNamespace(token_ids=[7, IM_END], logprobs=[step(7, -0.5), step(IM_END, -0.25)],
-                                     finish_reason=self.finish_reason)  # fmt: skip
+        completion = SimpleNamespace(
+            token_ids=[7, IM_END], logprobs=[step(7, -0.5), step(IM_END, -0.25)], finish_reason=self.finish_reason
+        )
         return [SimpleNamespace(outputs=[completion]) for _ in requests]
 
 

@@ -22,9 +22,17 @@ def outcome(qid, correct, format_valid, sub_calls, turns, reward):
 
 
 def test_run_metrics_are_means_over_questions():
-    metrics = run_metrics([outcome("a", 1.0, True, 2, 3, 1.0), outcome("b", 0.0, True, 0, 1, 0.1),
-                           outcome("c", 0.0, False, 1, 5, 0.0), outcome("d", 0.5, True, 1, 3, 0.55)])  # fmt: skip
-    assert asdict(metrics) == pytest.approx({"accuracy": 0.375, "format_valid": 0.75, "sub_calls": 1.0, "turns": 3.0, "reward": 0.4125})
+    metrics = run_metrics(
+        [
+            outcome("a", 1.0, True, 2, 3, 1.0),
+            outcome("b", 0.0, True, 0, 1, 0.1),
+            outcome("c", 0.0, False, 1, 5, 0.0),
+            outcome("d", 0.5, True, 1, 3, 0.55),
+        ]
+    )
+    assert asdict(metrics) == pytest.approx(
+        {"accuracy": 0.375, "format_valid": 0.75, "sub_calls": 1.0, "turns": 3.0, "reward": 0.4125}
+    )
 
 
 def test_spread_over_runs_worked_by_hand():
@@ -37,7 +45,9 @@ def test_spread_over_runs_worked_by_hand():
     assert list(spread) == list(METRICS) == ["accuracy", "format_valid", "sub_calls", "turns", "reward"]
     # Population std: sqrt(((0-0.5)^2 + 0 + (1-0.5)^2) / 3) = sqrt(1/6).
     assert asdict(spread["accuracy"]) == pytest.approx({"mean": 0.5, "std": math.sqrt(1 / 6), "min": 0.0, "max": 1.0})
-    assert asdict(spread["format_valid"]) == pytest.approx({"mean": 5 / 6, "std": math.sqrt(1 / 18), "min": 0.5, "max": 1.0})
+    assert asdict(spread["format_valid"]) == pytest.approx(
+        {"mean": 5 / 6, "std": math.sqrt(1 / 18), "min": 0.5, "max": 1.0}
+    )
     assert asdict(spread["sub_calls"]) == pytest.approx({"mean": 2.0, "std": math.sqrt(2 / 3), "min": 1.0, "max": 3.0})
     assert asdict(spread["turns"]) == pytest.approx({"mean": 3.0, "std": math.sqrt(2.0), "min": 2.0, "max": 5.0})
     assert spread["reward"].mean == pytest.approx(1.15 / 3) and spread["reward"].max == 0.55
@@ -75,7 +85,9 @@ def scripted_setup():
     tokenizer = tiny_tokenizer()
     main = AgentModel(ScriptedEngine(tokenizer, respond), tokenizer)
     sub = AgentModel(sub_script(right), tokenizer)
-    cfg = RolloutConfig(main=AgentConfig(max_new_tokens_per_turn=128, max_turns=3), sub=AgentConfig(max_new_tokens_per_turn=128))
+    cfg = RolloutConfig(
+        main=AgentConfig(max_new_tokens_per_turn=128, max_turns=3), sub=AgentConfig(max_new_tokens_per_turn=128)
+    )
     return questions, main, sub, web_tools(web), cfg
 
 
@@ -86,7 +98,11 @@ def test_runs_on_scripted_agents_count_only_format_valid_answers_as_correct():
     assert len(ticks) == 6 and len(runs) == 2
     for outcomes in runs:
         assert [o.question_id for o in outcomes] == [q.id for q in questions]
-        assert [(o.correct, o.format_valid, o.sub_calls, o.turns) for o in outcomes] == [(1.0, True, 1, 2), (0.0, True, 1, 2), (0.0, False, 0, 2)]
+        assert [(o.correct, o.format_valid, o.sub_calls, o.turns) for o in outcomes] == [
+            (1.0, True, 1, 2),
+            (0.0, True, 1, 2),
+            (0.0, False, 0, 2),
+        ]
         assert outcomes[2].answer == questions[2].answer  # the gold answer, given in a malformed episode
         assert [o.reward for o in outcomes] == pytest.approx([1.0, 0.1, 0.0])  # α = (0.1, 0.9)
         expected = {"accuracy": 1 / 3, "format_valid": 2 / 3, "sub_calls": 2 / 3, "turns": 2.0, "reward": 1.1 / 3}
@@ -105,7 +121,13 @@ def test_the_report_holds_setup_runs_spread_and_every_question_per_run():
     questions, main, sub, tools, cfg = scripted_setup()
     eval_cfg = EvalConfig(runs=2, seed=10)
     runs = evaluate(questions, main, sub, tools, cfg, eval_cfg)
-    setup = EvalSetup(mode="main+sub", models={"main": "m", "sub": "s"}, dataset={"split": "train"}, available=9, correct_judge="exact-match")
+    setup = EvalSetup(
+        mode="main+sub",
+        models={"main": "m", "sub": "s"},
+        dataset={"split": "train"},
+        available=9,
+        correct_judge="exact-match",
+    )
     report = eval_report(setup, eval_cfg, questions, runs, seconds=1.23456)
     assert report["setup"]["questions"] == 3 and report["setup"]["runs"] == 2 and report["setup"]["seeds"] == [10, 11]
     assert report["setup"]["available"] == 9 and report["seconds"] == 1.235
@@ -114,6 +136,10 @@ def test_the_report_holds_setup_runs_spread_and_every_question_per_run():
     assert report["aggregate"]["accuracy"] == pytest.approx({"mean": 1 / 3, "std": 0.0, "min": 1 / 3, "max": 1 / 3})
     rows = report["questions"]
     assert [row["id"] for row in rows] == [q.id for q in questions]
-    assert rows[0]["correct"] == [1.0, 1.0] and rows[2]["format_valid"] == [False, False] and rows[1]["answers"] == ["not the answer"] * 2
+    assert (
+        rows[0]["correct"] == [1.0, 1.0]
+        and rows[2]["format_valid"] == [False, False]
+        and rows[1]["answers"] == ["not the answer"] * 2
+    )
     with pytest.raises(ValueError, match="need 2 runs of 3 outcomes"):
         eval_report(setup, eval_cfg, questions, runs[:1], seconds=0.0)

@@ -13,18 +13,36 @@ GAIA = QuestionFields(question="Question", answer="Final answer", id="task_id", 
 def write_lines(tmp_path, lines, name="questions.jsonl"):
     """Each entry a line: a dict as JSON, bytes or str as they are."""
     path = tmp_path / name
-    raw = [line if isinstance(line, bytes) else (line if isinstance(line, str) else json.dumps(line)).encode() for line in lines]
+    raw = [
+        line if isinstance(line, bytes) else (line if isinstance(line, str) else json.dumps(line)).encode()
+        for line in lines
+    ]
     path.write_bytes(b"\n".join(raw) + b"\n")
     return path
 
 
 def test_default_fields_with_unknown_ones_ignored_and_kept_in_extra(tmp_path):
-    path = write_lines(tmp_path, [
-        {"id": "q1", "question": "Capital of France?", "answer": "Paris", "aliases": ["paris city"], "source": "x", "meta": {"a": [1]}},
-        {"question": "Two plus two?", "answer": "4", "level": "hard", "evidence": "not ours"},
-    ])  # fmt: skip
+    path = write_lines(
+        tmp_path,
+        [
+            {
+                "id": "q1",
+                "question": "Capital of France?",
+                "answer": "Paris",
+                "aliases": ["paris city"],
+                "source": "x",
+                "meta": {"a": [1]},
+            },
+            {"question": "Two plus two?", "answer": "4", "level": "hard", "evidence": "not ours"},
+        ],
+    )
     first, second = load_eval_questions(path)
-    assert (first.id, first.question, first.answer, first.aliases) == ("q1", "Capital of France?", "Paris", ("paris city",))
+    assert (first.id, first.question, first.answer, first.aliases) == (
+        "q1",
+        "Capital of France?",
+        "Paris",
+        ("paris city",),
+    )
     assert first.extra == {"source": "x", "meta": {"a": [1]}}
     # A field with a name the built-in format uses is not read as such: only the configured fields count.
     assert (second.id, second.level, second.evidence) == ("line-2", 0, ())
@@ -32,11 +50,25 @@ def test_default_fields_with_unknown_ones_ignored_and_kept_in_extra(tmp_path):
 
 
 def test_custom_field_names_as_in_a_gaia_dump(tmp_path):
-    path = write_lines(tmp_path, [
-        {"task_id": "c61d", "Question": "How many studio albums?", "Level": 1, "Final answer": 3, "file_name": ""},
-        {"task_id": 17, "Question": "What ratio?", "Final answer": 0.25, "Aliases": "1/4", "Annotator Metadata": {"Steps": "..."}},
-        {"task_id": "e1fc", "Question": "Which city?", "Final answer": "Berlin", "Aliases": ["", "Berlin, Germany", 1]},
-    ])  # fmt: skip
+    path = write_lines(
+        tmp_path,
+        [
+            {"task_id": "c61d", "Question": "How many studio albums?", "Level": 1, "Final answer": 3, "file_name": ""},
+            {
+                "task_id": 17,
+                "Question": "What ratio?",
+                "Final answer": 0.25,
+                "Aliases": "1/4",
+                "Annotator Metadata": {"Steps": "..."},
+            },
+            {
+                "task_id": "e1fc",
+                "Question": "Which city?",
+                "Final answer": "Berlin",
+                "Aliases": ["", "Berlin, Germany", 1],
+            },
+        ],
+    )
     questions = load_eval_questions(path, GAIA)
     assert [q.id for q in questions] == ["c61d", "17", "e1fc"]
     assert [q.answer for q in questions] == ["3", "0.25", "Berlin"]  # numeric answers become strings
@@ -56,7 +88,9 @@ def test_nothing_is_lost_every_non_blank_line_is_a_question(tmp_path):
 
 def test_a_byte_order_mark_and_crlf_line_ends_are_accepted(tmp_path):
     path = tmp_path / "bom.jsonl"
-    path.write_bytes(b"\xef\xbb\xbf" + b'{"question": "Caf\xc3\xa9?", "answer": "yes"}\r\n{"question": "b?", "answer": "no"}\r\n')
+    path.write_bytes(
+        b"\xef\xbb\xbf" + b'{"question": "Caf\xc3\xa9?", "answer": "yes"}\r\n{"question": "b?", "answer": "no"}\r\n'
+    )
     assert [q.question for q in load_eval_questions(path)] == ["Café?", "b?"]
 
 
@@ -72,7 +106,10 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_accepted(tmp_path):
         ({"question": "Q?", "answer": True}, "field 'answer' must be a string or a number, got bool"),
         ({"question": "Q?", "answer": ["A"]}, "field 'answer' must be a string or a number, got list"),
         ({"question": "Q?", "answer": "A", "id": ""}, "field 'id' is empty"),
-        ({"question": "Q?", "answer": "A", "aliases": {"x": 1}}, "field 'aliases' must be a list of strings or one string"),
+        (
+            {"question": "Q?", "answer": "A", "aliases": {"x": 1}},
+            "field 'aliases' must be a list of strings or one string",
+        ),
         (["Q?", "A"], "a question must be a JSON object, got list"),
     ],
 )
@@ -84,7 +121,13 @@ def test_a_bad_record_is_an_error_naming_file_and_line(tmp_path, record, message
 
 
 def test_an_empty_answer_under_a_custom_field_name_names_that_field_and_line(tmp_path):
-    path = write_lines(tmp_path, [{"task_id": "a", "Question": "Q?", "Final answer": "x"}, {"task_id": "b", "Question": "Q?", "Final answer": ""}])
+    path = write_lines(
+        tmp_path,
+        [
+            {"task_id": "a", "Question": "Q?", "Final answer": "x"},
+            {"task_id": "b", "Question": "Q?", "Final answer": ""},
+        ],
+    )
     with pytest.raises(EvalDataError, match=r":2: field 'Final answer' is empty$"):
         load_eval_questions(path, GAIA)
 
@@ -104,7 +147,9 @@ def test_invalid_json_is_an_error_naming_the_line(tmp_path):
 
 
 def test_duplicate_ids_name_both_lines(tmp_path):
-    path = write_lines(tmp_path, [{"id": 1, "question": "a?", "answer": "b"}, {"id": "1", "question": "c?", "answer": "d"}])
+    path = write_lines(
+        tmp_path, [{"id": 1, "question": "a?", "answer": "b"}, {"id": "1", "question": "c?", "answer": "d"}]
+    )
     with pytest.raises(EvalDataError, match=r":2: question id '1' already on line 1$"):
         load_eval_questions(path)
 

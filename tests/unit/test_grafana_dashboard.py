@@ -17,7 +17,8 @@ PUBLISHED = {
     *(f"{side}.reward_mean" for side in ("main", "sub")),
     *(f"{side}_learner.{figure}" for side in ("main", "sub") for figure in ("loss", "clip_fraction", "version")),
     *(f"sub_agent.{tool}.{figure}" for tool in ("search", "visit") for figure in ("latency_ms_mean", "failures")),
-    "main_agent.subtask.failures", SLOW_CONSUMER_METRIC,
+    "main_agent.subtask.failures",
+    SLOW_CONSUMER_METRIC,
 }
 EXPORTER_SERIES = {"mgrpo_step", "mgrpo_events_total"}
 
@@ -26,7 +27,12 @@ def test_the_dashboard_queries_only_series_the_monitor_serves():
     dashboard = json.loads((REPO / "deploy" / "grafana" / "mgrpo-run.json").read_text())
     assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "run"]
     served = {prometheus_name(name) for name in PUBLISHED} | EXPORTER_SERIES
-    queried = {name for panel in dashboard["panels"] for target in panel["targets"] for name in re.findall(r"\bmgrpo_[a-z_]+", target["expr"])}
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bmgrpo_[a-z_]+", target["expr"])
+    }
     assert queried and queried <= served, sorted(queried - served)
     assert all('run="$run"' in target["expr"] for panel in dashboard["panels"] for target in panel["targets"])
 

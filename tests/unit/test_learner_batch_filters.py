@@ -10,7 +10,17 @@ from mgrpo_actors.pipeline.batch_rows import BatchRow, placeholder_row, rows_to_
 
 def _row(i: int, version: int, advantage: float) -> BatchRow:
     ids = np.array([5, 6, 7], np.int32)
-    return BatchRow(f"q/0/r{i}", "original", ids, np.array([0, 1, 1], np.uint8), np.zeros(3, np.float32), advantage, 1.0, 0.5, version)
+    return BatchRow(
+        f"q/0/r{i}",
+        "original",
+        ids,
+        np.array([0, 1, 1], np.uint8),
+        np.zeros(3, np.float32),
+        advantage,
+        1.0,
+        0.5,
+        version,
+    )
 
 
 def _batch():

@@ -39,7 +39,8 @@ def test_m_and_s_episodes_are_valid_correct_and_masked_to_their_own_turns(stage1
         theirs = _assistant_text(tokenizer, sub)
         assert '"search"' in theirs and chain.urls[-1] in theirs and chain.fact in theirs
         assert "Facts:" not in theirs  # the visited page is the tool's, not S's
-        assert f"URL: {chain.urls[-1]}" in tokenizer.decode(list(sub.token_ids))  # the real visit output is in the episode
+        # the real visit output is in the episode
+        assert f"URL: {chain.urls[-1]}" in tokenizer.decode(list(sub.token_ids))
 
 
 def test_the_single_agent_searches_visits_and_answers(stage1, tokenizer):
@@ -51,7 +52,9 @@ def test_the_single_agent_searches_visits_and_answers(stage1, tokenizer):
 
 def test_the_oracle_refuses_questions_it_was_not_given(stage1, tokenizer):
     engine = OracleEngine(tokenizer, "main", stage1[:1])
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Who wrote an unknown book?"}], add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Who wrote an unknown book?"}], add_generation_prompt=True
+    )
     with pytest.raises(ValueError, match="stage-1 questions"):
         engine._turn(tokenizer.decode(prompt if isinstance(prompt, list) else prompt["input_ids"]))
 

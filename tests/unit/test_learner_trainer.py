@@ -56,7 +56,9 @@ def test_a_step_moves_probability_toward_positive_advantages_and_away_from_negat
     rows = _sampled_rows(model, tokenizer, 4)
     batch = rows_to_batch("r", "main", 0, "b0", [*rows, placeholder_row("q/-/r9", "failed")])
     before = _sequence_logprobs(model, batch)
-    trainer = PolicyTrainer(model, tokenizer.pad_token_id, LearnerConfig(lr=1e-2, micro_batch_samples=2), ObjectiveConfig())
+    trainer = PolicyTrainer(
+        model, tokenizer.pad_token_id, LearnerConfig(lr=1e-2, micro_batch_samples=2), ObjectiveConfig()
+    )
     stats = trainer.apply(batch)
     after = _sequence_logprobs(trainer.module, batch)
     assert stats.samples == 4 and stats.micro_batches == 2 and stats.tokens == sum(int(r.loss_mask.sum()) for r in rows)
@@ -72,7 +74,9 @@ def test_a_batch_of_placeholders_takes_no_step(tiny):
     model, tokenizer = tiny
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = PolicyTrainer(model, tokenizer.pad_token_id, LearnerConfig(lr=1e-2), ObjectiveConfig())
-    stats = trainer.apply(rows_to_batch("r", "sub", 0, "b1", [placeholder_row(f"q/-/r{i}/-#0", "placeholder") for i in range(3)]))
+    stats = trainer.apply(
+        rows_to_batch("r", "sub", 0, "b1", [placeholder_row(f"q/-/r{i}/-#0", "placeholder") for i in range(3)])
+    )
     assert stats.samples == 0 and stats.micro_batches == 0
     assert all(torch.equal(weights[n], p.detach()) for n, p in trainer.module.named_parameters())
 
@@ -89,13 +93,26 @@ def test_accumulated_gradients_equal_the_full_batch_gradient_of_the_objective(ti
     model, tokenizer = tiny
     reference = copy.deepcopy(model).float().train()
     rows = _sampled_rows(reference, tokenizer, 4)
-    rows[1] = BatchRow(rows[1].sample_id, "original", rows[1].token_ids, rows[1].loss_mask, rows[1].logprobs - 0.3, 0.5, 1.0, 0.0, 0)
+    rows[1] = BatchRow(
+        rows[1].sample_id, "original", rows[1].token_ids, rows[1].loss_mask, rows[1].logprobs - 0.3, 0.5, 1.0, 0.0, 0
+    )
     batch = rows_to_batch("r", "main", 0, "b2", rows)
     (mb,) = micro_batches(batch, 16, 0)
     logits = reference(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-    loss, _ = clipped_policy_loss(token_log_probs(logits, mb.targets, mb.sampling), mb.old_logprobs, mb.advantages, mb.loss_mask, ObjectiveConfig())
+    loss, _ = clipped_policy_loss(
+        token_log_probs(logits, mb.targets, mb.sampling),
+        mb.old_logprobs,
+        mb.advantages,
+        mb.loss_mask,
+        ObjectiveConfig(),
+    )
     loss.backward()
-    trainer = PolicyTrainer(copy.deepcopy(reference), tokenizer.pad_token_id, LearnerConfig(zero_stage=0, micro_batch_samples=micro), ObjectiveConfig())
+    trainer = PolicyTrainer(
+        copy.deepcopy(reference),
+        tokenizer.pad_token_id,
+        LearnerConfig(zero_stage=0, micro_batch_samples=micro),
+        ObjectiveConfig(),
+    )
     trainer.module.zero_grad()
     totals, num_micro, _ = trainer.accumulate(batch)
     assert num_micro == -(-4 // micro) and totals["loss"] == pytest.approx(float(loss.detach()), rel=1e-5)

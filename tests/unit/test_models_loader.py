@@ -59,8 +59,9 @@ def test_smollm2_converts_once_loads_and_generates_with_matching_logprobs():
     assert type(tokenizer) is PreTrainedTokenizerFast
     assert (resolve_model_dir("smollm2") / "model.safetensors").is_file()
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                       add_special_tokens=False)["input_ids"]
+    prompt = tokenizer(
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )["input_ids"]
     params = SamplingParams(temperature=0.0, max_new_tokens=8)
     (generation,) = make_engine("hf", model, tokenizer).generate([prompt], params)
     assert "Paris" in tokenizer.decode(generation.token_ids)

@@ -35,15 +35,32 @@ def test_rows_carry_both_agents_figures_phases_and_rates():
     assert [row["step"] for row in rows] == [0, 1]
     row = rows[1]
     assert (row["main_reward_mean"], row["main_correct"], row["sub_reward_mean"]) == (0.5, 0.5, 0.3)
-    assert (row["d"], row["dk_mean"], row["duplicates"], row["placeholders"], row["dropped"]) == (8.0, 2.0, 10.0, 16.0, 0.0)
-    assert (row["main_clip_fraction"], row["sub_clip_fraction"], row["main_version"], row["sub_version"]) == (0.10, 0.20, 2.0, 2.0)
+    assert (row["d"], row["dk_mean"], row["duplicates"], row["placeholders"], row["dropped"]) == (
+        8.0,
+        2.0,
+        10.0,
+        16.0,
+        0.0,
+    )
+    assert (row["main_clip_fraction"], row["sub_clip_fraction"], row["main_version"], row["sub_version"]) == (
+        0.10,
+        0.20,
+        2.0,
+        2.0,
+    )
     assert row["queries"] == 2
     # Phases from send times: rollout to the last query (+4 s), alignment to the later batch (+5.5 s),
     # learning to the later learner (+8 s); the controller's step time.
-    assert row["rollout_s"] == pytest.approx(4.0) and row["align_s"] == pytest.approx(1.5) and row["learn_s"] == pytest.approx(2.5)
+    assert (
+        row["rollout_s"] == pytest.approx(4.0)
+        and row["align_s"] == pytest.approx(1.5)
+        and row["learn_s"] == pytest.approx(2.5)
+    )
     assert row["seconds"] == 9.0
     assert row["main_gen_tokens_per_s"] == pytest.approx(100.0)  # 400 tokens of M over the 4 s rollout
-    assert row["main_learner_tokens_per_s"] == pytest.approx(200.0) and row["sub_learner_tokens_per_s"] == pytest.approx(300.0)
+    assert row["main_learner_tokens_per_s"] == pytest.approx(200.0) and row[
+        "sub_learner_tokens_per_s"
+    ] == pytest.approx(300.0)
     assert log.finished_steps == 2 and log.run_seconds == pytest.approx(20.0)
 
 
@@ -112,11 +129,20 @@ def test_the_view_fed_with_messages_shows_each_step_and_writes_the_report(tmp_pa
     lines = text.splitlines()
     at = lines.index(next(line for line in lines if line.startswith("  step 1:")))
     assert lines[at] == "  step 1: R_M 0.500, R_S 0.300, M correct 0.500; d_k 2.00, D 8"
-    assert lines[at + 1].startswith("    clip M 0.100, S 0.200; tokens/s: M generated ") and "learners M " in lines[at + 1]  # real send times: values vary
+    # real send times: values vary
+    assert (
+        lines[at + 1].startswith("    clip M 0.100, S 0.200; tokens/s: M generated ") and "learners M " in lines[at + 1]
+    )
     assert lines[at + 2].startswith("    seconds: rollout ") and lines[at + 2].endswith("step 9.0")
     view.summary()
     table = out.getvalue().split("run 'r1': 2 steps")[1]
-    assert "0.250" in table and "0.100" in table and "0.200" in table and "10/16/0" in table and "seconds per phase" in table
+    assert (
+        "0.250" in table
+        and "0.100" in table
+        and "0.200" in table
+        and "10/16/0" in table
+        and "seconds per phase" in table
+    )
     paths = view.write_report()
     assert paths == [tmp_path / "r1" / "summary.json", tmp_path / "r1" / "rewards.png"]
     assert len(json.loads(paths[0].read_text())["steps"]) == 2
@@ -125,7 +151,9 @@ def test_the_view_fed_with_messages_shows_each_step_and_writes_the_report(tmp_pa
 
 def test_text_off_the_wire_is_not_markup_and_warnings_show(tmp_path):
     view, out = _view(tmp_path)
-    assert view.feed(encode(Event(kind="node.failed", message="actor [/b] died [bold]", level="error"))) == "node.failed"
+    assert (
+        view.feed(encode(Event(kind="node.failed", message="actor [/b] died [bold]", level="error"))) == "node.failed"
+    )
     view.feed(encode(Event(kind="step.finished", message="step [x] finished", data={"step": 3, "seconds": 1.0})))
     assert "error: actor [/b] died [bold]" in out.getvalue() and "step [x] finished" in out.getvalue()
     assert "  step 3: R_M -, R_S -, M correct -; d_k -, D -" in out.getvalue()  # nothing else published: gaps
@@ -135,5 +163,7 @@ def test_the_monitor_is_a_built_role_that_all_does_not_start():
     from actors.roles import ROLES, expand_roles
 
     assert ROLES["monitor"].start == "actors.monitor:start_monitor"
-    assert "monitor" not in expand_roles(["all"]) and "monitor" not in expand_roles(["all"], load_config(NodeConfig, None, []))
+    assert "monitor" not in expand_roles(["all"]) and "monitor" not in expand_roles(
+        ["all"], load_config(NodeConfig, None, [])
+    )
     assert expand_roles(["monitor", "tool"]) == ["tool", "monitor"]

@@ -150,13 +150,24 @@ def test_connect_security_is_none_for_a_plain_url_without_auth():
 def test_connect_security_turns_tls_on_for_a_tls_url(certs, password_file):
     """A tls:// URL (any of several) switches TLS on; user, password and inbox reach `nats.connect`."""
     auth = NatsAuthConfig(user="tool", password_file=str(password_file), inbox_prefix="_INBOX.tool")
-    security = connect_security("nats://a:1, tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), hostname="localhost"))
+    security = connect_security(
+        "nats://a:1, tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), hostname="localhost")
+    )
     assert isinstance(security.tls, ssl.SSLContext) and security.ca_file == str(certs.ca)
-    assert security.nats_options() == {"inbox_prefix": "_INBOX.tool", "user": "tool", "password": "s3cret-pw", "tls": security.tls, "tls_hostname": "localhost",
-                                       "tls_handshake_first": True}  # fmt: skip
-    plain_start = connect_security("tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), handshake_first=False))
+    assert security.nats_options() == {
+        "inbox_prefix": "_INBOX.tool",
+        "user": "tool",
+        "password": "s3cret-pw",
+        "tls": security.tls,
+        "tls_hostname": "localhost",
+        "tls_handshake_first": True,
+    }
+    plain_start = connect_security(
+        "tls://127.0.0.1:4222", auth, NatsTlsConfig(ca_file=str(certs.ca), handshake_first=False)
+    )
     assert "tls_handshake_first" not in plain_start.nats_options()
-    assert connect_security("tls://127.0.0.1:4222", NatsAuthConfig(), NatsTlsConfig()).tls is not None  # the system's CA store
+    # the system's CA store
+    assert connect_security("tls://127.0.0.1:4222", NatsAuthConfig(), NatsTlsConfig()).tls is not None
 
 
 def test_connect_security_without_tls_keeps_only_the_inbox_prefix():
@@ -175,13 +186,26 @@ def test_connect_security_repr_never_shows_the_password(password):
 
 # ---- explain_connect_error / names_cause / plaintext_refusal ----------------------------------------
 
-_EXPIRED = ssl.SSLCertVerificationError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate has expired (_ssl.c:1006)")
-_WRONG_CA = ssl.SSLCertVerificationError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate (_ssl.c:1006)")
-_WRONG_HOST = ssl.SSLCertVerificationError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not valid for 'x'. (_ssl.c:1006)")
-_NO_CLIENT_CERT = ssl.SSLError("[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required (_ssl.c:2580)")
+_EXPIRED = ssl.SSLCertVerificationError(
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate has expired (_ssl.c:1006)"
+)
+_WRONG_CA = ssl.SSLCertVerificationError(
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate (_ssl.c:1006)"
+)
+_WRONG_HOST = ssl.SSLCertVerificationError(
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not valid for 'x'. (_ssl.c:1006)"
+)
+_NO_CLIENT_CERT = ssl.SSLError(
+    "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required (_ssl.c:2580)"
+)
 _BAD_PASSWORD = nats.errors.Error("nats: 'Authorization Violation'")
-_KNOWN = [(_EXPIRED, "has expired"), (_WRONG_CA, "wrong CA"), (_WRONG_HOST, "not valid for the host"), (_NO_CLIENT_CERT, "client certificate"),
-          (_BAD_PASSWORD, "wrong user or password")]  # fmt: skip
+_KNOWN = [
+    (_EXPIRED, "has expired"),
+    (_WRONG_CA, "wrong CA"),
+    (_WRONG_HOST, "not valid for the host"),
+    (_NO_CLIENT_CERT, "client certificate"),
+    (_BAD_PASSWORD, "wrong user or password"),
+]
 
 
 @pytest.mark.parametrize(("exc", "cause"), _KNOWN)
@@ -219,10 +243,15 @@ def test_a_handshake_first_client_meeting_a_plain_server_says_so():
     assert "handshake_first" in explain_connect_error(silent, None)
 
 
-@pytest.mark.parametrize("exc", [OSError("connection reset"), ConnectionRefusedError(111, "Connection refused"), BrokenPipeError(), TimeoutError()])
+@pytest.mark.parametrize(
+    "exc",
+    [OSError("connection reset"), ConnectionRefusedError(111, "Connection refused"), BrokenPipeError(), TimeoutError()],
+)
 def test_unrelated_errors_are_unchanged_and_name_no_cause(exc):
     """What follows a failure (a broken pipe, a refused or timed-out connect) is passed through as is."""
-    assert explain_connect_error(exc, ConnectSecurity(user="u", password="p")) == f"{type(exc).__name__}: {exc}".rstrip(": ")
+    assert explain_connect_error(exc, ConnectSecurity(user="u", password="p")) == f"{type(exc).__name__}: {exc}".rstrip(
+        ": "
+    )
     assert not names_cause(exc)
 
 
@@ -273,12 +302,14 @@ def test_the_client_certificate_is_for_client_auth_and_signed_by_the_ca(certs):
     client = _load(certs.clients["tool"][0])
     client.verify_directly_issued_by(_load(certs.ca))
     assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "tool"
-    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH
+    ]
 
 
 def test_validity_window_follows_days_and_not_before(tmp_path):
     """Valid from not_before less a minute, for `days`: a past start with few days is expired."""
-    start = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
     made = make_certificates(tmp_path, ["localhost"], days=2, not_before=start)
     for path in (made.ca, made.server):
         cert = _load(path)
@@ -301,8 +332,15 @@ def test_an_existing_key_file_is_made_private(tmp_path):
     assert _mode(made.server_key) == 0o600 and b"PRIVATE KEY" in made.server_key.read_bytes()
 
 
-@pytest.mark.parametrize(("hosts", "clients", "message"), [([], [], "at least one host"), (["h"], [""], "cannot be a file name"),
-                                                           (["h"], ["a/b"], "cannot be a file name"), (["h"], [".hidden"], "cannot be a file name")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("hosts", "clients", "message"),
+    [
+        ([], [], "at least one host"),
+        (["h"], [""], "cannot be a file name"),
+        (["h"], ["a/b"], "cannot be a file name"),
+        (["h"], [".hidden"], "cannot be a file name"),
+    ],
+)
 def test_no_hosts_or_a_bad_client_name_is_refused_before_writing(tmp_path, hosts, clients, message):
     """Refused with nothing written."""
     with pytest.raises(ValueError, match=message):

@@ -10,15 +10,31 @@ from protocols import SAMPLE_KINDS, Trajectory, decode, encode
 
 def traj(tokens, mask, version=3):
     return Trajectory(
-        run_id="run", side="sub", step=1, query_id="q", rollout_index=0, call_id="c", policy_version=version,
-        token_ids=np.array(tokens, np.int32), loss_mask=np.array(mask, np.uint8),
-        logprobs=np.array([-0.5 if m else 0.0 for m in mask], np.float32), temperature=0.6, top_p=0.95, top_k=7,
-    )  # fmt: skip
+        run_id="run",
+        side="sub",
+        step=1,
+        query_id="q",
+        rollout_index=0,
+        call_id="c",
+        policy_version=version,
+        token_ids=np.array(tokens, np.int32),
+        loss_mask=np.array(mask, np.uint8),
+        logprobs=np.array([-0.5 if m else 0.0 for m in mask], np.float32),
+        temperature=0.6,
+        top_p=0.95,
+        top_k=7,
+    )
 
 
 def test_trajectory_row_carries_the_trajectory_and_its_sampling():
     row = trajectory_row(traj([4, 5, 6], [0, 1, 1]), "q/a/r0/c#0", "duplicate", advantage=-0.5, reward=0.25)
-    assert (row.sample_id, row.kind, row.advantage, row.weight, row.reward) == ("q/a/r0/c#0", "duplicate", -0.5, 1.0, 0.25)
+    assert (row.sample_id, row.kind, row.advantage, row.weight, row.reward) == (
+        "q/a/r0/c#0",
+        "duplicate",
+        -0.5,
+        1.0,
+        0.25,
+    )
     assert (row.policy_version, row.temperature, row.top_p, row.top_k) == (3, 0.6, np.float32(0.95), 7)
     np.testing.assert_array_equal(row.token_ids, [4, 5, 6])
     np.testing.assert_array_equal(row.loss_mask, [0, 1, 1])
@@ -53,8 +69,18 @@ def test_rows_to_batch_concatenates_in_row_order():
     np.testing.assert_allclose(batch.temperatures, [0.6, 1.0, 0.6], rtol=1e-6)
     np.testing.assert_allclose(batch.top_ps, [0.95, 1.0, 0.95], rtol=1e-6)
     np.testing.assert_array_equal(batch.top_ks, [7, 0, 7])
-    dtypes = {name: getattr(batch, name).dtype for name in ("lengths", "token_ids", "loss_mask", "logprobs", "advantages", "weights", "kinds")}
-    assert dtypes == {"lengths": np.int32, "token_ids": np.int32, "loss_mask": np.uint8, "logprobs": np.float32,
-                      "advantages": np.float32, "weights": np.float32, "kinds": np.uint8}  # fmt: skip
+    dtypes = {
+        name: getattr(batch, name).dtype
+        for name in ("lengths", "token_ids", "loss_mask", "logprobs", "advantages", "weights", "kinds")
+    }
+    assert dtypes == {
+        "lengths": np.int32,
+        "token_ids": np.int32,
+        "loss_mask": np.uint8,
+        "logprobs": np.float32,
+        "advantages": np.float32,
+        "weights": np.float32,
+        "kinds": np.uint8,
+    }
     assert batch.lengths.sum() == len(batch.token_ids) == len(batch.loss_mask) == len(batch.logprobs)
     assert decode(encode(batch)) == batch  # a valid wire message

@@ -10,9 +10,18 @@ from protocols import Trajectory, encode
 def _rows(n: int, tokens: int):
     rows = []
     for i in range(n):
-        traj = Trajectory(run_id="r", side="sub", step=0, query_id="q", rollout_index=i, call_id=f"c{i}", policy_version=3,
-                          token_ids=np.arange(tokens, dtype=np.int32) + i, loss_mask=np.ones(tokens, np.uint8),
-                          logprobs=np.full(tokens, -0.5, np.float32))  # fmt: skip
+        traj = Trajectory(
+            run_id="r",
+            side="sub",
+            step=0,
+            query_id="q",
+            rollout_index=i,
+            call_id=f"c{i}",
+            policy_version=3,
+            token_ids=np.arange(tokens, dtype=np.int32) + i,
+            loss_mask=np.ones(tokens, np.uint8),
+            logprobs=np.full(tokens, -0.5, np.float32),
+        )
         rows.append(trajectory_row(traj, f"q/a/r{i}/c{i}#0", "original", advantage=float(i), reward=0.1 * i))
     return [*rows, placeholder_row("q/a/r9/-#0", "placeholder")]
 
@@ -30,7 +39,17 @@ def test_chunks_are_under_the_limit_and_add_up_to_the_batch():
     assert all(c.num_chunks == len(chunks) and c.batch_id == "b" and c.d == 2 for c in chunks)
     assert all(len(encode(c)) < limit for c in chunks)
     assert sum((c.sample_ids for c in chunks), []) == batch.sample_ids
-    for name in ("token_ids", "loss_mask", "logprobs", "lengths", "advantages", "weights", "rewards", "kinds", "policy_versions"):
+    for name in (
+        "token_ids",
+        "loss_mask",
+        "logprobs",
+        "lengths",
+        "advantages",
+        "weights",
+        "rewards",
+        "kinds",
+        "policy_versions",
+    ):
         np.testing.assert_array_equal(np.concatenate([getattr(c, name) for c in chunks]), getattr(batch, name))
     for chunk in chunks:  # each chunk is self-consistent: its lengths cover its tokens
         assert chunk.lengths.sum() == len(chunk.token_ids) == len(chunk.loss_mask)

@@ -30,10 +30,25 @@ def traj(query, k, format_ok=True, r_correct=0.0, n_tokens=3, failed=False, atte
     if failed:
         tokens, mask, logprobs = np.zeros(0, np.int32), np.zeros(0, np.uint8), np.zeros(0, np.float32)
     return Trajectory(
-        run_id="run", side="main", step=4, query_id=query, rollout_index=k, call_id="", policy_version=-1 if failed else version,
-        token_ids=tokens, loss_mask=mask, logprobs=logprobs, format_ok=format_ok and not failed, attempt=attempt,
-        temperature=0.7, top_p=0.9, top_k=20, failed=failed, r_format=float(format_ok and not failed), r_correct=r_correct,
-    )  # fmt: skip
+        run_id="run",
+        side="main",
+        step=4,
+        query_id=query,
+        rollout_index=k,
+        call_id="",
+        policy_version=-1 if failed else version,
+        token_ids=tokens,
+        loss_mask=mask,
+        logprobs=logprobs,
+        format_ok=format_ok and not failed,
+        attempt=attempt,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        failed=failed,
+        r_format=float(format_ok and not failed),
+        r_correct=r_correct,
+    )
 
 
 # The hand case: (format_ok, r_correct) = (T,1), (T,0), (F,1)
@@ -48,7 +63,11 @@ HAND_ADVANTAGES = [0.6333333333 / HAND_STD, -0.2666666667 / HAND_STD, -0.3666666
 
 
 def hand_trajectories(query="q1"):
-    return {(query, 0): traj(query, 0, True, 1.0), (query, 1): traj(query, 1, True, 0.0), (query, 2): traj(query, 2, False, 1.0)}
+    return {
+        (query, 0): traj(query, 0, True, 1.0),
+        (query, 1): traj(query, 1, True, 0.0),
+        (query, 2): traj(query, 2, False, 1.0),
+    }
 
 
 def test_rewards_and_advantages_by_hand():
@@ -79,7 +98,9 @@ def test_tokens_concatenated_in_rollout_order():
     np.testing.assert_allclose(batch.temperatures, [0.7] * 3)
     np.testing.assert_allclose(batch.top_ps, [0.9] * 3)
     np.testing.assert_array_equal(batch.top_ks, [20] * 3)
-    assert batch.token_ids.dtype == np.int32 and batch.loss_mask.dtype == np.uint8 and batch.logprobs.dtype == np.float32
+    assert (
+        batch.token_ids.dtype == np.int32 and batch.loss_mask.dtype == np.uint8 and batch.logprobs.dtype == np.float32
+    )
 
 
 def test_failed_and_missing_rollouts_are_left_out_of_the_group():
@@ -105,7 +126,11 @@ def test_groups_are_per_query():
     # q1: the hand case. q2: (T,1), (T,1), (T,0) → R_M = 1, 1, 0.1; mean = 2.1/3 = 0.7;
     #   deviations 0.3, 0.3, −0.6; var = (0.09 + 0.09 + 0.36)/3 = 0.18; std = √0.18 = 0.424264
     #   A = 0.707107, 0.707107, −1.414214 (q1's rewards do not enter).
-    trajectories = hand_trajectories("q1") | {("q2", 0): traj("q2", 0, True, 1.0), ("q2", 1): traj("q2", 1, True, 1.0), ("q2", 2): traj("q2", 2, True, 0.0)}
+    trajectories = hand_trajectories("q1") | {
+        ("q2", 0): traj("q2", 0, True, 1.0),
+        ("q2", 1): traj("q2", 1, True, 1.0),
+        ("q2", 2): traj("q2", 2, True, 0.0),
+    }
     batch, _ = build_main_batch(plan(("q1", "q2")), trajectories, CFG)
     std = math.sqrt(0.18)
     np.testing.assert_allclose(batch.advantages, HAND_ADVANTAGES + [0.3 / std, 0.3 / std, -0.6 / std], atol=1e-5)
@@ -132,7 +157,9 @@ def test_unbiased_std_is_configuration():
     cfg = AlgoConfig.from_dict({"advantages": {"std": "unbiased"}})
     batch, _ = build_main_batch(plan(), hand_trajectories(), cfg)
     std = math.sqrt((0.4011111111 + 0.0711111111 + 0.1344444444) / 2)
-    np.testing.assert_allclose(batch.advantages, [0.6333333333 / std, -0.2666666667 / std, -0.3666666667 / std], atol=1e-5)
+    np.testing.assert_allclose(
+        batch.advantages, [0.6333333333 / std, -0.2666666667 / std, -0.3666666667 / std], atol=1e-5
+    )
 
 
 def test_reward_weights_come_from_config():

@@ -19,9 +19,15 @@ ALGO = AlgoConfig()  # β = 0.1 / 0.4 / 0.5, population std, duplicate mode
 ROLLOUT = RolloutConfig()  # expert judge: the local rule "S's findings contain an evidence reference"
 # expert references: the fact "Jedburgh" and "Mary Somerville" ("Ada Lovelace" is named by the question).
 QUESTION = Question(
-    id="q1", question="Where was Ada Lovelace's teacher born?", answer="Jedburgh",
-    evidence=(Evidence(subject="Mary Somerville", fact="Jedburgh", urls=("u1", "u2"), entities=("Ada Lovelace", "Mary Somerville")),),
-)  # fmt: skip
+    id="q1",
+    question="Where was Ada Lovelace's teacher born?",
+    answer="Jedburgh",
+    evidence=(
+        Evidence(
+            subject="Mary Somerville", fact="Jedburgh", urls=("u1", "u2"), entities=("Ada Lovelace", "Mary Somerville")
+        ),
+    ),
+)
 TASK = "Where was Mary Somerville born?"  # M already names Mary Somerville: echoing her earns nothing
 
 
@@ -31,9 +37,18 @@ def plan(k=2, query_ids=("q1",)):
 
 def stats(k, calls, m_format=True, m_correct=1.0, failed=False, query="q1"):
     return RewardStats(
-        run_id="run", step=3, query_id=query, rollout_index=k, reward_main=0.0, r_format=float(m_format), r_correct=m_correct,
-        num_sub_calls=len(calls), sub_call_ids=list(calls), attempt="att", failed=failed,
-    )  # fmt: skip
+        run_id="run",
+        step=3,
+        query_id=query,
+        rollout_index=k,
+        reward_main=0.0,
+        r_format=float(m_format),
+        r_correct=m_correct,
+        num_sub_calls=len(calls),
+        sub_call_ids=list(calls),
+        attempt="att",
+        failed=failed,
+    )
 
 
 def sub(call, k, findings, format_ok=True, result_ok=True, n_tokens=2, query="q1", task=TASK):
@@ -42,10 +57,23 @@ def sub(call, k, findings, format_ok=True, result_ok=True, n_tokens=2, query="q1
     mask = np.ones(n_tokens, np.uint8)
     mask[0] = 0
     return Trajectory(
-        run_id="run", side="sub", step=3, query_id=query, rollout_index=k, call_id=call, policy_version=2,
-        token_ids=np.arange(first, first + n_tokens, dtype=np.int32), loss_mask=mask, logprobs=-0.25 * mask.astype(np.float32),
-        format_ok=format_ok, attempt="att", task=task, findings=findings, result_ok=result_ok, temperature=0.8,
-    )  # fmt: skip
+        run_id="run",
+        side="sub",
+        step=3,
+        query_id=query,
+        rollout_index=k,
+        call_id=call,
+        policy_version=2,
+        token_ids=np.arange(first, first + n_tokens, dtype=np.int32),
+        loss_mask=mask,
+        logprobs=-0.25 * mask.astype(np.float32),
+        format_ok=format_ok,
+        attempt="att",
+        task=task,
+        findings=findings,
+        result_ok=result_ok,
+        temperature=0.8,
+    )
 
 
 # The hand case: B = 1, K = 2, D = 2.
@@ -75,7 +103,10 @@ def hand_inputs(m1_format=False):
         "att.r1.t1": sub("att.r1.t1", 1, "She was born in Jedburgh."),
         "att.r1.t2": sub("att.r1.t2", 1, "Jedburgh", format_ok=False),
     }
-    st = {("q1", 0): stats(0, ["att.r0.t0"]), ("q1", 1): stats(1, ["att.r1.t0", "att.r1.t1", "att.r1.t2"], m_format=m1_format)}
+    st = {
+        ("q1", 0): stats(0, ["att.r0.t0"]),
+        ("q1", 1): stats(1, ["att.r1.t0", "att.r1.t1", "att.r1.t2"], m_format=m1_format),
+    }
     return st, trajectories
 
 
@@ -93,7 +124,12 @@ def test_hand_case_every_drop():
         kept = [c for c in ("att.r1.t0", "att.r1.t1", "att.r1.t2") if c != dropped]
         rewards, deviations, var = HAND[dropped]
         assert len(batch.sample_ids) == 1 * 2 * 2  # B·K·D
-        assert batch.sample_ids == ["q1/att/r0/att.r0.t0#0", "q1/att/r0/att.r0.t0#1", f"q1/att/r1/{kept[0]}#0", f"q1/att/r1/{kept[1]}#1"]
+        assert batch.sample_ids == [
+            "q1/att/r0/att.r0.t0#0",
+            "q1/att/r0/att.r0.t0#1",
+            f"q1/att/r1/{kept[0]}#0",
+            f"q1/att/r1/{kept[1]}#1",
+        ]
         assert dropped not in "".join(batch.sample_ids)
         assert [SAMPLE_KINDS[i] for i in batch.kinds] == ["original", "duplicate", "original", "original"]
         np.testing.assert_allclose(batch.rewards, rewards, atol=1e-6)
@@ -104,7 +140,12 @@ def test_hand_case_every_drop():
         # reward_mean is over every call judged (the dropped one too): (1 + 0.1 + 0.6 + 0) / 4 = 0.425
         assert metrics["reward_mean"] == pytest.approx(0.425)
         assert (metrics["calls"], metrics["samples"], metrics["original"], metrics["duplicates"]) == (4, 4, 3, 1)
-        assert (metrics["dropped"], metrics["placeholders"], metrics["lost"], metrics["failed_rollouts"]) == (1, 0, 0, 0)
+        assert (metrics["dropped"], metrics["placeholders"], metrics["lost"], metrics["failed_rollouts"]) == (
+            1,
+            0,
+            0,
+            0,
+        )
         assert (metrics["d"], metrics["dk_mean"], metrics["dk_max"]) == (2, 2.0, 3)
     assert seen == set(HAND)  # every one of the three drops was checked
 
@@ -186,7 +227,10 @@ def test_mask_mode_counts_only_real_slots():
 def test_expert_needs_a_result_and_folds_without_a_judge():
     # D = 1, K = 2, both calls "found" Jedburgh, but r0's call returned no result (result_ok False):
     #   r0: 0.1 + 0.4·1 + 0.5·0 = 0.5 ; r1: 0.1 + 0.4 + 0.5 = 1.0 → mean .75, std .25 → A = −1, +1
-    trajectories = {"att.r0.t0": sub("att.r0.t0", 0, "Jedburgh", result_ok=False), "att.r1.t0": sub("att.r1.t0", 1, "Jedburgh")}
+    trajectories = {
+        "att.r0.t0": sub("att.r0.t0", 0, "Jedburgh", result_ok=False),
+        "att.r1.t0": sub("att.r1.t0", 1, "Jedburgh"),
+    }
     st = {("q1", 0): stats(0, ["att.r0.t0"]), ("q1", 1): stats(1, ["att.r1.t0"], m_correct=0.0)}
     # r1's M was wrong now: r1 = 0.1 + 0.4·0 + 0.5·1 = 0.6 → [0.5, 0.6]: mean .55, std .05 → A = −1, +1
     batch, _, _ = build(st, trajectories, d=1)

@@ -19,7 +19,9 @@ QUESTIONS = {"q1": QUESTION}
 
 
 def build(trajectories, st, d, k=2, query_ids=("q1",)):
-    return build_unaligned_sub_batch(plan(k=k, query_ids=query_ids), st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS)
+    return build_unaligned_sub_batch(
+        plan(k=k, query_ids=query_ids), st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS
+    )
 
 
 def test_every_call_fits_one_group_over_all_four():
@@ -29,7 +31,8 @@ def test_every_call_fits_one_group_over_all_four():
     batch, figures = build(trajectories, st, d=2)
     std = math.sqrt(0.161875)
     np.testing.assert_allclose(batch.rewards, [1.0, 0.1, 0.6, 0.0])
-    np.testing.assert_allclose(batch.advantages, np.array([0.575, -0.325, 0.175, -0.425]) / std, rtol=1e-6)  # stored as float32
+    # stored as float32
+    np.testing.assert_allclose(batch.advantages, np.array([0.575, -0.325, 0.175, -0.425]) / std, rtol=1e-6)
     assert [SAMPLE_KINDS[i] for i in batch.kinds] == ["original"] * 4
     assert figures["dropped"] == 0 and figures["placeholders"] == 0 and figures["samples"] == 4
     assert figures["dk_mean"] == 2.0 and figures["dk_max"] == 3.0  # d_k = 1 and 3, as aligned mode counts them
@@ -56,7 +59,12 @@ def test_each_query_is_its_own_group_whatever_order_the_calls_arrive_in():
     st[("q2", 0)] = stats(0, ["b.r0.t0"], query="q2")
     st[("q2", 1)] = stats(1, ["b.r1.t0"], m_correct=0.0, query="q2")
     q2 = {"b.r0.t0": sub("b.r0.t0", 0, "found it", query="q2"), "b.r1.t0": sub("b.r1.t0", 1, "found it", query="q2")}
-    arrived = {"att.r0.t0": trajectories["att.r0.t0"], "b.r0.t0": q2["b.r0.t0"], "att.r1.t1": trajectories["att.r1.t1"], "b.r1.t0": q2["b.r1.t0"]}
+    arrived = {
+        "att.r0.t0": trajectories["att.r0.t0"],
+        "b.r0.t0": q2["b.r0.t0"],
+        "att.r1.t1": trajectories["att.r1.t1"],
+        "b.r1.t0": q2["b.r1.t0"],
+    }
     batch, _ = build(arrived, st, d=1, query_ids=("q1", "q2"))
     np.testing.assert_allclose(batch.rewards, [1.0, 1.0, 0.6, 0.1])
     np.testing.assert_allclose(batch.advantages, [1.0, 1.0, -1.0, -1.0], rtol=1e-6)
@@ -76,7 +84,12 @@ def test_a_shortfall_is_filled_with_placeholders_and_failed_or_unnamed_calls_do_
 
 def test_fifo_calls_keeps_arrival_order():
     st, trajectories = hand_inputs()
-    assert fifo_calls(plan(), st, trajectories) == [(0, 0, "att.r0.t0"), (0, 1, "att.r1.t0"), (0, 1, "att.r1.t1"), (0, 1, "att.r1.t2")]
+    assert fifo_calls(plan(), st, trajectories) == [
+        (0, 0, "att.r0.t0"),
+        (0, 1, "att.r1.t0"),
+        (0, 1, "att.r1.t1"),
+        (0, 1, "att.r1.t2"),
+    ]
 
 
 def test_the_aligned_builder_refuses_mode_none():

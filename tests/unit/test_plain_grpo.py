@@ -72,8 +72,13 @@ def test_grpo_yaml_is_the_job_the_bench_times():
     assert yaml == bench
     assert BENCH_ONLY == ("learners.main.checkpoint_every=0",)
     config = load_config(NodeConfig, GRPO_YAML)
-    assert (config.pipeline.queries_per_step, config.pipeline.rollouts_per_query, config.agents.main.max_new_tokens_per_turn) == (4, 8, 32)
-    assert config.algo.objective.kl_coef == 0.0 and config.learners.main.micro_batch_samples == 32  # one pass, one optimizer step
+    assert (
+        config.pipeline.queries_per_step,
+        config.pipeline.rollouts_per_query,
+        config.agents.main.max_new_tokens_per_turn,
+    ) == (4, 8, 32)
+    # one pass, one optimizer step
+    assert config.algo.objective.kl_coef == 0.0 and config.learners.main.micro_batch_samples == 32
 
 
 # --- the plain episode ----------------------------------------------------------------------------
@@ -83,24 +88,40 @@ def test_the_plain_prompt_is_the_instruction_and_the_question_without_tools_or_d
     tokenizer = tiny_tokenizer()
     episode = single_episode("What is 12 + 13?", tokenizer, web_tools(small_web()), PLAIN, rollout_index=0)
     prompt = tokenizer.decode(episode.next_prompt_ids())
-    assert prompt == f"<|im_start|>system\n{PLAIN_PROMPT}<|im_end|>\n<|im_start|>user\nWhat is 12 + 13?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        prompt
+        == f"<|im_start|>system\n{PLAIN_PROMPT}<|im_end|>\n<|im_start|>user\nWhat is 12 + 13?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert episode.tool_names == ()
-    everything = single_episode("Q?", tokenizer, web_tools(small_web()), AgentConfig(tools=["search", "reason"]), rollout_index=0)
+    everything = single_episode(
+        "Q?", tokenizer, web_tools(small_web()), AgentConfig(tools=["search", "reason"]), rollout_index=0
+    )
     assert everything.tool_names == ("search", "reason")  # a subset narrows what it is shown and may call
 
 
 def test_each_plain_rollout_is_one_turn_scored_by_the_judge():
-    responses = itertools.cycle(["<think>12 and 13</think><answer>25</answer>", "<answer>25.0</answer>", "<answer>-25</answer>",
-                                 "twenty-five", '<tool_call>{"name": "search", "arguments": {"query": "25"}}</tool_call>'])  # fmt: skip
+    responses = itertools.cycle(
+        [
+            "<think>12 and 13</think><answer>25</answer>",
+            "<answer>25.0</answer>",
+            "<answer>-25</answer>",
+            "twenty-five",
+            '<tool_call>{"name": "search", "arguments": {"query": "25"}}</tool_call>',
+        ]
+    )
     engine = ScriptedEngine(tiny_tokenizer(), lambda prompt: next(responses))
     question = Question(id="q", question="What is 12 + 13?", answer="25")
     cfg = RolloutConfig(main=PLAIN, correct=NumericMatchJudge())
-    group = run_single_agent_rollouts(question, 5, AgentModel(engine, tiny_tokenizer()), web_tools(small_web()), cfg, seed=0)
+    group = run_single_agent_rollouts(
+        question, 5, AgentModel(engine, tiny_tokenizer()), web_tools(small_web()), cfg, seed=0
+    )
     assert len(engine.calls) == 1 and len(engine.calls[0][0]) == 5  # one batched generation: one turn each
     assert [len(r.main.turns) for r in group.rollouts] == [1] * 5
-    assert [r.main_score.reward for r in group.rollouts] == pytest.approx([1.0, 1.0, 0.1, 0.0, 0.0])  # α1 = 0.1, α2 = 0.9
+    # α1 = 0.1, α2 = 0.9
+    assert [r.main_score.reward for r in group.rollouts] == pytest.approx([1.0, 1.0, 0.1, 0.0, 0.0])
     assert [r.main.answer for r in group.rollouts] == ["25", "25.0", "-25", None, None]
-    assert group.main_stats.tools_s == 0.0 and all(r.main.turns[0].tool_result is None for r in group.rollouts)  # nothing was called
+    # nothing was called
+    assert group.main_stats.tools_s == 0.0 and all(r.main.turns[0].tool_result is None for r in group.rollouts)
 
 
 # --- numeric match ----------------------------------------------------------------------------------
@@ -108,12 +129,31 @@ def test_each_plain_rollout_is_one_turn_scored_by_the_judge():
 
 @pytest.mark.parametrize(
     ("prediction", "reference", "score"),
-    [("4", "4", 1.0), ("4.0", "4", 1.0), ("+4", "4", 1.0), (" 1,000 ", "1000", 1.0), ("\u22123", "-3", 1.0), ("1e3", "1000", 1.0),
-     ("-4", "4", 0.0), ("1.5", "15", 0.0), ("four", "4", 0.0), ("", "4", 0.0), ("nan", "4", 0.0),
-     ("1000001", "1000000", 0.0), ("0.0000005", "0", 0.0), ("1e400", "1e500", 0.0), ("2 3", "23", 0.0), ("1,5", "15", 0.0),
-     ("12,345.5", "12345.5", 1.0), ("4.000001", "4", 0.0), ("0.1", "1e-1", 1.0),  # exact: no tolerance, commas only as thousands separators
-     ("Paris", "paris", 1.0), ("Rome", "Paris", 0.0)],  # a reference that is no number: exact match
-)  # fmt: skip
+    # a reference that is no number: exact match
+    [
+        ("4", "4", 1.0),
+        ("4.0", "4", 1.0),
+        ("+4", "4", 1.0),
+        (" 1,000 ", "1000", 1.0),
+        ("\u22123", "-3", 1.0),
+        ("1e3", "1000", 1.0),
+        ("-4", "4", 0.0),
+        ("1.5", "15", 0.0),
+        ("four", "4", 0.0),
+        ("", "4", 0.0),
+        ("nan", "4", 0.0),
+        ("1000001", "1000000", 0.0),
+        ("0.0000005", "0", 0.0),
+        ("1e400", "1e500", 0.0),
+        ("2 3", "23", 0.0),
+        ("1,5", "15", 0.0),
+        ("12,345.5", "12345.5", 1.0),
+        ("4.000001", "4", 0.0),
+        ("0.1", "1e-1", 1.0),  # exact: no tolerance, commas only as thousands separators
+        ("Paris", "paris", 1.0),
+        ("Rome", "Paris", 0.0),
+    ],
+)
 def test_numeric_match_compares_numbers_where_exact_match_would_strip_their_signs(prediction, reference, score):
     assert numeric_match(prediction, reference) == score
     assert NumericMatchJudge().score("q", prediction, reference).score == score
@@ -141,9 +181,20 @@ def test_the_bench_preset_is_the_stated_qwen2_shape():
     from mgrpo_actors.models.tiny import tiny_model_dir
 
     preset = TINY_PRESETS["grpo"]
-    assert (preset.architecture, preset.hidden_size, preset.num_hidden_layers, preset.num_attention_heads, preset.intermediate_size, preset.vocab_size) == (
-        "qwen2", 128, 4, 4, 384, 512)  # fmt: skip
+    assert (
+        preset.architecture,
+        preset.hidden_size,
+        preset.num_hidden_layers,
+        preset.num_attention_heads,
+        preset.intermediate_size,
+        preset.vocab_size,
+    ) == ("qwen2", 128, 4, 4, 384, 512)
     config = json.loads((tiny_model_dir("grpo") / "config.json").read_text())
     assert config["architectures"] == ["Qwen2ForCausalLM"] and config["model_type"] == "qwen2"
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"], config["intermediate_size"]) == (128, 4, 4, 384)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["intermediate_size"],
+    ) == (128, 4, 4, 384)
     assert config["vocab_size"] == 512 + 6  # the trained BPE vocabulary, then the six format tags

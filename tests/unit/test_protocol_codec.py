@@ -47,9 +47,17 @@ def _assert_same(a: Message, b: Message) -> None:
 
 
 def test_every_exported_message_type_is_registered():
-    exported = {name for name in protocols.__all__ if isinstance(getattr(protocols, name), type) and issubclass(getattr(protocols, name), Message) and name != "Message"}
+    exported = {
+        name
+        for name in protocols.__all__
+        if isinstance(getattr(protocols, name), type)
+        and issubclass(getattr(protocols, name), Message)
+        and name != "Message"
+    }
     assert exported == set(MESSAGE_TYPES)
-    assert {"RolloutRequest", "Trajectory", "RewardStats", "AlignedBatch", "DeadLetter", "NodeInfo"} <= set(MESSAGE_TYPES)
+    assert {"RolloutRequest", "Trajectory", "RewardStats", "AlignedBatch", "DeadLetter", "NodeInfo"} <= set(
+        MESSAGE_TYPES
+    )
 
 
 @pytest.mark.parametrize("type_name", sorted(MESSAGE_TYPES))
@@ -72,8 +80,15 @@ def test_envelope_carries_version_type_and_send_time():
 
 def test_arrays_travel_as_typed_binary_not_lists():
     traj = Trajectory(
-        run_id="r1", side="main", step=1, query_id="q", rollout_index=0, call_id="", policy_version=2,
-        token_ids=np.arange(1000, dtype=np.int32), loss_mask=np.ones(1000, dtype=np.uint8),
+        run_id="r1",
+        side="main",
+        step=1,
+        query_id="q",
+        rollout_index=0,
+        call_id="",
+        policy_version=2,
+        token_ids=np.arange(1000, dtype=np.int32),
+        loss_mask=np.ones(1000, dtype=np.uint8),
         logprobs=np.full(1000, -0.5, dtype=np.float32),
     )
     raw = encode(traj)
@@ -87,14 +102,26 @@ def test_arrays_travel_as_typed_binary_not_lists():
 
 
 def test_lists_given_for_array_fields_become_typed_arrays():
-    traj = Trajectory(run_id="r", side="sub", step=0, query_id="q", rollout_index=1, call_id="c1", policy_version=0,
-                      token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -2.0])
+    traj = Trajectory(
+        run_id="r",
+        side="sub",
+        step=0,
+        query_id="q",
+        rollout_index=1,
+        call_id="c1",
+        policy_version=0,
+        token_ids=[1, 2, 3],
+        loss_mask=[0, 1, 1],
+        logprobs=[0.0, -1.0, -2.0],
+    )
     assert traj.token_ids.dtype == np.int32 and traj.loss_mask.dtype == np.uint8 and traj.logprobs.dtype == np.float32
     _assert_same(traj, decode(encode(traj)))
 
 
 def test_unicode_and_bytes_survive():
-    req = ToolRequest(call_id="Ω-1", tool="search", arguments={"q": "Zürich 東京 🚀", "raw": b"\x00\xff", "n": [1, 2.5, None, True]})
+    req = ToolRequest(
+        call_id="Ω-1", tool="search", arguments={"q": "Zürich 東京 🚀", "raw": b"\x00\xff", "n": [1, 2.5, None, True]}
+    )
     assert decode(encode(req)) == req
     letter = DeadLetter(subject="mgrpo.r.x", reason="bad", error_type="ProtocolError", payload=bytes(range(256)))
     assert decode(encode(letter)).payload == bytes(range(256))
@@ -103,7 +130,17 @@ def test_unicode_and_bytes_survive():
 @pytest.mark.parametrize("field", ["reward_main", "r_format", "r_correct"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_finite_fields_refuse_nan_and_inf(field, bad):
-    values = dict(run_id="r", step=0, query_id="q", rollout_index=0, reward_main=1.0, r_format=1.0, r_correct=0.0, num_sub_calls=0, sub_call_ids=[])
+    values = dict(
+        run_id="r",
+        step=0,
+        query_id="q",
+        rollout_index=0,
+        reward_main=1.0,
+        r_format=1.0,
+        r_correct=0.0,
+        num_sub_calls=0,
+        sub_call_ids=[],
+    )
     values[field] = bad
     with pytest.raises(ProtocolError) as err:
         encode(RewardStats(**values))
@@ -125,7 +162,22 @@ def test_non_finite_float_allowed_where_not_marked_finite():
         (Metric(name="m", value=1.0, tags={"a": 1}), "Metric.tags.a", "expected str"),  # type: ignore[dict-item]
         (ToolRequest(call_id="c", tool="t", arguments={"x": object()}), "ToolRequest.arguments.x", "cannot travel"),
         (ToolRequest(call_id="c", tool="t", arguments={1: "x"}), "ToolRequest.arguments", "expected str"),  # type: ignore[dict-item]
-        (Trajectory(run_id="r", side="left", step=0, query_id="q", rollout_index=0, call_id="", policy_version=0, token_ids=[], loss_mask=[], logprobs=[]), "Trajectory.side", "not one of"),
+        (
+            Trajectory(
+                run_id="r",
+                side="left",
+                step=0,
+                query_id="q",
+                rollout_index=0,
+                call_id="",
+                policy_version=0,
+                token_ids=[],
+                loss_mask=[],
+                logprobs=[],
+            ),
+            "Trajectory.side",
+            "not one of",
+        ),
     ],
 )
 def test_encode_names_the_wrong_field(message, field, problem):
@@ -138,7 +190,9 @@ def test_encode_names_the_wrong_field(message, field, problem):
 def _traj(**arrays) -> Trajectory:
     base = dict(token_ids=np.zeros(3, np.int32), loss_mask=np.zeros(3, np.uint8), logprobs=np.zeros(3, np.float32))
     base.update(arrays)
-    return Trajectory(run_id="r", side="main", step=0, query_id="q", rollout_index=0, call_id="", policy_version=0, **base)
+    return Trajectory(
+        run_id="r", side="main", step=0, query_id="q", rollout_index=0, call_id="", policy_version=0, **base
+    )
 
 
 @pytest.mark.parametrize(

@@ -42,9 +42,13 @@ def pack_wire(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def ext_array(dtype: str, values: list, length: int | None = None, code: int | None = None, ext_type: int = 1) -> msgpack.ExtType:
+def ext_array(
+    dtype: str, values: list, length: int | None = None, code: int | None = None, ext_type: int = 1
+) -> msgpack.ExtType:
     body = np.asarray(values, dtype=dtype).astype(np.dtype(dtype).newbyteorder("<")).tobytes()
-    header = struct.pack("<BI", _DTYPE_CODES[dtype] if code is None else code, len(values) if length is None else length)
+    header = struct.pack(
+        "<BI", _DTYPE_CODES[dtype] if code is None else code, len(values) if length is None else length
+    )
     return msgpack.ExtType(ext_type, header + body)
 
 
@@ -97,7 +101,23 @@ def test_spliced_bytes_raise_only_protocol_error(message, data):
 
 
 def test_trailing_garbage_is_refused():
-    err = decode_or_protocol_error(encode(Trajectory(run_id="r", side="main", step=0, query_id="q", rollout_index=0, call_id="", policy_version=0, token_ids=[1], loss_mask=[1], logprobs=[0.0])) + b"\x00")
+    err = decode_or_protocol_error(
+        encode(
+            Trajectory(
+                run_id="r",
+                side="main",
+                step=0,
+                query_id="q",
+                rollout_index=0,
+                call_id="",
+                policy_version=0,
+                token_ids=[1],
+                loss_mask=[1],
+                logprobs=[0.0],
+            )
+        )
+        + b"\x00"
+    )
     assert isinstance(err, ProtocolError) and err.field == "<payload>"
 
 
@@ -109,7 +129,20 @@ def test_non_bytes_input_is_refused(data):
 
 # ---- size limit -----------------------------------------------------------------------------
 def test_payload_beyond_max_bytes_is_refused_before_parsing():
-    raw = encode(Trajectory(run_id="r", side="main", step=0, query_id="q", rollout_index=0, call_id="", policy_version=0, token_ids=np.zeros(500, np.int32), loss_mask=np.zeros(500, np.uint8), logprobs=np.zeros(500, np.float32)))
+    raw = encode(
+        Trajectory(
+            run_id="r",
+            side="main",
+            step=0,
+            query_id="q",
+            rollout_index=0,
+            call_id="",
+            policy_version=0,
+            token_ids=np.zeros(500, np.int32),
+            loss_mask=np.zeros(500, np.uint8),
+            logprobs=np.zeros(500, np.float32),
+        )
+    )
     assert isinstance(decode_or_protocol_error(raw, max_bytes=len(raw)), Message)
     err = decode_or_protocol_error(raw, max_bytes=len(raw) - 1)
     assert isinstance(err, ProtocolError) and err.field == "<payload>"
@@ -201,7 +234,13 @@ def _wrong_values(cls: type[Message], f: dataclasses.Field) -> list[Any]:
         if args[1] is Any:
             return [[1, 2], "a string", {1: "int key"}, {"k": ext_array("int32", [1])}]
         return [[1, 2], "a string", {"k": b"\x00" if args[1] is str else "x"}]
-    wrong = {str: [7, b"bytes", None, ["x"]], int: ["7", 7.5, True, None], float: ["0.5", None, [1.0]], bool: [1, "true", None], bytes: ["text", 5, None]}[hint]
+    wrong = {
+        str: [7, b"bytes", None, ["x"]],
+        int: ["7", 7.5, True, None],
+        float: ["0.5", None, [1.0]],
+        bool: [1, "true", None],
+        bytes: ["text", 5, None],
+    }[hint]
     if f.metadata.get("choices"):
         wrong = [*wrong, "definitely-not-a-choice"]
     if f.metadata.get("finite"):
@@ -257,7 +296,12 @@ def test_unexpected_field_is_named(type_name, data):
 
 # ---- typed arrays ---------------------------------------------------------------------------
 def _array_fields() -> list[tuple[str, str, str]]:
-    return [(name, f.name, f.metadata["dtype"]) for name in sorted(MESSAGE_TYPES) for f in dataclasses.fields(MESSAGE_TYPES[name]) if "dtype" in f.metadata]
+    return [
+        (name, f.name, f.metadata["dtype"])
+        for name in sorted(MESSAGE_TYPES)
+        for f in dataclasses.fields(MESSAGE_TYPES[name])
+        if "dtype" in f.metadata
+    ]
 
 
 def test_array_fields_cover_several_dtypes():
@@ -323,7 +367,11 @@ def test_bool_array_with_bytes_other_than_0_and_1_is_refused():
 def test_typed_array_in_a_non_array_field_is_refused_naming_the_field():
     arr = msgpack.ExtType(1, struct.pack("<BI", _DTYPE_CODES["int32"], 1) + bytes(4))
     with pytest.raises(ProtocolError) as err:
-        decode(pack_wire({"v": SCHEMA_VERSION, "t": "Metric", "ts": 1.0, "d": {"name": "m", "value": 1.0, "tags": {"x": arr}}}))
+        decode(
+            pack_wire(
+                {"v": SCHEMA_VERSION, "t": "Metric", "ts": 1.0, "d": {"name": "m", "value": 1.0, "tags": {"x": arr}}}
+            )
+        )
     assert err.value.field == "Metric.tags.x" and "typed array" in err.value.problem
 
 

@@ -17,7 +17,19 @@ _SUBJECT_CHARS = re.compile(r"^[A-Za-z0-9_.>*-]+$")
 
 
 def _all_subjects(s: Subjects) -> list[str]:
-    subjects = [s.all, s.rollout_requests, s.subtask_requests, s.tool("search"), s.reward_stats, s.events, s.node_ping, s.metrics(), s.metrics("loss"), s.dlq(), s.dlq("mgrpo.x.y")]
+    subjects = [
+        s.all,
+        s.rollout_requests,
+        s.subtask_requests,
+        s.tool("search"),
+        s.reward_stats,
+        s.events,
+        s.node_ping,
+        s.metrics(),
+        s.metrics("loss"),
+        s.dlq(),
+        s.dlq("mgrpo.x.y"),
+    ]
     for side in SIDES:
         subjects += [s.trajectories(side), s.batches(side), s.weights(side), s.step_done(side)]
     for subjects_of_stream in s.streams().values():
@@ -70,8 +82,7 @@ def test_every_stream_captures_distinct_subjects():
 
 
 @pytest.mark.parametrize(
-    "bad",
-    ["", "a.b", "a b", "a*", "a>", "run/1", "ü", "x" * 65, "tab\t", "r1\n", "r1\r\n", "mgrpo.>", None, 7, b"r1"],
+    "bad", ["", "a.b", "a b", "a*", "a>", "run/1", "ü", "x" * 65, "tab\t", "r1\n", "r1\r\n", "mgrpo.>", None, 7, b"r1"]
 )
 def test_invalid_run_ids_are_rejected_with_what_is_allowed(bad):
     with pytest.raises(ValueError) as err:

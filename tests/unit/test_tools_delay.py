@@ -50,7 +50,14 @@ def test_registry_builds_it_from_a_config_entry() -> None:
 
 def test_a_node_config_serves_it_through_tools_extra() -> None:
     # The same overrides `mgrpo bench tools` gives each `mgrpo-node --role tool`.
-    config = load_config(NodeConfig, None, ["tools.serve=[delay]", "tools.extra=[{name: delay, factory: \"mgrpo_actors.tools.delay:DelayTool\", args: {latency_s: 0.02}}]"])
+    config = load_config(
+        NodeConfig,
+        None,
+        [
+            "tools.serve=[delay]",
+            'tools.extra=[{name: delay, factory: "mgrpo_actors.tools.delay:DelayTool", args: {latency_s: 0.02}}]',
+        ],
+    )
     registry = build_tool_registry(config.tools)
     assert registry.names == ["delay"] and registry.call("delay", {"text": "y"}).content == "y"
 

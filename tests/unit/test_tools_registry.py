@@ -32,7 +32,11 @@ def pages_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def registry(pages_path: Path) -> ToolRegistry:
     entries = [
-        {"name": "search", "factory": "mgrpo_actors.tools.search:SearchTool", "args": {"pages": str(pages_path), "max_k": 10}},
+        {
+            "name": "search",
+            "factory": "mgrpo_actors.tools.search:SearchTool",
+            "args": {"pages": str(pages_path), "max_k": 10},
+        },
         {"name": "visit", "factory": "mgrpo_actors.tools.visit:VisitTool", "args": {"pages": str(pages_path)}},
         ToolSpec(name="reason", factory="mgrpo_actors.tools.reason:ReasonTool"),
     ]
@@ -114,18 +118,41 @@ def test_misbehaving_tools_are_contained() -> None:
     [
         ([{"name": "s", "factory": "no_such_module:X"}], None, "cannot import module 'no_such_module'"),
         ([{"name": "s", "factory": "mgrpo_actors.tools.search:Nope"}], None, "has no attribute 'Nope'"),
-        ([{"name": "s", "factory": "mgrpo_actors.tools.search.SearchTool"}], None, "must look like 'package.module:attribute'"),
+        (
+            [{"name": "s", "factory": "mgrpo_actors.tools.search.SearchTool"}],
+            None,
+            "must look like 'package.module:attribute'",
+        ),
         ([{"factory": "mgrpo_actors.tools.reason:ReasonTool"}], None, "'name' must be a non-empty string"),
-        ([{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "kwargs": {}}], None, "unknown keys ['kwargs']"),
-        ([{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "args": []}], None, "'args' must be a mapping"),
-        ([{"name": "s", "factory": "mgrpo_actors.tools.search:SearchTool", "args": {"pages": "/nonexistent.jsonl"}}],
-         None, "tool 's': mgrpo_actors.tools.search:SearchTool(...) failed: DatasetError: cannot open"),
-        ([{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "args": {"colour": 1}}], None, "unexpected keyword"),
+        (
+            [{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "kwargs": {}}],
+            None,
+            "unknown keys ['kwargs']",
+        ),
+        (
+            [{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "args": []}],
+            None,
+            "'args' must be a mapping",
+        ),
+        (
+            [{"name": "s", "factory": "mgrpo_actors.tools.search:SearchTool", "args": {"pages": "/nonexistent.jsonl"}}],
+            None,
+            "tool 's': mgrpo_actors.tools.search:SearchTool(...) failed: DatasetError: cannot open",
+        ),
+        (
+            [{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool", "args": {"colour": 1}}],
+            None,
+            "unexpected keyword",
+        ),
         ([{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool"}] * 2, None, "registered twice"),
-        ([{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool"}], {"web": {}}, "extra_args for tools not in the config: ['web']"),
+        (
+            [{"name": "r", "factory": "mgrpo_actors.tools.reason:ReasonTool"}],
+            {"web": {}},
+            "extra_args for tools not in the config: ['web']",
+        ),
         ([{"name": "j", "factory": "json:dumps", "args": {"obj": 1}}], None, "lacks name/description/parameters"),
     ],
-)  # fmt: skip
+)
 def test_config_errors_are_clear(entries: list, extra: Any, message: str) -> None:
     with pytest.raises(ToolConfigError) as info:
         ToolRegistry.from_config(entries, extra_args=extra)
@@ -168,8 +195,10 @@ argument_objects = st.dictionaries(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(["search", "visit", "reason", "nope"]) | st.text(max_size=8),
-       arguments=argument_objects | json_values | st.text(max_size=40))  # fmt: skip
+@given(
+    name=st.sampled_from(["search", "visit", "reason", "nope"]) | st.text(max_size=8),
+    arguments=argument_objects | json_values | st.text(max_size=40),
+)
 def test_call_never_raises_on_any_arguments(registry: ToolRegistry, name: Any, arguments: Any) -> None:
     result = registry.call(name, arguments)
     assert isinstance(result, ToolOutput)

@@ -78,7 +78,9 @@ def test_search_with_no_matching_words_is_an_empty_success(search: SearchTool) -
 def test_search_rejects_bad_arguments(search: SearchTool, arguments: object, message: str) -> None:
     result = search(arguments)  # type: ignore[arg-type]
     assert not result.ok and result.content == ""
-    assert result.error is not None and result.error.startswith("invalid arguments for search") and message in result.error
+    assert (
+        result.error is not None and result.error.startswith("invalid arguments for search") and message in result.error
+    )
 
 
 def test_visit_returns_the_page(web: SyntheticWeb, visit: VisitTool) -> None:

@@ -128,7 +128,7 @@ def test_a_turn_closed_by_eos_gets_only_the_rest_of_the_closing_text(model_and_t
 def test_a_turn_cut_by_length_is_closed_by_the_template(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     builder = TrajectoryBuilder(tokenizer, OPENING)
-    partial = tokenizer("<tool_call>{\"name\": \"sea", add_special_tokens=False)["input_ids"]
+    partial = tokenizer('<tool_call>{"name": "sea', add_special_tokens=False)["input_ids"]
     builder.add_generation(generation(partial, reason="length"))
     builder.add_tool_output("error: unfinished tool call")
     appended = builder.context_ids()[builder.prompt_len + len(partial) :]

@@ -22,8 +22,12 @@ from mgrpo_actors.tools.base import ToolOutput
 
 
 def test_tool_call_with_think() -> None:
-    turn = parse_turn('<think>I should search.</think>\n<tool_call>{"name": "search", "arguments": {"query": "Zai"}}</tool_call>')
-    assert turn == ParsedTurn(kind="tool_call", think="I should search.", tool_name="search", tool_arguments={"query": "Zai"})
+    turn = parse_turn(
+        '<think>I should search.</think>\n<tool_call>{"name": "search", "arguments": {"query": "Zai"}}</tool_call>'
+    )
+    assert turn == ParsedTurn(
+        kind="tool_call", think="I should search.", tool_name="search", tool_arguments={"query": "Zai"}
+    )
     assert turn.is_valid
 
 
@@ -57,7 +61,10 @@ def test_empty_think_is_allowed() -> None:
         ('<tool_call>{"name": "a", "arguments": {}} please</tool_call>', "text after the tool_call JSON: 'please'"),
         ('<tool_call>{"name": "a", "arguments": {}}</tool_call><answer>4</answer>', "both <answer> and <tool_call>"),
         ('<tool_call>{"name": "a", "arguments": {}}</tool_call> done', "text after </tool_call>: 'done'"),
-        ('<tool_call>{"name": "a", "arguments": {"q": 1</tool_call>', "tool_call JSON invalid at char 34: Expecting ',' delimiter"),
+        (
+            '<tool_call>{"name": "a", "arguments": {"q": 1</tool_call>',
+            "tool_call JSON invalid at char 34: Expecting ',' delimiter",
+        ),
         ("</tool_call>", "</tool_call> without <tool_call>"),
         ("Sure! <think>a</think><answer>4</answer>", "text before <think>: 'Sure!'"),
         ("<answer>4</answer> because reasons", "text after </answer>: 'because reasons'"),
@@ -69,14 +76,20 @@ def test_empty_think_is_allowed() -> None:
         ('<answer>4</answer><tool_call>{"name": "a", "arguments": {}}</tool_call>', "both <answer> and <tool_call>"),
         ('<tool_call>{"name": "a", "arguments": {}}</tool_call>' * 2, "2 <tool_call> blocks, expected one"),
         ('<tool_call>{"name": "a", "arguments": {}}', "unclosed <tool_call>"),
-        ('<tool_call>{"name": "search", "arguments": {"query": }}</tool_call>', "tool_call JSON invalid at char 42: Expecting value"),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": }}</tool_call>',
+            "tool_call JSON invalid at char 42: Expecting value",
+        ),
         ("<tool_call></tool_call>", "tool_call JSON invalid at char 0: Expecting value"),
         ('<tool_call>["search", {}]</tool_call>', "tool_call JSON must be an object, got list"),
         ('<tool_call>{"name": "s", "arguments": {}, "id": 1}</tool_call>', "tool_call JSON has unexpected keys ['id']"),
         ('<tool_call>{"arguments": {}}</tool_call>', "tool_call 'name' missing or not a non-empty string"),
         ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', "tool_call 'name' missing or not a non-empty string"),
         ('<tool_call>{"name": "s"}</tool_call>', "tool_call 'arguments' missing or not a JSON object"),
-        ('<tool_call>{"name": "s", "arguments": "q=1"}</tool_call>', "tool_call 'arguments' missing or not a JSON object"),
+        (
+            '<tool_call>{"name": "s", "arguments": "q=1"}</tool_call>',
+            "tool_call 'arguments' missing or not a JSON object",
+        ),
         ("<tool_call>" + "[" * 100_000 + "</tool_call>", "tool_call JSON invalid: RecursionError"),
         ('<tool_call>{"name": "s", "arguments": {"k": ' + "9" * 5000 + "}}</tool_call>", "tool_call JSON invalid"),
     ],
@@ -95,7 +108,9 @@ def test_non_text_input_is_malformed(value: Any) -> None:
 
 
 def test_tags_inside_argument_strings_are_plain_text() -> None:
-    text = '<tool_call>{"name": "visit", "arguments": {"url": "u", "goal": "find </tool_call> and <answer>"}}</tool_call>'
+    text = (
+        '<tool_call>{"name": "visit", "arguments": {"url": "u", "goal": "find </tool_call> and <answer>"}}</tool_call>'
+    )
     turn = parse_turn(text)
     assert turn.kind == "tool_call" and turn.tool_arguments == {"url": "u", "goal": "find </tool_call> and <answer>"}
 
@@ -116,8 +131,29 @@ def test_formatting_helpers() -> None:
 # Property tests: the parser survives anything and every result is consistent.
 
 TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>"]
-FRAGMENTS = TAGS + ['{"name": "search", "arguments": {"query": "x"}}', '{"name": ', '"arguments": {}', "{", "}", "[",
-                    '"', ":", ",", "null", "42", " ", "\n", "text", "<", ">", "/", "\\u0000", "\x00", "é", "🙂"]  # fmt: skip
+FRAGMENTS = TAGS + [
+    '{"name": "search", "arguments": {"query": "x"}}',
+    '{"name": ',
+    '"arguments": {}',
+    "{",
+    "}",
+    "[",
+    '"',
+    ":",
+    ",",
+    "null",
+    "42",
+    " ",
+    "\n",
+    "text",
+    "<",
+    ">",
+    "/",
+    "\\u0000",
+    "\x00",
+    "é",
+    "🙂",
+]
 
 
 def check_consistent(turn: ParsedTurn) -> None:
@@ -167,7 +203,9 @@ def test_formatted_tool_calls_round_trip(name: str, arguments: dict[str, Any], t
 
 
 @settings(max_examples=300, deadline=None)
-@given(answer=plain_text.filter(lambda s: s.strip()), think=st.none() | plain_text, pad=st.sampled_from(["", " ", "\n\n"]))
+@given(
+    answer=plain_text.filter(lambda s: s.strip()), think=st.none() | plain_text, pad=st.sampled_from(["", " ", "\n\n"])
+)
 def test_formatted_answers_round_trip(answer: str, think: str | None, pad: str) -> None:
     turn = parse_turn(pad + format_answer(answer, think=think) + pad)
     assert turn.kind == "answer" and turn.answer == answer.strip()

@@ -41,11 +41,14 @@ def test_written_web_reads_back_equal(tmp_path: Path) -> None:
 
 def test_external_benchmark_jsonl_loads(tmp_path: Path) -> None:
     path = tmp_path / "gaia.jsonl"
-    write_jsonl(path, [
-        {"id": "g1", "question": "What is 2+2?", "answer": "4", "aliases": ["four"], "Level": 1},
-        {"id": 2, "question": "Capital of France?", "answer": "Paris"},
-        {"id": "g3", "question": "How many legs has a spider?", "answer": 8},
-    ])  # fmt: skip
+    write_jsonl(
+        path,
+        [
+            {"id": "g1", "question": "What is 2+2?", "answer": "4", "aliases": ["four"], "Level": 1},
+            {"id": 2, "question": "Capital of France?", "answer": "Paris"},
+            {"id": "g3", "question": "How many legs has a spider?", "answer": 8},
+        ],
+    )
     q1, q2, q3 = load_questions(path)
     assert q1 == Question(id="g1", question="What is 2+2?", answer="4", aliases=("four",))
     assert q1.extra == {"Level": 1} and q1.answers == ["4", "four"]

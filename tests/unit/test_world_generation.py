@@ -13,9 +13,9 @@ import pytest
 
 from mgrpo_actors.envs.dataset import entity_record
 from mgrpo_actors.envs.qa import question_to_dict
+from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import ATTRIBUTES, ENTITY_TYPES, RELATIONS, URL_PREFIX, WorldConfig, format_value
-from mgrpo_actors.envs.questions import QuestionConfig
 
 SMALL = SyntheticWebConfig(world=WorldConfig(seed=7, num_entities=300), questions=QuestionConfig(num_questions=500))
 
@@ -60,7 +60,9 @@ def test_generation_does_not_depend_on_hash_seed(web: SyntheticWeb) -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+        )
         assert out.stdout.strip().splitlines()[-1] == digest(web)
 
 

@@ -91,7 +91,9 @@ def test_chain_answers_agree_with_the_world(web: SyntheticWeb) -> None:
         for source, target in zip(path, path[1:]):
             assert target.id in source.relations.values(), f"{q.id}: no relation {source.name} -> {target.name}"
         last = path[len(chain.urls) - 1]
-        written = {str(v) for v in last.attributes.values()} | {f"{v:,}" for v in last.attributes.values() if isinstance(v, int)}
+        written = {str(v) for v in last.attributes.values()} | {
+            f"{v:,}" for v in last.attributes.values() if isinstance(v, int)
+        }
         written |= {world.by_id[t].name for t in last.relations.values()}
         assert q.answer in written
         assert len(path) == len(set(e.id for e in path)), f"{q.id}: chain revisits an entity"
@@ -157,7 +159,11 @@ def test_small_world_yields_fewer_questions_without_duplicates() -> None:
 
 
 def test_combine_facts_operations() -> None:
-    ev = [Evidence("A", "1,200", ("u1",), ("A",)), Evidence("B", "900", ("u2",), ("B",)), Evidence("C", "1,500", ("u3",), ("C",))]
+    ev = [
+        Evidence("A", "1,200", ("u1",), ("A",)),
+        Evidence("B", "900", ("u2",), ("B",)),
+        Evidence("C", "1,500", ("u3",), ("C",)),
+    ]
     assert combine_facts("argmin", "", ev) == "B"
     assert combine_facts("argmax", "", ev) == "C"
     assert combine_facts("count_less", "1000", ev) == "1"
