@@ -1,5 +1,5 @@
 """What the main-agent and sub-agent actors share: the agent's model on its rollout engine, kept at its
-side's newest policy version (pipeline/policy_sync.py), requests batched as they arrive
+side's newest policy version (weights/sync.py), requests batched as they arrive
 (runtime/batching.py), per-process sampling seeds, and call statistics for the metrics."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from mgrpo_actors.agents.driver import step_seed
 from mgrpo_actors.agents.setup import load_agent
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.learner.weights import WeightsStore
-from mgrpo_actors.pipeline.calls import CallStats
-from mgrpo_actors.pipeline.policy_sync import PolicySync
-from mgrpo_actors.pipeline.schedule import node_seed
+from mgrpo_actors.controller.schedule import node_seed
+from mgrpo_actors.rollout.calls import CallStats
+from mgrpo_actors.rollout.driver import step_seed
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.weights.store import WeightsStore
+from mgrpo_actors.weights.sync import PolicySync
 from protocols import WeightsVersion
 
 __all__ = ["AgentActor"]

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mgrpo_actors.alignment.batch_rows import split_batch
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.batch_rows import split_batch
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
+from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
-from mgrpo_actors.runtime.resend import publish_crossing
+from mgrpo_actors.runtime.crossing import publish_crossing
 from protocols import BatchReady, StepPlan
+from protocols.durables import DURABLES
 
 __all__ = ["AlignerActor", "HeldStep"]
 

@@ -1,22 +1,24 @@
-"""`mgrpo`: the project's tools (mgrpo_actors/cli/) plus `run`, the main job, which composes roles, and
-`mgrpo demo` (actors/demo.py), small runs of that job that show learning, and `mgrpo bench steps`
-(actors/bench_steps.py) and `mgrpo bench grpo` (actors/bench_grpo.py), which time that job."""
+"""`mgrpo`: the project's tools (mgrpo_actors/cli/), given what only the composition root knows: the
+node and the role table, for `mgrpo run`, `mgrpo demo`, `mgrpo bench steps|grpo` and `mgrpo deploy`."""
 
 from __future__ import annotations
 
 import sys
 
-from actors import demo, deploy, run
-from mgrpo_actors.cli import bench
+from actors.node import run_node
+from actors.roles import ROLES, expand_roles
+from mgrpo_actors.cli.composition import Composition
 from mgrpo_actors.cli.main import main as tools_main
 
-__all__ = ["main"]
+__all__ = ["COMPOSITION", "main"]
+
+COMPOSITION = Composition(
+    run_node=run_node, expand_roles=expand_roles, role_access={name: spec.nats_access for name, spec in ROLES.items()}
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    bench.register("steps", "actors.bench_steps")
-    bench.register("grpo", "actors.bench_grpo")
-    return tools_main(argv, first=(run, demo, deploy))
+    return tools_main(argv, composition=COMPOSITION)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,12 @@ from typing import Any
 
 from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event
-from mgrpo_actors.pipeline.schedule import CurriculumSchedule, StepSchedule
+from mgrpo_actors.controller.schedule import CurriculumSchedule, StepSchedule
+from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
-from mgrpo_actors.runtime.resend import publish_crossing
+from mgrpo_actors.runtime.crossing import publish_crossing
 from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
+from protocols.durables import DURABLES
 
 __all__ = ["ControllerActor", "start_controller", "step_schedule"]
 

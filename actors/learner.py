@@ -29,21 +29,21 @@ from typing import Any, TypeVar
 
 import torch
 
+from mgrpo_actors.alignment.batch_rows import join_chunks
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.engines.weights import read_weights
 from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
 from mgrpo_actors.learner.checkpoints import Checkpoints, export_hf
 from mgrpo_actors.learner.ranks import lead, stop_followers
 from mgrpo_actors.learner.trainer import PolicyTrainer
-from mgrpo_actors.learner.weights import WeightsStore, save_weights
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.pipeline.batch_rows import join_chunks
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.pipeline.policy_sync import latest_key
-from mgrpo_actors.pipeline.reporting import publish_event, publish_metrics
+from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
-from mgrpo_actors.runtime.resend import publish_crossing
+from mgrpo_actors.runtime.crossing import publish_crossing
+from mgrpo_actors.weights.files import read_weights
+from mgrpo_actors.weights.store import WeightsStore, save_weights
+from mgrpo_actors.weights.sync import latest_key
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
+from protocols.durables import DURABLES
 
 T = TypeVar("T")
 # Writes after the optimizer step are tried this often, this far apart (a leader election takes seconds).

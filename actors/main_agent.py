@@ -17,21 +17,21 @@ import traceback
 from typing import Any
 
 from actors.agent import AgentActor
-from mgrpo_actors.agents.driver import ToolExecutor, registry_executor
 from mgrpo_actors.agents.main_agent import main_tools
 from mgrpo_actors.agents.setup import reason_tool, rollout_config
 from mgrpo_actors.agents.single_agent import single_tool_names, single_tools
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.durables import DURABLES
-from mgrpo_actors.pipeline.main_rollouts import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
-from mgrpo_actors.pipeline.reporting import publish_metrics
-from mgrpo_actors.pipeline.subtask_client import BusSubtasks
-from mgrpo_actors.pipeline.tool_client import bus_tool_executor
+from mgrpo_actors.monitoring.publish import publish_metrics
+from mgrpo_actors.rollout.driver import ToolExecutor, registry_executor
+from mgrpo_actors.rollout.main import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
+from mgrpo_actors.rollout.subtasks import BusSubtasks
+from mgrpo_actors.rollout.tool_calls import bus_tool_executor
 from mgrpo_actors.runtime import Bus, BusError, Delivery
-from mgrpo_actors.runtime.resend import publish_crossing
+from mgrpo_actors.runtime.crossing import publish_crossing
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import RolloutRequest, WeightsVersion
+from protocols.durables import DURABLES
 
 __all__ = ["MainAgentActor", "start_main_agents"]
 

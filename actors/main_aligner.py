@@ -1,14 +1,14 @@
 """The main aligner: M's K trajectories of each of the step's B queries → group advantages → exactly
 B·K samples on the main learner's stream (design.md §One training step, step 5; the math is
-mgrpo_actors/pipeline/main_alignment.py). It reads only main-side streams and the controller's plan."""
+mgrpo_actors/alignment/main.py). It reads only main-side streams and the controller's plan."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from actors.aligner import AlignerActor, HeldStep
+from mgrpo_actors.alignment.main import build_main_batch
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.main_alignment import build_main_batch
 from mgrpo_actors.runtime import Bus, Delivery
 from protocols import AlignedBatch, StepPlan, Trajectory
 

@@ -1,4 +1,4 @@
-"""`mgrpo-node --role monitor`: the live view of a run (actors/run_view.py, what `mgrpo run` shows) for
+"""`mgrpo-node --role monitor`: the live view of a run (mgrpo_actors/monitoring/run_view.py, what `mgrpo run` shows) for
 a run spread over many machines, built only from what it reads off NATS.
 
 It replays the run's metrics stream (`mgrpo-<run>-metrics`: metrics, events, query progress) from the
@@ -17,10 +17,10 @@ from typing import Any
 
 from rich.console import Console
 
-from actors.run_view import RunView
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.exporters import exporters_for
-from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED, publish_event
+from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED, publish_event
+from mgrpo_actors.monitoring.run_view import RunView
 from mgrpo_actors.runtime import Bus, BusActor, Delivery, replay_stream
 from protocols import ProtocolError, decode
 

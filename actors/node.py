@@ -30,14 +30,14 @@ from typing import Any
 
 import yaml
 
-from actors.health import HealthFile
 from actors.node_info import NodeInfoActor
 from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
-from mgrpo_actors.pipeline.reporting import MONITOR_REPORTED, RUN_FINISHED
+from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
+from mgrpo_actors.runtime.health import HealthFile
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
 

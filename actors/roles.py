@@ -11,8 +11,8 @@ from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.deploy.access import RoleAccess
-from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
+from protocols.durables import DURABLES
 
 __all__ = [
     "ROLES",
@@ -57,7 +57,7 @@ class RoleSpec:
 # lives in (its side: deploy/accounts.py), subjects relative to mgrpo.<run>., streams and buckets by
 # short name, durables by the names the actors give them.
 def _durables(*names: str) -> tuple[tuple[str, str], ...]:
-    """(stream, durable) of the pipeline's durables (mgrpo_actors/pipeline/durables.py) a role pulls from."""
+    """(stream, durable) of the pipeline's durables (protocols/durables.py) a role pulls from."""
     return tuple((DURABLES[name].stream, name) for name in names)
 
 

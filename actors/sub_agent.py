@@ -15,9 +15,9 @@ from typing import Any
 from actors.agent import AgentActor
 from mgrpo_actors.agents.sub_agent import SUB_TOOLS
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.reporting import publish_metrics
-from mgrpo_actors.pipeline.sub_rollouts import run_subtasks
-from mgrpo_actors.pipeline.tool_client import bus_tool_executor
+from mgrpo_actors.monitoring.publish import publish_metrics
+from mgrpo_actors.rollout.sub import run_subtasks
+from mgrpo_actors.rollout.tool_calls import bus_tool_executor
 from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import Failure, SubtaskRequest, WeightsVersion

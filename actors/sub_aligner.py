@@ -1,10 +1,10 @@
 """The sub aligner: for each of the step's B queries, the K RewardStats (the only numbers that cross
 from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
 advantages over D·K → exactly B·K·D samples on the sub learner's stream (design.md §One training step,
-step 5; the math is mgrpo_actors/pipeline/sub_alignment.py). It reads only sub-side streams, the
+step 5; the math is mgrpo_actors/alignment/sub.py). It reads only sub-side streams, the
 stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
 `algo.alignment.mode: none` (the ablation) fills the B·K·D samples first-in-first-out instead
-(mgrpo_actors/pipeline/sub_unaligned.py)."""
+(mgrpo_actors/alignment/unaligned.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 from actors.aligner import AlignerActor, HeldStep
 from mgrpo_actors.agents.setup import load_task_questions, rollout_config
 from mgrpo_actors.algo.alignment import DEstimator
+from mgrpo_actors.alignment.sub import alignment_rng, build_sub_batch
+from mgrpo_actors.alignment.unaligned import build_unaligned_sub_batch
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.reporting import publish_metrics
-from mgrpo_actors.pipeline.sub_alignment import alignment_rng, build_sub_batch
-from mgrpo_actors.pipeline.sub_unaligned import build_unaligned_sub_batch
+from mgrpo_actors.monitoring.publish import publish_metrics
 from mgrpo_actors.runtime import Bus, Delivery
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 

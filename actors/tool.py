@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.pipeline.wire import tool_output_to_wire
+from mgrpo_actors.rollout.wire import tool_output_to_wire
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from mgrpo_actors.tools.base import ToolOutput
 from mgrpo_actors.tools.registry import ToolRegistry

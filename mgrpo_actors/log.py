@@ -93,3 +93,11 @@ def configure_logging(
 def get_logger(name: str = "mgrpo", **bound: Any) -> Any:
     """A structlog logger; `bound` values appear on every line it writes."""
     return structlog.get_logger(name).bind(**bound) if bound else structlog.get_logger(name)
+
+
+def quiet_libraries() -> None:
+    """Keep library chatter (weight-loading bars, DeepSpeed's info and accelerator notes) off a live view."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.trajectory import encode_opening
 from mgrpo_actors.engines.base import SamplingParams
+from mgrpo_actors.rollout.driver import AgentModel
 
 __all__ = ["engine_text_generator"]
 

@@ -31,9 +31,9 @@ from typing import Any, Literal
 from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, encode_plain, encode_template
 from mgrpo_actors.agents.turn_format import ParsedTurn, format_parse_error, parse_turn
+from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.engines.base import Generation, SamplingParams
 
 __all__ = [

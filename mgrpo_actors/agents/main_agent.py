@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME
 from mgrpo_actors.agents.episode import AgentEpisode
 from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, main_system_prompt
 from mgrpo_actors.agents.question_episode import question_episode
+from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["MAIN_REGISTRY_TOOLS", "main_episode", "main_tools"]

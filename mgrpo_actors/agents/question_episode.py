@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.episode import AgentEpisode
 from mgrpo_actors.agents.prompts import opening_messages
+from mgrpo_actors.config.agents import AgentConfig
 
 __all__ = ["question_episode"]
 

@@ -7,14 +7,11 @@ from collections.abc import Sequence
 
 import torch
 
-from mgrpo_actors.agents.config import AgentConfig
-from mgrpo_actors.agents.driver import AgentModel
 from mgrpo_actors.agents.engine_text import engine_text_generator
-from mgrpo_actors.agents.rollout import RolloutConfig
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.judge import Judge, OpenAICompatibleJudge
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, NumericMatchJudge, TokenF1Judge
-from mgrpo_actors.config.agents import AgentsConfig
+from mgrpo_actors.config.agents import AgentConfig, AgentsConfig
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.engines.base import EngineConfig, SamplingParams
@@ -25,6 +22,8 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
 from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.rollout.driver import AgentModel
+from mgrpo_actors.rollout.local import RolloutConfig
 from mgrpo_actors.tools.reason import ReasonTool
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry

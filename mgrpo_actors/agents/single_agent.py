@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.config import SINGLE_AGENT_TOOLS, AgentConfig
 from mgrpo_actors.agents.episode import AgentEpisode
 from mgrpo_actors.agents.prompts import PLAIN_PROMPT, SINGLE_DEMONSTRATION, single_system_prompt
 from mgrpo_actors.agents.question_episode import question_episode
+from mgrpo_actors.config.agents import SINGLE_AGENT_TOOLS, AgentConfig
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["SINGLE_TOOLS", "single_episode", "single_tool_names", "single_tools"]

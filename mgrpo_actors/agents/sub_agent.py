@@ -11,10 +11,10 @@ import json
 
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.agents.delegation import DelegationRequest
 from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord
 from mgrpo_actors.agents.prompts import SUB_DEMONSTRATION, opening_messages, sub_system_prompt, sub_user_message
+from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.tools.registry import ToolRegistry
 from protocols.messages import SubtaskResult
 

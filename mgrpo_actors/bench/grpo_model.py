@@ -21,9 +21,9 @@ import torch
 from mgrpo_actors.agents.prompts import PLAIN_PROMPT, opening_messages
 from mgrpo_actors.agents.turn_format import format_answer
 from mgrpo_actors.envs.arithmetic import arithmetic_questions
-from mgrpo_actors.learner.warmup import Demonstration, WarmupConfig, save_warmed, warm_up
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import load_model, resolve_model_dir
+from mgrpo_actors.warmup.supervised import Demonstration, WarmupConfig, save_warmed, warm_up
 
 __all__ = ["BASE_MODEL", "WARMUP", "bench_model_dir", "plain_demonstrations"]
 

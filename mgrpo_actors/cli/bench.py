@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
-__all__ = ["BENCHMARKS", "add_parser", "register"]
+from mgrpo_actors.cli.composition import composition_of
 
-# name -> module exposing run(quick: bool) -> dict; `register` adds those of the layer above (actors/cli.py)
+__all__ = ["BENCHMARKS", "add_parser"]
+
+# name -> module exposing run(quick: bool) -> dict, or run(composition, quick) for the benches that start
+# roles (the Composition `mgrpo` was started with: cli/composition.py).
 BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
@@ -15,13 +19,9 @@ BENCHMARKS = {
     "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
     "soak": "mgrpo_actors.bench.soak",
+    "steps": "mgrpo_actors.bench.steps",
+    "grpo": "mgrpo_actors.bench.grpo",
 }
-
-
-def register(name: str, module: str) -> None:
-    """Add a benchmark that lives above this package (one that starts roles: actors/ composes them);
-    `all` runs it after these. Call before the parser is built."""
-    BENCHMARKS.setdefault(name, module)
 
 
 def _run(args: Any) -> int:
@@ -31,7 +31,11 @@ def _run(args: Any) -> int:
         transformers_logging.disable_progress_bar()
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
-        importlib.import_module(BENCHMARKS[name]).run(quick=args.quick)
+        run = importlib.import_module(BENCHMARKS[name]).run
+        if "composition" in inspect.signature(run).parameters:
+            run(composition_of(args), quick=args.quick)
+        else:
+            run(quick=args.quick)
     return 0
 
 

@@ -20,16 +20,16 @@ from rich.table import Table
 from rich.text import Text
 from transformers.utils import logging as transformers_logging
 
-from mgrpo_actors.agents.driver import DriverStats, ToolExecutor
 from mgrpo_actors.agents.episode import ToolCall, TurnRecord
-from mgrpo_actors.agents.local_delegate import SubCall
-from mgrpo_actors.agents.rollout import Rollout, RolloutConfig, RolloutGroup, run_rollouts, run_single_agent_rollouts
-from mgrpo_actors.agents.scoring import SubScore
 from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb
 from mgrpo_actors.models.loader import ModelSpecError
+from mgrpo_actors.rollout.driver import DriverStats, ToolExecutor
+from mgrpo_actors.rollout.local import Rollout, RolloutConfig, RolloutGroup, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.rollout.local_subagents import SubCall
+from mgrpo_actors.rollout.scoring import SubScore
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["load_rollout_config", "print_group", "rollout_overrides", "run_rollout_command"]

@@ -1,15 +1,79 @@
-"""The `agents` section of the node config: M's and S's models, budgets and sampling, and the judges
-that score them (m-grpo.md §The system being trained, §Rewards)."""
+"""The `agents` section of the node config: one AgentConfig per agent (M's and S's models, engines,
+budgets and sampling; each agent is its own LLM), and the judges that score them (m-grpo.md §The system being trained, §Rewards)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mgrpo_actors.agents.config import AgentConfig
 from mgrpo_actors.algo.config import JudgeConfig
+from mgrpo_actors.engines.base import SamplingParams
 
-__all__ = ["AgentsConfig", "cpu_agent"]
+__all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig", "AgentsConfig", "cpu_agent"]
+
+
+# The tools a single agent may be given (m-grpo.md §Training schedule: the single-agent baseline has all of them).
+SINGLE_AGENT_TOOLS = ("search", "visit", "reason")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Model, budgets and sampling of one agent (main, sub or single); each role has its own instance."""
+
+    model: str = "smollm2"  # model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory
+    engine: str = "hf"  # rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype the rollout model is loaded in
+    device: str = "cpu"  # where the rollout model runs ("cpu", "cuda", "cuda:1")
+    max_turns: int = 20  # generations per episode, the forced final-answer turn included (m-grpo.md: ~20)
+    max_new_tokens_per_turn: int = 512  # generation budget of one turn
+    max_context_tokens: int = 8192  # context budget: prompt + every turn + every tool output
+    temperature: float = 1.0  # sampling temperature (reference code: 1.0)
+    top_p: float = 1.0  # nucleus sampling mass; 1.0 = off
+    top_k: int = 0  # keep only the k most likely tokens; 0 = off
+    system_prompt: str | None = None  # replaces the role's default system prompt (prompts.py); None = default
+    # End each turn right after its first complete, valid action block, as a stop string would: the engine
+    # stops on closing tags that are single ids; otherwise what was sampled after the block is dropped (the
+    # ids and logprobs kept are unchanged: a prefix does not depend on its tail).
+    stop_after_action: bool = True
+    demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
+    # The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS; None = all of
+    # them; [] = none: plain GRPO, the question alone answered in an answer block (no demonstration). M and S keep their own.
+    tools: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("hf", "vllm") and ":" not in self.engine:
+            raise ValueError(f"agent engine must be hf, vllm or 'package.module:factory', got {self.engine!r}")
+        if self.max_turns < 1:
+            raise ValueError(f"agent max_turns must be >= 1, got {self.max_turns!r}")
+        if self.max_new_tokens_per_turn < 1:
+            raise ValueError(f"agent max_new_tokens_per_turn must be >= 1, got {self.max_new_tokens_per_turn!r}")
+        if self.max_context_tokens <= self.max_new_tokens_per_turn:
+            raise ValueError(
+                f"agent max_context_tokens ({self.max_context_tokens}) must exceed max_new_tokens_per_turn "
+                f"({self.max_new_tokens_per_turn}): the prompt needs room too"
+            )
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"agent temperature must be a finite number >= 0, got {self.temperature!r}")
+        SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
+        unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
+        if unknown:
+            raise ValueError(
+                f"agent tools names unknown tool(s) {unknown}: the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
+            )
+
+    def sampling_params(
+        self, max_new_tokens: int, seed: int | None, stop_token_ids: tuple[int, ...] = ()
+    ) -> SamplingParams:
+        """The engine's sampling parameters for one turn of this agent."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=stop_token_ids,
+            seed=seed,
+        )
 
 
 def cpu_agent() -> AgentConfig:

@@ -2,7 +2,7 @@
 
 Every question asks for a colour and the gold answer is always "blue" (a rule on the answer token that
 no model knows beforehand). Both tiny models (tiny:main as M, tiny:sub as S) are first warmed up on the
-turn format only (mgrpo_actors/learner/warmup.py, a short supervised fine-tune): M delegates the
+turn format only (mgrpo_actors/warmup/supervised.py, a short supervised fine-tune): M delegates the
 question to S, reads S's result and answers a colour; S answers a colour. Their colours are drawn
 uniformly from COLOURS, so the warmed-up M is right by chance (1/4): only RL can teach it the rule.
 `mgrpo demo learn` runs it through the whole pipeline; tests/integration/test_it_learns.py checks it
@@ -25,12 +25,12 @@ from mgrpo_actors.agents.prompts import main_system_prompt, opening_messages, su
 from mgrpo_actors.agents.sub_agent import SUB_TOOLS
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.config.node import ToolsConfig
-from mgrpo_actors.learner.warmup import Demonstration, WarmupConfig, save_warmed, warm_up
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import load_model, resolve_model_dir
 from mgrpo_actors.tools.reason import ReasonTool
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
+from mgrpo_actors.warmup.supervised import Demonstration, WarmupConfig, save_warmed, warm_up
 
 __all__ = ["COLOURS", "TARGET", "demo_config", "warmed_models", "write_questions"]
 

@@ -91,7 +91,7 @@ def _stream_api(stream: str) -> list[str]:
 
 def _durable_api(stream: str, durable: str) -> list[str]:
     # Bind (info), pull and ack; never create or update: the admin makes the durables at provision time
-    # (mgrpo_actors/pipeline/durables.py says why), and nats-py binds to one that exists.
+    # (protocols/durables.py says why), and nats-py binds to one that exists.
     return [
         f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",

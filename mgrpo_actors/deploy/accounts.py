@@ -115,7 +115,7 @@ class AccountResources:
     streams: tuple[str, ...]
     kv: tuple[str, ...]
     objects: tuple[str, ...]
-    durables: tuple[str, ...] = ()  # durable consumers by name (mgrpo_actors/pipeline/durables.py)
+    durables: tuple[str, ...] = ()  # durable consumers by name (protocols/durables.py)
 
 
 def account_resources(accesses: Mapping[str, RoleAccess], account: str) -> AccountResources:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from mgrpo_actors.config.node import STREAM_NAMES
 from mgrpo_actors.deploy.accounts import AccountResources
-from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus, StreamLimits, ensure_durable
 from protocols import SIDES
+from protocols.durables import DURABLES
 
 __all__ = ["RUN_BUCKETS", "everything", "provision_run", "weights_buckets"]
 

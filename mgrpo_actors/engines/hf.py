@@ -20,9 +20,9 @@ from transformers import GenerationConfig, LogitsProcessor, PreTrainedModel, Pre
 from mgrpo_actors.engines.base import EngineConfig, Generation, SamplingParams, WeightsSource
 from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.logprobs import sampling_warpers
-from mgrpo_actors.engines.weights import check_fits, read_weights
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import GENERATE, timed
+from mgrpo_actors.weights.files import check_fits, read_weights
 
 __all__ = ["HFEngine", "left_pad"]
 

@@ -33,9 +33,9 @@ from mgrpo_actors.engines.base import (
     WeightsSource,
 )
 from mgrpo_actors.engines.eos import eos_token_ids
-from mgrpo_actors.engines.weights import safetensors_files
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import GENERATE, timed
+from mgrpo_actors.weights.files import safetensors_files
 
 __all__ = ["VLLMEngine", "import_vllm"]
 

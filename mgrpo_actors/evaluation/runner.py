@@ -1,5 +1,5 @@
 """`mgrpo eval`'s runs: in each of `runs` sampled runs every question gets one rollout (K = 1) by M and
-its sub-agents, or by the single agent, scored exactly as in training (agents/rollout.py).
+its sub-agents, or by the single agent, scored exactly as in training (rollout/local.py).
 
 Run r samples with seed `seed + r`; its questions are rolled out `batch_questions` at a time as one
 generate batch (M's episodes together, S's delegations together), each batch with a seed derived from
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from mgrpo_actors.agents.driver import AgentModel, step_seed
-from mgrpo_actors.agents.rollout import Rollout, RolloutConfig, run_rollout_groups, run_single_agent_groups
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.evaluation.metrics import QuestionOutcome, run_metrics
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.rollout.driver import AgentModel, step_seed
+from mgrpo_actors.rollout.local import Rollout, RolloutConfig, run_rollout_groups, run_single_agent_groups
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["EvalConfig", "evaluate", "outcome_of"]

@@ -19,9 +19,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-from mgrpo_actors.engines.weights import check_fits
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.cache import build_once, cache_root
+from mgrpo_actors.weights.files import check_fits
 
 __all__ = ["GGUF_FILE", "SmolLM2Unavailable", "convert_gguf", "gguf_path", "smollm2_dir"]
 

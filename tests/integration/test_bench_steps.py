@@ -6,15 +6,16 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from actors.bench_steps import measure, print_results
+from actors.cli import COMPOSITION
 from mgrpo_actors import phases
 from mgrpo_actors.bench.step_split import CATEGORIES
+from mgrpo_actors.bench.steps import measure, print_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def test_two_steps_of_the_tiny_job_split_into_categories_that_add_up():
-    results = measure(steps=2)
+    results = measure(COMPOSITION, steps=2)
     assert results["exit_code"] == 0
     assert phases.recorder() is None  # recording is off again afterwards
     splits = results["splits"]

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from mgrpo_actors.algo.config import ObjectiveConfig
+from mgrpo_actors.alignment.batch_rows import BatchRow, placeholder_row, rows_to_batch
 from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.learner.micro_batches import micro_batches, trainable_rows
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.pipeline.batch_rows import BatchRow, placeholder_row, rows_to_batch
 from protocols import AlignedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

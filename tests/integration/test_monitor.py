@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from mgrpo_actors.pipeline.reporting import publish_event
+from mgrpo_actors.monitoring.publish import publish_event
 from protocols import Event, decode
 from tests.helpers import run_script, start_script, stop_process, wait_until
 from tests.monitor_helpers import fake_run

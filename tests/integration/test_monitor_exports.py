@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from mgrpo_actors.pipeline.reporting import RUN_FINISHED, publish_event, publish_metrics
+from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event, publish_metrics
 from tests.helpers import start_script, stop_process, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from actors.tool import ToolActor
-from mgrpo_actors.agents.driver import registry_executor
 from mgrpo_actors.agents.episode import ToolCall
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.envs.pages import build_pages
 from mgrpo_actors.envs.world import WorldConfig, generate_world
-from mgrpo_actors.pipeline.tool_client import bus_tool_executor
+from mgrpo_actors.rollout.driver import registry_executor
+from mgrpo_actors.rollout.tool_calls import bus_tool_executor
 from mgrpo_actors.tools.base import ToolOutput
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry

@@ -1,4 +1,4 @@
-"""A message that crosses accounts is sent again with its de-duplication id (runtime/resend.py), on a
+"""A message that crosses accounts is sent again with its de-duplication id (runtime/crossing.py), on a
 real nats-server with two accounts where MAIN exports the stats subject to SUB: two messages are
 published before SUB's stream exists (as when that stream has no leader for a moment); the one sent
 with resends reaches SUB's stream once the stream is there, the other never does, and MAIN's stream
@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from mgrpo_actors.runtime import Bus, EmbeddedNats
-from mgrpo_actors.runtime.resend import resend_later
+from mgrpo_actors.runtime.crossing import resend_later
 from mgrpo_actors.runtime.security import ConnectSecurity
 from protocols import Subjects
 

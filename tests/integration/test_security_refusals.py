@@ -21,9 +21,9 @@ from mgrpo_actors.deploy.access import permissions
 from mgrpo_actors.deploy.accounts import ACCOUNTS
 from mgrpo_actors.deploy.description import DeploymentDescription
 from mgrpo_actors.deploy.server_config import TAP_USER, admin_user, tap_user, user_specs
-from mgrpo_actors.pipeline.durables import DURABLES
 from mgrpo_actors.runtime import Bus
 from protocols import Subjects
+from protocols.durables import DURABLES
 from tests.deploy_helpers import node_config, render, secure_server, user_security
 from tests.helpers import run_script
 

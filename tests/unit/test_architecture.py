@@ -1,6 +1,8 @@
-"""The layering of design.md §Layout, checked on the source: actors -> mgrpo_actors -> protocols, no
-import circles inside a package, no module over 400 lines (imports under TYPE_CHECKING count too:
-a circle of type-only imports is still a circle a reader has to untangle)."""
+"""The layering (docs/architecture.md, the layout), checked on the source: actors -> mgrpo_actors ->
+protocols; mgrpo_actors in packages by stage of a training step, with no `pipeline/` layer between the
+role shells and the logic; actors/ only the composition root and one module per role; no import
+circles inside a package, no module over 400 lines (imports under TYPE_CHECKING count too: a circle of
+type-only imports is still a circle a reader has to untangle)."""
 
 from __future__ import annotations
 
@@ -68,15 +70,40 @@ def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize(
-    "package", ["mgrpo_actors.runtime", "mgrpo_actors.config", "mgrpo_actors.agents", "mgrpo_actors.pipeline", "actors"]
-)
+def _packages() -> list[str]:
+    return sorted(name for name, path in _modules().items() if path.name == "__init__.py")
+
+
+@pytest.mark.parametrize("package", _packages())
 def test_no_import_circles(package):
-    modules = _modules()
-    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    packages = set(_packages())
     graph = {m: {t for t in targets if t not in packages} for m, targets in _graph().items() if m not in packages}
-    cycles = [c for m in graph if m.startswith(package) and (c := _cycle_from(m, graph))]
+    cycles = [c for m in graph if m.startswith(f"{package}.") and (c := _cycle_from(m, graph))]
     assert not cycles, cycles[0]
+
+
+# The stages of a training step, each a package of mgrpo_actors holding its logic and its bus glue.
+STAGES = ("controller", "rollout", "alignment", "learner", "weights", "monitoring")
+
+
+def test_packages_by_stage_and_no_pipeline_layer():
+    packages = set(_packages())
+    assert "mgrpo_actors.pipeline" not in packages
+    assert {f"mgrpo_actors.{stage}" for stage in STAGES} <= packages
+
+
+# actors/: the composition root (the node, its role table, the `mgrpo` entry, the node's own ping
+# answerer), the role modules named in the role table, and the two bases their shells share.
+COMPOSITION_ROOT = {"actors", "actors.cli", "actors.node", "actors.node_info", "actors.roles"}
+ROLE_BASES = {"actors.agent", "actors.aligner"}
+
+
+def test_actors_holds_only_the_composition_root_and_the_roles():
+    from actors.roles import ROLES
+
+    role_modules = {spec.start.partition(":")[0] for spec in ROLES.values()}
+    actors_modules = {name for name in _modules() if name.split(".")[0] == "actors"}
+    assert actors_modules - COMPOSITION_ROOT - ROLE_BASES - role_modules == set()
 
 
 def test_no_module_over_400_lines():

@@ -1,0 +1,246 @@
+"""`mgrpo bench steps`: the wall time of each training step of `make run-tiny`'s job, split into model
+compute (rollout generation, learner compute), alignment, weight sync, checkpoints and the rest
+(messaging, serialisation, bookkeeping, waiting), and the share of the step that is not model compute
+(target ≤ 10 %).
+
+It runs the job of `make run-tiny` (`mgrpo run --main tiny:main --sub tiny:sub --set
+tools.web_entities=150`: every role in this process on an embedded nats-server, both learners,
+checkpoints) with `pipeline.steps` = 4 (2 with `--quick`) so that there are steady-state steps, in a
+temporary run directory, with the phase recorder on (mgrpo_actors/phases.py). Steps are the windows
+from the controller's `step.started` to its `step.finished` event (send times); each window is split
+by mgrpo_actors/bench/step_split.py (every instant counted once). Step 0 includes the warm-up (first
+generations, DeepSpeed's first step), so the mean is over the steps after it.
+
+It lives in actors/ (not mgrpo_actors/bench/) because it starts the roles; actors/cli.py registers it
+with `mgrpo bench`, so `mgrpo bench all` (`make bench`) runs it too.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from mgrpo_actors import phases
+from mgrpo_actors.bench.step_split import CATEGORIES, OTHER, StepSplit, mean_split, split_step
+from mgrpo_actors.cli.composition import Composition
+from mgrpo_actors.config import NodeConfig, load_config
+from mgrpo_actors.log import quiet_libraries
+from mgrpo_actors.phases import KINDS
+from mgrpo_actors.runtime import Bus, Delivery
+from protocols import Event, ProtocolError, decode_envelope
+
+__all__ = ["RUN_TINY", "TARGET_SHARE", "measure", "run"]
+
+# make run-tiny's overrides
+RUN_TINY = ("agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=150")
+TARGET_SHARE = 0.10  # the issue's target: at most 10 % of a step is not model compute
+RUN_ID = "bench-steps"
+LABELS = {
+    "generate": "gen",
+    "learn": "learn",
+    "weights": "weights",
+    "checkpoint": "ckpt",
+    "align": "align",
+    "score": "score",
+    OTHER: "other",
+}
+
+
+class _StepWindows:
+    """step.started / step.finished send times per step, from the run's events (on the bus thread)."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, float] = {}
+        self.finished: dict[int, float] = {}
+        self.trained: dict[int, dict[str, int]] = {}  # step -> side -> samples its learner trained on
+        self.batches: dict[
+            int, dict[str, dict[str, Any]]
+        ] = {}  # step -> side -> its batch event's figures (samples, tokens, rewards)
+        self._lock = threading.Lock()
+
+    def attach(self, bus: Bus) -> None:
+        bus.subscribe(bus.subjects.events, self._on_event)
+
+    def _on_event(self, delivery: Delivery) -> None:
+        try:
+            envelope = decode_envelope(delivery.data)
+        except ProtocolError:
+            return
+        event = envelope.message
+        if isinstance(event, Event) and isinstance(event.data.get("step"), int):
+            with self._lock:
+                if event.kind == "step.started":
+                    self.started[event.data["step"]] = envelope.sent_at
+                elif event.kind == "step.finished":
+                    self.finished[event.data["step"]] = envelope.sent_at
+                elif event.kind in ("main.learned", "sub.learned") and isinstance(
+                    event.data.get("samples"), (int, float)
+                ):
+                    self.trained.setdefault(event.data["step"], {})[event.kind.split(".")[0]] = int(
+                        event.data["samples"]
+                    )
+                elif event.kind in ("main.batch", "sub.batch"):
+                    self.batches.setdefault(event.data["step"], {})[event.kind.split(".")[0]] = dict(event.data)
+
+    def windows(self) -> list[tuple[int, float, float]]:
+        with self._lock:
+            return [
+                (step, self.started[step], self.finished[step])
+                for step in sorted(self.started)
+                if step in self.finished
+            ]
+
+
+def measure(
+    composition: Composition,
+    steps: int = 4,
+    overrides: Sequence[str] = (),
+    job: Sequence[str] = RUN_TINY,
+    run_id: str = RUN_ID,
+) -> dict[str, Any]:
+    """Run the job of `job` (default make run-tiny's; config overrides) for `steps` steps with the phase
+    recorder on. Returns the per-step splits ("splits": StepSplit list), their steady-state mean ("mean":
+    steps after step 0; None with one step), the job's exit code, what they were computed from
+    ("windows": (step, start, end); "intervals"), the samples each learner trained on per step
+    ("trained"), each step's batch figures ("batches": step -> side -> samples, tokens, rewards) and the
+    job's config."""
+    windows = _StepWindows()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # run_node installs its own
+    with tempfile.TemporaryDirectory(prefix=f"mgrpo-{run_id}-") as run_dir:
+        config = load_config(
+            NodeConfig, None, [*job, f"pipeline.steps={steps}", f"run.id={run_id}", f"run.dir={run_dir}", *overrides]
+        )
+        recorder = phases.enable()
+        try:
+            code = composition.run_node(
+                config,
+                composition.expand_roles(["all"], config),
+                run_id,
+                embedded=True,
+                duration_s=None,
+                until_finished=True,
+                watch=windows.attach,
+            )
+        finally:
+            phases.disable()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    intervals, spans = recorder.intervals(), windows.windows()
+    splits = [split_step(step, start, end, intervals) for step, start, end in spans]
+    return {
+        "exit_code": code,
+        "steps": steps,
+        "splits": splits,
+        "mean": mean_split(splits[1:]),
+        "windows": spans,
+        "intervals": intervals,
+        "intervals_dropped": recorder.dropped,
+        "trained": dict(windows.trained),
+        "batches": dict(windows.batches),
+        "config": config,
+    }
+
+
+def run(composition: Composition, quick: bool = False) -> dict[str, Any]:
+    """`mgrpo bench steps`: measure and print; `quick` runs 2 steps instead of 4."""
+    quiet_libraries()
+    console = Console(highlight=False)
+    steps = 2 if quick else 4
+    console.print(
+        f"steps bench: make run-tiny's job ({', '.join(RUN_TINY)}) for {steps} steps, in this process…", markup=False
+    )
+    results = measure(composition, steps)
+    if results["exit_code"] != 0:
+        raise RuntimeError(f"the job failed (exit {results['exit_code']})")
+    pipeline = results["config"].pipeline
+    console.print(
+        f"B = {pipeline.queries_per_step} queries × K = {pipeline.rollouts_per_query} rollouts per step; both learners; a checkpoint per step"
+    )
+    print_results(results, console)
+    return results
+
+
+def _row(label: str, split: StepSplit) -> list[str]:
+    return [
+        label,
+        f"{split.wall:.3f}",
+        *(f"{split.seconds[c]:.3f}" for c in CATEGORIES),
+        f"{split.non_compute_share:.1%}",
+    ]
+
+
+def print_results(results: dict[str, Any], console: Console) -> None:
+    splits: list[StepSplit] = results["splits"]
+    mean: StepSplit | None = results["mean"]
+    if not splits:
+        console.print("[red]no step finished: nothing measured[/]")
+        return
+    table = Table(
+        title="seconds per step, each instant counted once (* warm-up)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for column in ("step", "wall", *(LABELS[c] for c in CATEGORIES), "not compute"):
+        table.add_column(column, justify="right")
+    for split in splits:
+        table.add_row(*_row(f"{split.step}{'*' if split.step == 0 else ''}", split))
+    steady = f"{splits[1].step}–{splits[-1].step}" if len(splits) > 2 else f"{splits[-1].step}"
+    if mean is not None:
+        table.add_row(*_row(f"mean {steady}", mean), style="bold")
+        table.add_row(
+            "share", "100%", *(f"{mean.seconds[c] / mean.wall:.1%}" if mean.wall else "" for c in CATEGORIES), ""
+        )
+    console.print(table)
+    console.print(
+        "model compute: gen (rollout generation), learn (learner forward, backward, step); then weights (save, publish, "
+        "fetch, load), ckpt (checkpoints), align (batch building), score (judging rollouts); other: messaging, serialisation, JetStream/KV "
+        "round trips, the agents' and tools' Python work, waiting",
+        markup=False,
+    )
+    if mean is not None:  # each kind's own busy time: kinds that overlap (weights and checkpoint do) show here in full
+        console.print(
+            "each alone (may overlap), mean: " + ", ".join(f"{LABELS[k]} {mean.busy[k]:.3f} s" for k in KINDS),
+            markup=False,
+        )
+    if results.get("intervals_dropped"):
+        console.print(
+            f"[yellow]the recorder dropped {results['intervals_dropped']} of its oldest intervals: the early steps are undercounted[/]"
+        )
+    trained = results.get("trained", {})
+    if trained:
+        console.print(
+            "samples the learners trained on, per step: "
+            + "; ".join(
+                f"{step}: " + ", ".join(f"{side} {n}" for side, n in sorted(sides.items()))
+                for step, sides in sorted(trained.items())
+            ),
+            markup=False,
+        )
+        if not any(n for sides in trained.values() for n in sides.values()):
+            console.print(
+                "(0 everywhere: no sample had an advantage (the untrained tiny models earn the same reward on every rollout), "
+                "so the learners ran no forward/backward and learn is ~0)",
+                markup=False,
+            )
+    reference = mean if mean is not None else splits[0]
+    which = (
+        f"mean of steps {steady}, step 0 (warm-up) left out" if mean is not None else "step 0 only, warm-up included"
+    )
+    share = reference.non_compute_share
+    verdict = (
+        "[green]target met[/]"
+        if share <= TARGET_SHARE
+        else f"[red bold]TARGET MISSED ({(share - TARGET_SHARE) * 100:.1f} percentage points over)[/]"
+    )
+    console.print(
+        f"not model compute: {share:.1%} of the step ({reference.wall - reference.compute:.3f} s of {reference.wall:.3f} s; {which}); "
+        f"target ≤ {TARGET_SHARE:.0%}: {verdict}"
+    )

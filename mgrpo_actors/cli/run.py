@@ -1,0 +1,129 @@
+"""`mgrpo run` (`make run`): the main job on one machine: `mgrpo-node --role all` on an embedded
+nats-server, with a live view of the run (mgrpo_actors/monitoring/run_view.py) and at the end a summary table and,
+in the run directory `<run.dir>/<run.id>/`, summary.json (per-step rows) and rewards.png.
+
+Every role (but the monitor: this command has its own view) runs in this one process, talking only over NATS (the same actors a multi-server
+run starts with `mgrpo-node --role …`): the controller publishes B rollout requests per step, the
+main agent (M on its own model) rolls each query out K times and delegates subtasks to the sub-agent
+(S on its own model), whose search/visit calls go to the tool actors; both aligners turn the step's
+trajectories into exactly B·K and B·K·D samples with advantages, on the learners' streams.
+
+    mgrpo run                                    # SmolLM2 as M and as S (separate instances)
+    mgrpo run --main tiny:main --sub tiny:sub    # tiny models: seconds
+    mgrpo run --set pipeline.steps=4 --set pipeline.rollouts_per_query=4
+    mgrpo run --method main-only                 # the baselines: S frozen, or one agent with every tool
+    mgrpo run --set algo.alignment.mode=none     # the alignment ablation: sub batches first-in-first-out
+
+Both agents' DeepSpeed learners run too (`--method main-only` keeps S fixed, the main-only baseline;
+`--method single-agent` trains one agent with every tool and no sub side): after each step every learner applies its side's batch and sends the new weights
+to its side's rollout engine, which rolls the next step out with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+
+from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
+from mgrpo_actors.cli.composition import Composition, composition_of
+from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.config.node import METHODS
+from mgrpo_actors.log import configure_logging, quiet_libraries
+from mgrpo_actors.monitoring.run_view import RunView
+
+__all__ = ["add_parser", "run_job"]
+
+
+def run_job(config: NodeConfig, console: Console, composition: Composition, resume: bool = False) -> int:
+    """The whole run in this process; returns the exit code."""
+    roles = composition.expand_roles(["all"], config)
+    view = RunView(console, config)
+    if config.run.method == "single-agent":
+        console.print(f"run {config.run.id!r} (single-agent): {_single_agent(config)}, {config.agents.main.model}")
+    else:
+        console.print(
+            f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}"
+        )
+    console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
+    shape = f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts"
+    if "sub" in config.sides:
+        shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
+    console.print(f"{shape}; loading models…")
+    started = time.perf_counter()
+    code = composition.run_node(
+        config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume
+    )
+    seconds = time.perf_counter() - started
+    view.summary(seconds)
+    if view.log.steps:
+        try:
+            view.write_report(seconds=seconds)  # <run.dir>/<run.id>/summary.json and rewards.png
+        except Exception as exc:  # the run itself is done: say so, do not fail it
+            console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
+    learners = [role for role in roles if role.endswith("-learner")]
+    if code == 0:
+        frozen = [side for side in config.sides if f"{side}-learner" not in learners]
+        trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
+        console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""))
+    return code
+
+
+def _single_agent(config: NodeConfig) -> str:
+    """What the single agent is given (agents.main.tools)."""
+    tools, turns = config.agents.main.tools, config.agents.main.max_turns
+    if tools is None:
+        return "one agent with every tool"
+    return (
+        f"one agent with {', '.join(tools)}"
+        if tools
+        else f"plain GRPO, one agent without tools, {turns} turn{'s' if turns > 1 else ''}"
+    )
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    overrides = [*args.overrides, *model_overrides(args)]
+    if args.method is not None:
+        overrides.append(f"run.method={args.method}")
+    return overrides
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(NodeConfig, args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"mgrpo run: error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
+    quiet_libraries()
+    # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
+    return run_job(config, Console(highlight=False), composition_of(args), resume=args.resume)
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run the main job on an embedded nats-server (make run)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(
+        p,
+        "YAML config (same format as mgrpo-node)",
+        "main agent's model (agents.main.model; default smollm2)",
+        "sub-agent's model (agents.sub.model; default smollm2, a separate instance)",
+    )
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in <run.dir>/<run.id> (killed earlier) instead of starting afresh",
+    )
+    p.set_defaults(func=_run)

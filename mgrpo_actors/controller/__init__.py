@@ -1,0 +1,2 @@
+"""The controller's logic, steps 1 and 6 of a training step: which questions each step rolls out, and
+the run's cursor (which steps are open, which side finished them, when the next may start)."""

@@ -1,0 +1,129 @@
+"""Worked episodes on the synthetic web for the format warm-up (warmup.py), written by an oracle that
+knows each question's evidence and run through the real agent loop.
+
+`OracleEngine` is a RolloutEngine whose "samples" are the oracle's turns: M delegates the question and
+answers the gold answer with what S found; S (and the single agent) searches the evidence's subject,
+visits the evidence page and answers. Everything else is real: the rollouts are run by
+rollout/local.py with the real tools (search and visit over the built-in web), budgets, prompts,
+turn format and TrajectoryBuilder, so a demonstration holds exactly the ids a rollout would, tool
+outputs and budget notes included, and it is scored like one: only rollouts the reward calls format
+valid and correct (and, for S, format valid) are kept. Only stage-1 questions (one evidence chain)
+are supported: the warm-up teaches the format, RL the rest (m-grpo.md §Training schedule).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from mgrpo_actors.agents.setup import agent_tools
+from mgrpo_actors.agents.trajectory import TokenTrajectory, encode_template
+from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
+from mgrpo_actors.config.node import ToolsConfig
+from mgrpo_actors.engines.base import Generation, SamplingParams, WeightsSource
+from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.rollout.driver import AgentModel
+from mgrpo_actors.rollout.local import RolloutConfig, run_rollouts, run_single_agent_rollouts
+
+__all__ = ["OracleDemonstrations", "OracleEngine", "oracle_demonstrations"]
+
+# ChatML, the template of every model we ship
+_USER, _ASSISTANT, _END = ("<|im_start|>user", "<|im_start|>assistant", "<|im_end|>")
+
+
+@dataclass(frozen=True)
+class OracleDemonstrations:
+    """Each agent's worked episodes as token trajectories (loss mask on the agent's own tokens)."""
+
+    main: list[TokenTrajectory]  # M's (the single agent's in single-agent mode)
+    sub: list[TokenTrajectory]  # S's (empty in single-agent mode)
+
+
+class OracleEngine:
+    """A RolloutEngine for one role ("main", "sub" or "single") that writes the oracle's turns for
+    `questions`; the question a prompt is about is its last user message (S's: "Task: <question>")."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, role: str, questions: Sequence[Question]) -> None:
+        if role not in ("main", "sub", "single"):
+            raise ValueError(f"oracle role must be main, sub or single, got {role!r}")
+        self.tokenizer, self.role, self.policy_version = tokenizer, role, 0
+        self.questions = {q.question: q for q in questions}
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        return [self._generation(self.tokenizer.decode(list(prompt)), params) for prompt in prompts]
+
+    def load_weights(self, weights: WeightsSource, version: int) -> None:
+        raise ValueError("the oracle engine has no weights to load")
+
+    def _generation(self, prompt: str, params: SamplingParams) -> Generation:
+        ids = encode_template(self.tokenizer, self._turn(prompt))
+        if not ids or ids[-1] not in params.stop_token_ids:
+            ids = [*ids, self.tokenizer.eos_token_id]  # the turn ends on the end-of-turn token, as a model's would
+        return Generation(
+            token_ids=ids, logprobs=np.zeros(len(ids), np.float32), finish_reason="stop", policy_version=0
+        )
+
+    def _turn(self, prompt: str) -> str:
+        if _USER not in prompt:
+            raise ValueError("oracle demonstrations need a ChatML chat template (<|im_start|>user …)")
+        episode = prompt[prompt.rindex(_USER) :]  # the demonstration exchange comes before the last user message
+        turn = episode.count(_ASSISTANT) - 1
+        user = episode[len(_USER) :].split(_END, 1)[0].strip()  # the question, or S's "Task: <question>"
+        question = self.questions.get(user.removeprefix("Task: "))
+        if question is None or len(question.evidence) != 1:
+            raise ValueError("the oracle knows only stage-1 questions (one evidence chain) it was given")
+        chain = question.evidence[0]
+        if self.role == "main":
+            return (
+                format_tool_call("delegate", {"task": question.question, "context": ""})
+                if turn == 0
+                else format_answer(question.answer)
+            )
+        steps = [
+            format_tool_call("search", {"query": chain.subject}),
+            format_tool_call("visit", {"url": chain.urls[-1], "goal": question.question}),
+        ]
+        if turn < len(steps):
+            return steps[turn]
+        if self.role == "single":
+            return format_answer(question.answer)
+        return format_answer(json.dumps({"findings": f"{chain.subject}: {chain.fact}.", "evidence": [chain.urls[-1]]}))
+
+
+def oracle_demonstrations(
+    questions: Sequence[Question],
+    main_tokenizer: PreTrainedTokenizerBase,
+    sub_tokenizer: PreTrainedTokenizerBase | None,
+    tools_cfg: ToolsConfig,
+    cfg: RolloutConfig,
+) -> OracleDemonstrations:
+    """One oracle rollout per question on the real tools of `tools_cfg`; `sub_tokenizer` None: the single
+    agent's episodes instead of M's and S's."""
+    stage1 = [q for q in questions if len(q.evidence) == 1]
+    main_out: list[TokenTrajectory] = []
+    sub_out: list[TokenTrajectory] = []
+    main_role = "single" if sub_tokenizer is None else "main"
+    main = AgentModel(OracleEngine(main_tokenizer, main_role, stage1), main_tokenizer)
+    tools = agent_tools(tools_cfg, main, cfg.main.max_new_tokens_per_turn)  # the oracle never calls `reason`
+    if sub_tokenizer is None:
+        single = main
+        for q in stage1:
+            rollout = run_single_agent_rollouts(q, 1, single, tools, cfg).rollouts[0]
+            if rollout.main_score.r_correct > 0 and rollout.main_score.format.ok:
+                main_out.append(rollout.main.trajectory)
+        return OracleDemonstrations(main_out, [])
+    sub = AgentModel(OracleEngine(sub_tokenizer, "sub", stage1), sub_tokenizer)
+    for q in stage1:
+        rollout = run_rollouts(q, 1, main, sub, tools, cfg).rollouts[0]
+        if rollout.main_score.r_correct > 0 and rollout.main_score.format.ok:
+            main_out.append(rollout.main.trajectory)
+        sub_out += [
+            call.episode.trajectory
+            for call, score in zip(rollout.sub_calls, rollout.sub_scores, strict=True)
+            if score.format.ok
+        ]
+    return OracleDemonstrations(main_out, sub_out)

@@ -1,0 +1,66 @@
+"""The oracle's worked episodes (warmup/oracle.py) for the format warm-up: run through the real agent
+loop and tools, they must be what a perfect rollout would be: valid format, correct answer, S's
+findings holding the evidence, and a loss mask on exactly the agent's own turns."""
+
+import pytest
+
+from mgrpo_actors.agents.setup import synthetic_web
+from mgrpo_actors.config.node import ToolsConfig
+from mgrpo_actors.models.loader import load_model, load_tokenizer, resolve_model_dir
+from mgrpo_actors.rollout.local import RolloutConfig
+from mgrpo_actors.warmup.oracle import OracleEngine, oracle_demonstrations
+from mgrpo_actors.warmup.supervised import WarmupConfig, warm_up_trajectories
+
+TOOLS = ToolsConfig(web_entities=300)
+
+
+@pytest.fixture(scope="module")
+def stage1():
+    return [q for q in synthetic_web(TOOLS).splits["train"] if q.level == 1][:6]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(resolve_model_dir("tiny:main"))
+
+
+def _assistant_text(tokenizer, trajectory):
+    return tokenizer.decode([int(t) for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if m])
+
+
+def test_m_and_s_episodes_are_valid_correct_and_masked_to_their_own_turns(stage1, tokenizer):
+    demos = oracle_demonstrations(stage1, tokenizer, tokenizer, TOOLS, RolloutConfig())
+    assert len(demos.main) == len(stage1) and len(demos.sub) == len(stage1)  # one delegation per question
+    for question, main, sub in zip(stage1, demos.main, demos.sub):
+        chain = question.evidence[0]
+        mine = _assistant_text(tokenizer, main)
+        assert '"delegate"' in mine and f"<answer>{question.answer}</answer>" in mine
+        assert "Title:" not in mine and "findings" not in mine  # S's result is a tool message: no loss on it
+        theirs = _assistant_text(tokenizer, sub)
+        assert '"search"' in theirs and chain.urls[-1] in theirs and chain.fact in theirs
+        assert "Facts:" not in theirs  # the visited page is the tool's, not S's
+        # the real visit output is in the episode
+        assert f"URL: {chain.urls[-1]}" in tokenizer.decode(list(sub.token_ids))
+
+
+def test_the_single_agent_searches_visits_and_answers(stage1, tokenizer):
+    demos = oracle_demonstrations(stage1, tokenizer, None, TOOLS, RolloutConfig())
+    assert demos.sub == [] and len(demos.main) == len(stage1)
+    text = _assistant_text(tokenizer, demos.main[0])
+    assert '"search"' in text and '"visit"' in text and f"<answer>{stage1[0].answer}</answer>" in text
+
+
+def test_the_oracle_refuses_questions_it_was_not_given(stage1, tokenizer):
+    engine = OracleEngine(tokenizer, "main", stage1[:1])
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Who wrote an unknown book?"}], add_generation_prompt=True
+    )
+    with pytest.raises(ValueError, match="stage-1 questions"):
+        engine._turn(tokenizer.decode(prompt if isinstance(prompt, list) else prompt["input_ids"]))
+
+
+def test_warm_up_on_the_episodes_lowers_the_loss(stage1, tokenizer):
+    demos = oracle_demonstrations(stage1, tokenizer, tokenizer, TOOLS, RolloutConfig())
+    model, _ = load_model("tiny:main")
+    losses = warm_up_trajectories(model, demos.main, WarmupConfig(steps=15, batch_size=2, lr=3e-3))
+    assert len(losses) == 15 and sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
