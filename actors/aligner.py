@@ -4,7 +4,7 @@ stream, record it in KV, ack everything it used, and tell the controller (design
 step 5; §Delivery and state: "a sample is acked only after it is safely handed on").
 
 Idempotent under redelivery: a step whose batch is recorded as published (KV `aligned.<side>.<step>`)
-only acks what still arrives for it (counted as late); the batch's chunks and its BatchReady carry
+only acks what still arrives for it (counted as late); the batch's chunks and its StepAligned carry
 JetStream de-duplication ids, so publishing them again after a crash (within the streams'
 de-duplication window) stores nothing twice, and the same step always aligns the same way.
 """
@@ -21,7 +21,7 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from mgrpo_actors.runtime.crossing import publish_crossing
-from protocols import BatchReady, StepPlan
+from protocols import StepAligned, StepPlan
 from protocols.durables import DURABLES
 
 __all__ = ["AlignerActor", "HeldStep"]
@@ -163,7 +163,7 @@ class AlignerActor(BusActor):
 
     # ---- publishing --------------------------------------------------------------------------
     def publish(self, held: HeldStep, timed_out: bool) -> None:
-        """Batch (in chunks), BatchReady, then the KV record, then the acks: a crash anywhere before the
+        """Batch (in chunks), StepAligned, then the KV record, then the acks: a crash anywhere before the
         record re-runs the step (de-duplicated ids, same seed, same batch); after it, a redelivered plan
         announces the batch again. A failure leaves the step held and is retried on the next tick."""
         try:
@@ -215,7 +215,7 @@ class AlignerActor(BusActor):
         """What a subclass updates only once a step's batch is out (the sub side's D estimate)."""
 
     def _announce(self, step: int, record: dict[str, Any], figures: dict[str, float]) -> None:
-        ready = BatchReady(
+        ready = StepAligned(
             run_id=self.bus.run_id,
             side=self.side,
             step=step,

@@ -26,7 +26,7 @@ from mgrpo_actors.controller.schedule import CurriculumSchedule, StepSchedule
 from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event
 from mgrpo_actors.runtime import Bus, BusActor, Delivery
 from mgrpo_actors.runtime.crossing import publish_crossing
-from protocols import SIDES, BatchReady, QueryDone, RolloutRequest, StepDone, StepPlan
+from protocols import SIDES, QueryDone, RolloutRequest, StepAligned, StepDone, StepPlan
 from protocols.durables import DURABLES
 
 __all__ = ["ControllerActor", "start_controller", "step_schedule"]
@@ -48,7 +48,7 @@ class ControllerActor(BusActor):
         self.queries_done: dict[int, set[str]] = {}
 
     def handlers(self) -> dict:
-        return {BatchReady: self.on_side_ready, StepDone: self.on_side_ready, QueryDone: self.on_query_done}
+        return {StepAligned: self.on_side_ready, StepDone: self.on_side_ready, QueryDone: self.on_query_done}
 
     def on_start(self) -> None:
         super().on_start()
@@ -56,14 +56,14 @@ class ControllerActor(BusActor):
         self.state = self.bus.kv(self.bus.subjects.bucket("state"))
         raw = self.state.get(CURSOR_KEY)
         self.cursor = (
-            _cursor(json.loads(raw))
+            json.loads(raw)
             if raw
             else {"next": 0, "open": {}, "finished": False, "versions": {side: 0 for side in SIDES}}
         )
         subjects = self.bus.subjects
         spec = DURABLES["controller"]  # step.aligned.<side> and step.done.<side>
         self.consume(*spec.where(subjects), max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
-        self.listen(subjects.rollout_done)
+        self.listen(subjects.query_done)
         if self.cursor["finished"]:
             self.log.info("run already finished", steps=self.cursor["next"])
             publish_event(
@@ -153,11 +153,11 @@ class ControllerActor(BusActor):
             )
 
     def gate(self, side: str) -> type:
-        """What ends a step for a side: its learner's StepDone, or its BatchReady (an agent that does not train, or no learners)."""
+        """What ends a step for a side: its learner's StepDone, or its StepAligned (an agent that does not train, or no learners)."""
         trains = self.pipeline.advance_on == "learners" and self.config.trains(side)
-        return StepDone if trains else BatchReady
+        return StepDone if trains else StepAligned
 
-    def on_side_ready(self, message: BatchReady | StepDone, delivery: Delivery) -> None:
+    def on_side_ready(self, message: StepAligned | StepDone, delivery: Delivery) -> None:
         if isinstance(message, StepDone):
             self.cursor["versions"][message.side] = max(message.version, self.cursor["versions"][message.side])
         if not isinstance(message, self.gate(message.side)):
@@ -193,19 +193,6 @@ class ControllerActor(BusActor):
                 steps=self.cursor["next"],
             )
             self.log.info("run finished", steps=self.cursor["next"])
-
-
-def _cursor(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved cursor in today's form (one saved before async mode had {step, published, ready})."""
-    if "next" in saved:
-        return saved
-    step, published = saved["step"], saved["published"]
-    return {
-        "next": step + 1 if published else step,
-        "open": {str(step): saved["ready"]} if published else {},
-        "finished": saved["finished"],
-        "versions": saved["versions"],
-    }
 
 
 def step_schedule(config: NodeConfig) -> CurriculumSchedule:

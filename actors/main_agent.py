@@ -147,7 +147,7 @@ class MainAgentActor(AgentActor):
                 msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
                 # they cross into SUB (deploy/accounts.py)
                 publish_crossing(self.bus, subjects.reward_stats, stats, msg_id)
-            self.bus.publish(subjects.rollout_done, outcome.done)
+            self.bus.publish(subjects.query_done, outcome.done)
         except Exception as exc:
             self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")
             return

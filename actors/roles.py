@@ -65,13 +65,13 @@ _ACCESS = {
     "controller": RoleAccess(
         "MAIN",
         publish=("step.start", "rollout.request"),
-        subscribe=("rollout.done",),
+        subscribe=("query.done",),
         durables=_durables("controller"),
         kv_write=(("state", "controller.cursor"),),
     ),
     "main-agent": RoleAccess(
         "MAIN",
-        publish=("traj.main", "stats", "rollout.done"),
+        publish=("traj.main", "stats", "query.done"),
         requests=("subtask.request", "tool.*"),
         subscribe=("weights.main",),
         durables=_durables("main-agents"),

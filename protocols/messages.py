@@ -22,7 +22,7 @@ __all__ = [
     "MESSAGE_TYPES",
     "SAMPLE_KINDS",
     "AlignedBatch",
-    "BatchReady",
+    "StepAligned",
     "DeadLetter",
     "Event",
     "Failure",
@@ -99,7 +99,8 @@ def _message(cls: type) -> type:
 
 @_message
 class RolloutRequest(Message):
-    """Controller -> main agents: roll out one query K times with the given policy versions."""
+    """Controller -> main agents on `rollout.request` (stream `rollouts`, a work queue): roll out one query K
+    times with the given policy versions."""
 
     run_id: str
     step: int
@@ -114,7 +115,8 @@ class RolloutRequest(Message):
 
 @_message
 class StepPlan(Message):
-    """Controller -> aligners: step `step` rolls out these B queries K times each (their batches' shape)."""
+    """Controller -> aligners on `step.start` (stream `steps`): step `step` rolls out these B queries K times
+    each (their batches' shape)."""
 
     run_id: str
     step: int
@@ -127,7 +129,7 @@ class StepPlan(Message):
 
 @_message
 class QueryDone(Message):
-    """Main agent -> controller: the K rollouts of a query are scored and published (progress)."""
+    """Main agent -> controller on `query.done`: the K rollouts of a query are scored and published (progress)."""
 
     run_id: str
     step: int
@@ -142,7 +144,8 @@ class QueryDone(Message):
 
 @_message
 class SubtaskRequest(Message):
-    """Main agent -> sub-agent: M's delegation `{task, context}` (m-grpo.md §The system being trained)."""
+    """Main agent -> sub-agents on `subtask.request` (request/reply): M's delegation `{task, context}`
+    (m-grpo.md §The system being trained)."""
 
     run_id: str
     step: int
@@ -156,7 +159,8 @@ class SubtaskRequest(Message):
 
 @_message
 class SubtaskResult(Message):
-    """Sub-agent -> main agent: the structured result M sees as a tool response (never S's transcript)."""
+    """Sub-agent -> main agent, the reply to a SubtaskRequest: the structured result M sees as a tool response
+    (never S's transcript)."""
 
     call_id: str
     ok: bool
@@ -171,7 +175,7 @@ class SubtaskResult(Message):
 
 @_message
 class ToolRequest(Message):
-    """Agent -> tool actor (request/reply)."""
+    """Agent -> tool actors on `tool.<name>` (request/reply, a queue group per tool)."""
 
     call_id: str = field(metadata=_NAME)
     tool: str = field(metadata=_NAME)
@@ -181,7 +185,8 @@ class ToolRequest(Message):
 
 @_message
 class ToolResult(Message):
-    """Tool actor -> agent. A failed call is `ok=False` with `error`, never a lost rollout."""
+    """Tool actor -> agent, the reply to a ToolRequest. A failed call is `ok=False` with `error`, never a lost
+    rollout."""
 
     call_id: str
     ok: bool
@@ -191,7 +196,8 @@ class ToolResult(Message):
 
 @_message
 class Trajectory(Message):
-    """One agent's token-in/token-out trajectory; stays on its own side (design.md §Sides)."""
+    """Agent -> its side's aligner on `traj.<side>` (stream `traj-<side>`): one agent's token-in/token-out
+    trajectory; it stays on its own side (design.md §Sides)."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -228,7 +234,8 @@ class Trajectory(Message):
 
 @_message
 class RewardStats(Message):
-    """Main side -> sub side: the only numbers that cross sides, per (query, rollout)."""
+    """Main agent -> sub aligner on `stats` (stream `stats`, in each side's account): the only numbers that
+    cross sides, per (query, rollout)."""
 
     run_id: str
     step: int
@@ -245,8 +252,9 @@ class RewardStats(Message):
 
 @_message
 class AlignedBatch(Message):
-    """Aligner -> learner of one side: exactly B*K (main) or B*K*D (sub) samples, concatenated; a batch
-    too big for one message travels as `num_chunks` chunks of whole samples, in sample order."""
+    """Aligner -> learner of one side on `batch.<side>` (stream `batch-<side>`): exactly B*K (main) or
+    B*K*D (sub) samples, concatenated; a batch too big for one message travels as `num_chunks` chunks of
+    whole samples, in sample order."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -271,8 +279,9 @@ class AlignedBatch(Message):
 
 
 @_message
-class BatchReady(Message):
-    """Aligner -> controller: the step's batch is on the learner's stream."""
+class StepAligned(Message):
+    """Aligner -> controller on `step.aligned.<side>` (stream `steps`): the step's batch is on the learner's
+    stream."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -285,7 +294,8 @@ class BatchReady(Message):
 
 @_message
 class WeightsVersion(Message):
-    """Learner -> rollout engines of its side: a new policy version is available at `uri`."""
+    """Learner -> rollout engines of its side on `weights.<side>` (and KV `versions-<side>`): a new policy
+    version is available at `uri`."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -297,7 +307,7 @@ class WeightsVersion(Message):
 
 @_message
 class StepDone(Message):
-    """Learner -> controller: the step's batch was applied."""
+    """Learner -> controller on `step.done.<side>` (stream `steps`): the step's batch was applied."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -323,7 +333,7 @@ class Metric(Message):
 
 @_message
 class Event(Message):
-    """Something a person watching the run wants to know about."""
+    """Something a person watching the run wants to know about, on `events` (stream `metrics`)."""
 
     kind: str
     message: str
@@ -335,7 +345,8 @@ class Event(Message):
 
 @_message
 class DeadLetter(Message):
-    """A message that could not be decoded or handled, with the reason (design.md §Errors)."""
+    """A message that could not be decoded or handled, with the reason, on `dlq.<subject>` (stream `dlq`;
+    design.md §Errors)."""
 
     subject: str
     reason: str
@@ -357,7 +368,7 @@ class Failure(Message):
 
 @_message
 class NodePing(Message):
-    """Ask every node of the run to report itself."""
+    """Ask every node of the run to report itself, on `node.ping` (request, many replies)."""
 
     requester: str = ""
 

@@ -98,7 +98,7 @@ class Subjects:
         return f"{self.root}.step.start"
 
     def step_aligned(self, side: str) -> str:
-        """Aligner -> controller: BatchReady once the step's batch is on the learner's stream."""
+        """Aligner -> controller: StepAligned once the step's batch is on the learner's stream."""
         return f"{self.root}.step.aligned.{_side(side)}"
 
     def step_done(self, side: str) -> str:
@@ -106,9 +106,9 @@ class Subjects:
         return f"{self.root}.step.done.{_side(side)}"
 
     @property
-    def rollout_done(self) -> str:
+    def query_done(self) -> str:
         """Main agents -> controller: QueryDone when a query's K rollouts are published (progress)."""
-        return f"{self.root}.rollout.done"
+        return f"{self.root}.query.done"
 
     def metrics(self, name: str = ">") -> str:
         """Metric samples, one subject per metric name (`>` for all of them)."""
@@ -151,7 +151,7 @@ class Subjects:
             self.stream("batch-main"): [self.batches("main")],
             self.stream("batch-sub"): [self.batches("sub")],
             self.stream("steps"): [f"{self.root}.step.>"],
-            self.stream("metrics"): [self.metrics(), self.events, self.rollout_done],
+            self.stream("metrics"): [self.metrics(), self.events, self.query_done],
             self.stream("dlq"): [self.dlq()],
         }
 

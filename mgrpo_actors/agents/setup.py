@@ -22,8 +22,8 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
 from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig
 from mgrpo_actors.tools.reason import ReasonTool
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry

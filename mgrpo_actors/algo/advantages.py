@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from mgrpo_actors.algo.config import AdvantageConfig
 
@@ -103,26 +102,3 @@ def sub_advantages(rewards: npt.ArrayLike, weights: npt.ArrayLike, cfg: Advantag
     # counted slots; one with fewer than 2 counted members is degenerate (group_statistics gives 0).
     flat = group_advantages(rewards.reshape(batch, k * d), weights.reshape(batch, k * d) > 0, cfg)
     return flat.reshape(batch, k, d)
-
-
-def broadcast_to_tokens(
-    advantages: npt.ArrayLike | torch.Tensor, loss_mask: np.ndarray | torch.Tensor
-) -> np.ndarray | torch.Tensor:
-    """Per-sample advantages (N,) to per-token advantages (N, T): A on the agent's own tokens, 0 elsewhere.
-
-    m-grpo.md §Group-relative advantages ("broadcast to every token M generated") and §The system being
-    trained (only the agent's own tokens carry loss). Returns the loss mask's type (torch or numpy).
-    """
-    if loss_mask.ndim != 2:
-        raise ValueError(f"loss_mask must be 2-D (samples, tokens), got shape {tuple(loss_mask.shape)}")
-    if isinstance(loss_mask, torch.Tensor):
-        per_sample = torch.as_tensor(advantages, dtype=torch.float32, device=loss_mask.device)
-        mask = loss_mask.to(torch.float32)
-    else:
-        per_sample = np.asarray(advantages, dtype=np.float64)
-        mask = np.asarray(loss_mask, dtype=np.float64)
-    if tuple(per_sample.shape) != (loss_mask.shape[0],):
-        raise ValueError(
-            f"advantages shape {tuple(per_sample.shape)} does not match loss_mask's {loss_mask.shape[0]} samples"
-        )
-    return per_sample[:, None] * mask

@@ -19,7 +19,7 @@ import numpy as np
 from mgrpo_actors.algo.advantages import sub_advantages
 from mgrpo_actors.algo.alignment import AlignmentPlan, SlotKind, align
 from mgrpo_actors.algo.config import AlgoConfig
-from mgrpo_actors.algo.rewards import main_correct_for_sub, sub_reward
+from mgrpo_actors.algo.rewards import main_correct_for_sub
 from mgrpo_actors.algo.scorers import subtask_text
 from mgrpo_actors.alignment.batch_rows import (
     BatchRow,
@@ -31,8 +31,8 @@ from mgrpo_actors.alignment.batch_rows import (
 )
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
-from mgrpo_actors.rollout.local import RolloutConfig, expert_for
-from mgrpo_actors.rollout.scoring import best_score
+from mgrpo_actors.rollout.config import RolloutConfig
+from mgrpo_actors.rollout.scoring import SubCallFacts, expert_for, sub_rewards
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["alignment_rng", "build_sub_batch", "failed_and_lost", "query_sub_rewards", "sub_call_lists"]
@@ -62,23 +62,22 @@ def sub_call_lists(
 def query_sub_rewards(
     question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig
 ) -> np.ndarray:
-    """R_S of each call of one query (stats[i]: the rollout of calls[i]), m-grpo.md §Rewards."""
+    """R_S of each call of one query (stats[i]: the rollout of calls[i]), m-grpo.md §Rewards, from the
+    scalars that crossed and S's own trajectories (rollout/scoring.py sub_rewards)."""
     expert, weights = expert_for(question, cfg)
-    ok = np.array([t.format_ok for t in calls], dtype=bool)
     main_ok = np.array([s.r_format > 0 for s in stats], dtype=bool)
-    # m-grpo.md §Rewards
     correct = main_correct_for_sub(main_ok, np.array([s.r_correct for s in stats], dtype=np.float64))
-    scores = None
-    if expert is not None:
-        judge, references = expert
-        # The judge reads what S was told and what S returned; a call that returned nothing scores 0.
-        scores = np.array(
-            [
-                best_score(judge, subtask_text(t.task, t.context), t.findings, references) if t.result_ok else 0.0
-                for t in calls
-            ]
+    facts = [
+        SubCallFacts(
+            format_ok=t.format_ok,
+            main_correct=float(c),
+            subtask=subtask_text(t.task, t.context),
+            findings=t.findings,
+            returned=t.result_ok,
         )
-    return sub_reward(ok, correct, scores, weights)
+        for t, c in zip(calls, correct, strict=True)
+    ]
+    return sub_rewards(facts, expert, weights)[0]
 
 
 @timed(ALIGN)

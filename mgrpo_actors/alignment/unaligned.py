@@ -25,7 +25,7 @@ from mgrpo_actors.alignment.batch_rows import (
 from mgrpo_actors.alignment.sub import failed_and_lost, query_sub_rewards, sub_call_lists
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
-from mgrpo_actors.rollout.local import RolloutConfig
+from mgrpo_actors.rollout.config import RolloutConfig
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["build_unaligned_sub_batch", "fifo_calls"]

@@ -26,8 +26,9 @@ from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb
 from mgrpo_actors.models.loader import ModelSpecError
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import DriverStats, ToolExecutor
-from mgrpo_actors.rollout.local import Rollout, RolloutConfig, RolloutGroup, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.rollout.local import Rollout, RolloutGroup, run_rollouts, run_single_agent_rollouts
 from mgrpo_actors.rollout.local_subagents import SubCall
 from mgrpo_actors.rollout.scoring import SubScore
 from mgrpo_actors.tools.registry import ToolRegistry

@@ -94,7 +94,7 @@ CROSSINGS: tuple[Crossing, ...] = (
     Crossing("metrics.>", False, "MAIN", ("MONITOR",), "the monitor's metrics"),
     Crossing("metrics.>", False, "SUB", ("MONITOR",), "the monitor's metrics"),
     Crossing("metrics.>", False, "TOOLS", ("MONITOR",), "the monitor's metrics"),
-    Crossing("rollout.done", False, "MAIN", ("MONITOR",), "the monitor's query progress"),
+    Crossing("query.done", False, "MAIN", ("MONITOR",), "the monitor's query progress"),
 )
 
 

@@ -25,7 +25,6 @@ __all__ = [
     "entity_record",
     "load_pages",
     "load_questions",
-    "load_world",
     "read_jsonl",
     "resolve_pages",
     "split_questions",
@@ -95,20 +94,6 @@ def entity_record(entity: Entity) -> dict[str, Any]:
 def write_world(path: PathLike, world: World) -> int:
     """world.jsonl: a header line with the seed, then one entity per line."""
     return write_jsonl(path, [{"seed": world.seed}, *(entity_record(e) for e in world.entities)])
-
-
-def load_world(path: PathLike) -> World:
-    records = read_jsonl(path)
-    try:
-        _, header = next(records)
-        seed = int(header["seed"])
-        entities = [
-            Entity(r["id"], r["type"], r["name"], tuple(r["aliases"]), dict(r["attributes"]), dict(r["relations"]))
-            for _, r in records
-        ]
-    except (StopIteration, KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(f"{path}: not a world file ({exc!r})") from exc
-    return World(seed=seed, entities=entities)
 
 
 def write_pages(path: PathLike, pages: Iterable[Page]) -> int:

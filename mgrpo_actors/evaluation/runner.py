@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.evaluation.metrics import QuestionOutcome, run_metrics
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel, step_seed
-from mgrpo_actors.rollout.local import Rollout, RolloutConfig, run_rollout_groups, run_single_agent_groups
+from mgrpo_actors.rollout.local import Rollout, run_rollout_groups, run_single_agent_groups
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["EvalConfig", "evaluate", "outcome_of"]

@@ -39,7 +39,7 @@ class RunView:
     def attach(self, bus: Bus) -> None:
         """Follow the run live on core subjects (from now on)."""
         bus.subscribe(bus.subjects.events, self._on_delivery)
-        bus.subscribe(bus.subjects.rollout_done, self._on_delivery)
+        bus.subscribe(bus.subjects.query_done, self._on_delivery)
 
     def _on_delivery(self, delivery: Delivery) -> None:
         self.feed(delivery.data)

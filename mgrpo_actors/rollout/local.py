@@ -9,21 +9,17 @@ records M's trajectory and answer, its sub calls (call id, S's trajectory, S's r
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord
 from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.single_agent import single_episode
-from mgrpo_actors.algo.config import RewardConfig
-from mgrpo_actors.algo.judge import Judge
-from mgrpo_actors.algo.rewards import SubRewardWeights, main_correct_for_sub, resolve_sub_weights
-from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge
-from mgrpo_actors.config.agents import AgentConfig
+from mgrpo_actors.algo.rewards import SubRewardWeights, main_correct_for_sub
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import (
     AgentModel,
     DriverStats,
@@ -33,14 +29,13 @@ from mgrpo_actors.rollout.driver import (
     step_seed,
 )
 from mgrpo_actors.rollout.local_subagents import LocalSubAgents, SubCall
-from mgrpo_actors.rollout.scoring import MainScore, SubScore, expert_references, score_main, score_sub
+from mgrpo_actors.rollout.scoring import MainScore, SubScore, expert_for, score_main, score_sub
 from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = [
     "Rollout",
     "RolloutConfig",
     "RolloutGroup",
-    "expert_for",
     "run_rollout_groups",
     "run_rollouts",
     "run_single_agent_groups",
@@ -48,34 +43,6 @@ __all__ = [
 ]
 
 log = get_logger("mgrpo.agents.rollout")
-
-# m-grpo.md §Rewards: resolve β once per configuration and reason (folding β3 logs a warning), not once
-# per question.
-_sub_weights = functools.cache(resolve_sub_weights)
-NO_EXPERT = "no expert judge configured"
-NO_EVIDENCE = "questions without evidence (e.g. a plain JSONL benchmark) give the expert judge nothing to check"
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """Everything that shapes the K rollouts of a question besides models, tools and seed."""
-
-    main: AgentConfig = field(default_factory=AgentConfig)  # M's budgets and sampling (or the single agent's)
-    sub: AgentConfig = field(default_factory=AgentConfig)  # S's budgets and sampling
-    rewards: RewardConfig = field(default_factory=RewardConfig)  # α and β (m-grpo.md §Rewards)
-    # M's r_correct: scores M's answer against the gold answer and its aliases (best of them).
-    correct: Judge = field(default_factory=ExactMatchJudge)
-    # S's r_expert: scores S's findings against scoring.expert_references(question) (best of them); the
-    # default is the local rule "did S's result contain the evidence"; None: no expert judge, β3 is folded
-    # into β2 (m-grpo.md §Rewards [ours]), as it is for a question without evidence.
-    expert: Judge | None = field(default_factory=ContainsReferenceJudge)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.correct, Judge):
-            raise TypeError(f"rollout correct judge must follow algo.judge.Judge, got {type(self.correct).__name__}")
-        if self.expert is not None and not isinstance(self.expert, Judge):
-            got = type(self.expert).__name__
-            raise TypeError(f"rollout expert judge must follow algo.judge.Judge or be None, got {got}")
 
 
 @dataclass(frozen=True)
@@ -99,19 +66,6 @@ class RolloutGroup:
     main_stats: DriverStats  # M's (or the single agent's) generation and tool time
     sub_stats: DriverStats  # S's, summed over every delegation batch
     seconds: float  # wall time of the whole group
-
-
-def expert_for(question: Question, cfg: RolloutConfig) -> tuple[tuple[Judge, list[str]] | None, SubRewardWeights]:
-    """The expert judge with its references for `question`, and the β weights that go with it.
-
-    A question without evidence folds β3 into β2 for that question only; the log says so once.
-    """
-    if cfg.expert is None:
-        return None, _sub_weights(cfg.rewards, False, NO_EXPERT)
-    references = expert_references(question)
-    if not references:
-        return None, _sub_weights(cfg.rewards, False, NO_EVIDENCE)
-    return (cfg.expert, references), _sub_weights(cfg.rewards, True)
 
 
 def run_rollouts(

@@ -21,8 +21,8 @@ from mgrpo_actors.agents.episode import EpisodeRecord, ToolCall
 from mgrpo_actors.agents.main_agent import main_episode
 from mgrpo_actors.agents.single_agent import single_episode
 from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel, ToolExecutor, run_episodes
-from mgrpo_actors.rollout.local import RolloutConfig
 from mgrpo_actors.rollout.scoring import score_main
 from mgrpo_actors.rollout.subtasks import BusSubtasks
 from mgrpo_actors.rollout.wire import failed_trajectory, trajectory_to_wire

@@ -7,6 +7,7 @@ fails raises JudgeError unless it was configured with an explicit fallback score
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,13 +17,34 @@ from mgrpo_actors.agents.episode import EpisodeRecord
 from mgrpo_actors.algo.config import RewardConfig
 from mgrpo_actors.algo.format_check import FormatCheck, r_format, trajectory_format_ok
 from mgrpo_actors.algo.judge import Judge
-from mgrpo_actors.algo.rewards import SubRewardWeights, main_reward, sub_reward
+from mgrpo_actors.algo.rewards import SubRewardWeights, main_reward, resolve_sub_weights, sub_reward
 from mgrpo_actors.algo.scorers import normalize_answer, subtask_text
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import SCORE, timed
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.local_subagents import SubCall
 
-__all__ = ["MainScore", "SubScore", "best_score", "expert_references", "format_check", "score_main", "score_sub"]
+__all__ = [
+    "MainScore",
+    "SubCallFacts",
+    "SubScore",
+    "NO_EVIDENCE",
+    "NO_EXPERT",
+    "best_score",
+    "expert_for",
+    "expert_references",
+    "format_check",
+    "score_main",
+    "score_sub",
+    "sub_rewards",
+]
+
+
+# m-grpo.md §Rewards: resolve β once per configuration and reason (folding β3 logs a warning), not once
+# per question.
+_sub_weights = functools.cache(resolve_sub_weights)
+NO_EXPERT = "no expert judge configured"
+NO_EVIDENCE = "questions without evidence (e.g. a plain JSONL benchmark) give the expert judge nothing to check"
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,19 @@ def expert_references(question: Question) -> list[str]:
     entities = [name for name in question.evidence_entities if f" {normalize_answer(name)} " not in named]
     candidates = [chain.fact for chain in question.evidence] + entities
     return list(dict.fromkeys(text for text in candidates if normalize_answer(text)))
+
+
+def expert_for(question: Question, cfg: RolloutConfig) -> tuple[tuple[Judge, list[str]] | None, SubRewardWeights]:
+    """The expert judge with its references for `question`, and the β weights that go with it.
+
+    A question without evidence folds β3 into β2 for that question only; the log says so once.
+    """
+    if cfg.expert is None:
+        return None, _sub_weights(cfg.rewards, False, NO_EXPERT)
+    references = expert_references(question)
+    if not references:
+        return None, _sub_weights(cfg.rewards, False, NO_EVIDENCE)
+    return (cfg.expert, references), _sub_weights(cfg.rewards, True)
 
 
 def best_score(judge: Judge, question: str, response: str, references: Sequence[str]) -> float:
@@ -91,6 +126,38 @@ def score_main(
     ]
 
 
+@dataclass(frozen=True)
+class SubCallFacts:
+    """What R_S reads of one sub call (m-grpo.md §Rewards), wherever the call is: a local SubCall
+    (score_sub) or a trajectory on the sub side with the RewardStats of its rollout (the sub aligner)."""
+
+    format_ok: bool  # S's own trajectory is well formed (r_format(S))
+    main_correct: float  # r_correct(M) of the call's rollout as R_S uses it (algo main_correct_for_sub)
+    subtask: str  # what S was told: subtask_text(task, context)
+    findings: str  # what S returned to M
+    returned: bool  # S returned a result (a call that returned nothing has nothing to judge)
+
+
+def sub_rewards(
+    calls: Sequence[SubCallFacts], expert: tuple[Judge, Sequence[str]] | None, weights: SubRewardWeights
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """R_S of each call, m-grpo.md §Rewards, and the expert judge's scores (None exactly when `expert` is
+    None and the weights fold β3). The one place R_S is assembled: local rollouts and the sub aligner
+    both come here."""
+    ok = np.array([c.format_ok for c in calls], dtype=bool)
+    correct = np.array([c.main_correct for c in calls], dtype=np.float64)
+    scores = None
+    if expert is not None:
+        judge, references = expert
+        # The judge reads S's subtask (M's request: task and context) and S's findings: what M got back, not
+        # S's transcript; a local rule pays nothing for what the subtask already says (m-grpo.md §Rewards).
+        scores = np.array(
+            [best_score(judge, c.subtask, c.findings, references) if c.returned else 0.0 for c in calls],
+            dtype=np.float64,
+        )
+    return sub_reward(ok, correct, scores, weights), scores
+
+
 @timed(SCORE)
 def score_sub(
     calls: Sequence[SubCall],
@@ -103,32 +170,25 @@ def score_sub(
     `algo.rewards.main_correct_for_sub`); `expert` is the expert judge and its references, None exactly
     when the weights fold β3. The judge's question is S's task and context (`subtask_text`)."""
     checks = [format_check(call.episode, max_turns) for call in calls]
-    ok = np.array([check.ok for check in checks], dtype=bool)
-    correct = np.array(main_correct, dtype=np.float64)
-    scores = None
-    if expert is not None:
-        judge, references = expert
-        # The judge reads S's subtask (M's request: task and context) and S's findings: what M got back, not
-        # S's transcript; a local rule pays nothing for what the subtask already says (m-grpo.md §Rewards).
-        # A call that returned nothing has nothing to judge.
-        scores = np.array(
-            [
-                best_score(judge, subtask_text(c.request.task, c.request.context), c.result.findings, references)
-                if c.result.ok
-                else 0.0
-                for c in calls
-            ],
-            dtype=np.float64,
+    facts = [
+        SubCallFacts(
+            format_ok=check.ok,
+            main_correct=float(correct),
+            subtask=subtask_text(call.request.task, call.request.context),
+            findings=call.result.findings,
+            returned=call.result.ok,
         )
-    rewards = sub_reward(ok, correct, scores, weights)
+        for call, check, correct in zip(calls, checks, main_correct, strict=True)
+    ]
+    rewards, scores = sub_rewards(facts, expert, weights)
     return [
         SubScore(
             call_id=call.request.call_id,
             format=check,
             r_format=r_format(check),
-            main_correct=float(correct[i]),
+            main_correct=fact.main_correct,
             r_expert=None if scores is None else float(scores[i]),
             reward=float(rewards[i]),
         )
-        for i, (call, check) in enumerate(zip(calls, checks, strict=True))
+        for i, (call, check, fact) in enumerate(zip(calls, checks, facts, strict=True))
     ]

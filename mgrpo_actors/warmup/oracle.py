@@ -26,8 +26,9 @@ from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.engines.base import Generation, SamplingParams, WeightsSource
 from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.rollout.local import run_rollouts, run_single_agent_rollouts
 
 __all__ = ["OracleDemonstrations", "OracleEngine", "oracle_demonstrations"]
 

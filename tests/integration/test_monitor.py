@@ -26,7 +26,7 @@ def _publish(bus, messages) -> None:
         if isinstance(message, Event):
             publish_event(bus, message.kind, message.message, "controller", **message.data)
         else:
-            bus.publish(bus.subjects.rollout_done, message)
+            bus.publish(bus.subjects.query_done, message)
     bus.flush()
 
 

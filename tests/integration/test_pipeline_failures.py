@@ -77,7 +77,7 @@ STREAM_SUBJECTS = (
     "aligned-main",
     "aligned-sub",
 )
-CORE_SUBJECTS = ("subtask_requests", "tool-search", "tool-visit", "rollout_done")
+CORE_SUBJECTS = ("subtask_requests", "tool-search", "tool-visit", "query_done")
 
 
 def _subject(subjects, what: str) -> str:
@@ -113,7 +113,7 @@ def test_a_malformed_message_on_every_pipeline_subject_is_dead_lettered_and_the_
         events.wait_for("node.started", timeout_s=120, describe=lambda: nodes.output("all")[-2000:])
         for what in CORE_SUBJECTS:
             subject = _subject(subjects, what)
-            if what == "rollout_done":
+            if what == "query_done":
                 bus.publish(subject, garbage[what])
                 continue
             with pytest.raises(RemoteFailure):  # the requester learns at once why, instead of timing out

@@ -12,7 +12,7 @@ import pytest
 from actors.main_aligner import MainAlignerActor
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.runtime import Bus, BusActor, BusError, Delivery
-from protocols import BatchReady, Metric, StepPlan, decode
+from protocols import Metric, StepAligned, StepPlan, decode
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def test_an_aligner_that_finds_its_step_published_announces_it_again(bus, actors
     config = load_config(NodeConfig, None, [f"run.id={run_id}"])
     record = b'{"batch_id": "%s-main-step0", "num_samples": 4, "num_chunks": 1}' % run_id.encode()
     bus.kv(bus.subjects.bucket("state-main")).put("aligned.main.0", record)  # published before a crash
-    ready: list[BatchReady] = []
+    ready: list[StepAligned] = []
     bus.subscribe(bus.subjects.step_aligned("main"), lambda d: ready.append(decode(d.data)))
     actors.append(MainAlignerActor.start_ready(bus, config))
     bus.js_publish(

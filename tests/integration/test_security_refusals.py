@@ -290,7 +290,7 @@ SIDE_SUBJECTS = {
         "stats",
         "step.start",
         "rollout.request",
-        "rollout.done",
+        "query.done",
     ),
     "SUB": ("traj.sub", "batch.sub", "weights.sub", "step.aligned.sub", "step.done.sub"),
 }

@@ -2,18 +2,11 @@
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from mgrpo_actors.algo.advantages import (
-    broadcast_to_tokens,
-    group_advantages,
-    group_statistics,
-    main_advantages,
-    sub_advantages,
-)
+from mgrpo_actors.algo.advantages import group_advantages, group_statistics, main_advantages, sub_advantages
 from mgrpo_actors.algo.config import AdvantageConfig
 
 CFG = AdvantageConfig()
@@ -133,16 +126,3 @@ def test_sub_groups_with_fewer_than_two_counted_slots_are_degenerate():
 def test_bad_input_is_a_clear_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
-
-
-def test_broadcast_to_tokens_numpy_and_torch():
-    mask = np.array([[0, 1, 1, 0], [1, 1, 0, 0]])
-    expected = np.array([[0.0, 2.0, 2.0, 0.0], [-1.0, -1.0, 0.0, 0.0]])
-    np.testing.assert_array_equal(broadcast_to_tokens(np.array([2.0, -1.0]), mask), expected)
-    as_torch = broadcast_to_tokens(np.array([2.0, -1.0]), torch.tensor(mask, dtype=torch.bool))
-    assert isinstance(as_torch, torch.Tensor)
-    np.testing.assert_array_equal(as_torch.numpy(), expected)
-    with pytest.raises(ValueError, match="does not match loss_mask"):
-        broadcast_to_tokens(np.array([1.0, 2.0, 3.0]), mask)
-    with pytest.raises(ValueError, match="2-D"):
-        broadcast_to_tokens(np.array([1.0]), np.ones(3))

@@ -12,7 +12,7 @@ import pytest
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.alignment.sub import alignment_rng, build_sub_batch
 from mgrpo_actors.envs.qa import Evidence, Question
-from mgrpo_actors.rollout.local import RolloutConfig
+from mgrpo_actors.rollout.config import RolloutConfig
 from protocols import SAMPLE_KINDS, RewardStats, StepPlan, Trajectory
 
 ALGO = AlgoConfig()  # β = 0.1 / 0.4 / 0.5, population std, duplicate mode

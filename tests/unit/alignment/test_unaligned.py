@@ -10,7 +10,7 @@ import pytest
 
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.alignment.unaligned import build_unaligned_sub_batch, fifo_calls
-from mgrpo_actors.rollout.local import RolloutConfig
+from mgrpo_actors.rollout.config import RolloutConfig
 from protocols import SAMPLE_KINDS
 from tests.unit.alignment.test_sub import QUESTION, hand_inputs, plan, stats, sub
 

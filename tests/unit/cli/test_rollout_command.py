@@ -9,8 +9,9 @@ from rich.console import Console
 from actors.cli import main
 from mgrpo_actors.cli.rollout_view import print_group
 from mgrpo_actors.config.agents import AgentConfig
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig, run_rollouts
+from mgrpo_actors.rollout.local import run_rollouts
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.helpers import run_script
 

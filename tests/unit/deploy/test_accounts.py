@@ -102,7 +102,7 @@ def test_what_crosses_between_the_two_sides_is_the_design_list():
     assert crossings_out_of("MONITOR") == [] and {c.subject for c in crossings_into("MONITOR")} == {
         "events",
         "metrics.>",
-        "rollout.done",
+        "query.done",
     }
 
 

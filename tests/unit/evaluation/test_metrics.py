@@ -11,8 +11,8 @@ from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.evaluation.metrics import METRICS, QuestionOutcome, RunMetrics, Spread, run_metrics, spread_over_runs
 from mgrpo_actors.evaluation.report import EvalSetup, eval_report
 from mgrpo_actors.evaluation.runner import EvalConfig, evaluate
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig
 from tests.agent_helpers import small_web, sub_script, tiny_tokenizer, web_tools
 from tests.scripted_engine import ScriptedEngine, assistant_turns
 

@@ -18,10 +18,11 @@ from mgrpo_actors.algo.rewards import resolve_sub_weights
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.envs.dataset import load_questions
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import NO_EVIDENCE, RolloutConfig, run_rollouts, run_single_agent_rollouts
+from mgrpo_actors.rollout.local import run_rollouts, run_single_agent_rollouts
 from mgrpo_actors.rollout.local_subagents import SubCall
-from mgrpo_actors.rollout.scoring import expert_references, score_sub
+from mgrpo_actors.rollout.scoring import NO_EVIDENCE, expert_references, score_sub
 from protocols.messages import SubtaskResult
 from tests.agent_helpers import lookup_question, main_script, small_web, sub_script, tiny_tokenizer, web_tools
 from tests.scripted_engine import ScriptedEngine, by_turn

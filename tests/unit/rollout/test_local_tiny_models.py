@@ -11,8 +11,9 @@ from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.engines import make_engine
 from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig, run_rollouts
+from mgrpo_actors.rollout.local import run_rollouts
 from tests.agent_helpers import RecordingEngine, assert_token_in_token_out, recomputed_logprobs, small_web, web_tools
 from tests.scripted_engine import ScriptedEngine, by_turn
 

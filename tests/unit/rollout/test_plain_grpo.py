@@ -21,8 +21,9 @@ from mgrpo_actors.envs.arithmetic import OPERATIONS, arithmetic_questions
 from mgrpo_actors.envs.dataset import load_questions
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.models.tiny import TINY_PRESETS
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
-from mgrpo_actors.rollout.local import RolloutConfig, run_single_agent_rollouts
+from mgrpo_actors.rollout.local import run_single_agent_rollouts
 from tests.agent_helpers import small_web, tiny_tokenizer, web_tools
 from tests.helpers import REPO
 from tests.scripted_engine import ScriptedEngine

@@ -7,7 +7,7 @@ import pytest
 from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.models.loader import load_model, load_tokenizer, resolve_model_dir
-from mgrpo_actors.rollout.local import RolloutConfig
+from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.warmup.oracle import OracleEngine, oracle_demonstrations
 from mgrpo_actors.warmup.supervised import WarmupConfig, warm_up_trajectories
 
