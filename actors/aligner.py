@@ -1,6 +1,6 @@
 """What the main and the sub aligner share: per step, hold the step's plan and pieces (unacked, kept
 alive) until the step is complete or timed out; then publish exactly one batch to the side's learner
-stream, record it in KV, ack everything it used, and tell the controller (design.md §One training step,
+stream, record it in KV, ack everything it used, and tell the controller (docs/architecture.md §One training step,
 step 5; §Delivery and state: "a sample is acked only after it is safely handed on").
 
 Idempotent under redelivery: a step whose batch is recorded as published (KV `aligned.<side>.<step>`)

@@ -1,12 +1,12 @@
 """The controller: B rollout requests per step on the JetStream work queue, the next step once both
-sides are done with one, the run finished after `pipeline.steps` steps (design.md §One training step,
+sides are done with one, the run finished after `pipeline.steps` steps (docs/architecture.md §One training step,
 steps 1 and 6); a single-agent run has only the main side to wait for. Its cursor lives in KV, so a restarted controller resumes its steps.
 
 Sync mode: one step at a time; step n+1's requests name the policy versions step n produced. Async mode
-(design.md, asynchronous mode): up to `pipeline.max_staleness` steps beyond the oldest unfinished one are
+(docs/architecture.md, asynchronous mode): up to `pipeline.max_staleness` steps beyond the oldest unfinished one are
 rolled out at once, each with the newest versions known when it is published; learners drop samples
 more than max_staleness versions behind. Stage 1 / stage 2 of a curriculum: the first
-`pipeline.stage1_steps` steps draw `pipeline.stage1_levels` questions (m-grpo.md §Training schedule).
+`pipeline.stage1_steps` steps draw `pipeline.stage1_levels` questions (docs/method.md §Training schedule).
 
 Cursor (KV bucket `state`, key `controller.cursor`): {"next": the next step to publish, "open": {step:
 [sides ready]} for the published, unfinished steps, "finished": bool, "versions": {side: newest policy

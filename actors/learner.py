@@ -1,6 +1,6 @@
 """Learner actors (`main-learner`, `sub-learner`): one per agent, reading **only** its own side's batch
 stream, applying each aligned batch with the clipped objective on a DeepSpeed engine, and sending the
-new weights to the same side's rollout engines (design.md §One training step, step 6).
+new weights to the same side's rollout engines (docs/architecture.md §One training step, step 6).
 
 A batch (all its chunks) is acked only once it is applied and its step recorded in a checkpoint
 (`learners.<side>.checkpoint_every`; model, optimizer and the applied batch ids under
@@ -14,7 +14,7 @@ resumes from the latest version its side announced (with a fresh optimizer).
 Batches are applied in step order. In async mode (`pipeline.mode: async`) samples generated more than
 `pipeline.max_staleness` policy versions before the learner's current one are dropped (weight 0) and
 counted (`stale_dropped`); the others keep the behaviour logprobs they were sampled with, so the
-ratio corrects for their age (m-grpo.md §Objective).
+ratio corrects for their age (docs/method.md §Objective).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Main-agent actors: take rollout requests off the JetStream work queue (every main-agent process
 shares the durable consumer `main-agents`), roll each query out K times on M's own engine, delegate
 to sub-agents and call tools by request/reply, and publish M's trajectories (main side), the scalar
-RewardStats (to the sub side) and progress (design.md §One training step, steps 2 and 4). Under
+RewardStats (to the sub side) and progress (docs/architecture.md §One training step, steps 2 and 4). Under
 `run.method: single-agent` the same actor is the single agent: every tool (search and visit on the
 tool actors) or those of `agents.main.tools` (none: plain GRPO), no delegation.
 

@@ -1,5 +1,5 @@
 """The main aligner: M's K trajectories of each of the step's B queries → group advantages → exactly
-B·K samples on the main learner's stream (design.md §One training step, step 5; the math is
+B·K samples on the main learner's stream (docs/architecture.md §One training step, step 5; the math is
 mgrpo_actors/alignment/main.py). It reads only main-side streams and the controller's plan."""
 
 from __future__ import annotations

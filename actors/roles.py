@@ -1,4 +1,4 @@
-"""The role table: the roles a node can take (design.md §How people use it) and how each one starts
+"""The role table: the roles a node can take (docs/architecture.md §How people use it) and how each one starts
 its actors (each role's start function lives in its own module, actors/<role>.py)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Sub-agent actors: answer M's subtask requests (queue group `sub-agents`, request/reply), each as a
 sub-agent episode on S's own engine with search/visit served by the tool actors over NATS; publish S's
 trajectory to the sub side's stream only, then reply to M with the SubtaskResult (findings and
-evidence, never the transcript) (design.md §One training step, step 3).
+evidence, never the transcript) (docs/architecture.md §One training step, step 3).
 
 Requests that arrive while a batch runs wait in the mailbox and go together into the next batch (up
 to `pipeline.sub_batch`), so their episodes generate batched.

@@ -1,6 +1,6 @@
 """The sub aligner: for each of the step's B queries, the K RewardStats (the only numbers that cross
 from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
-advantages over D·K → exactly B·K·D samples on the sub learner's stream (design.md §One training step,
+advantages over D·K → exactly B·K·D samples on the sub learner's stream (docs/architecture.md §One training step,
 step 5; the math is mgrpo_actors/alignment/sub.py). It reads only sub-side streams, the
 stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
 `algo.alignment.mode: none` (the ablation) fills the B·K·D samples first-in-first-out instead
@@ -76,7 +76,7 @@ class SubAlignerActor(AlignerActor):
     def build(self, held: HeldStep) -> tuple[AlignedBatch, dict[str, float]]:
         assert held.plan is not None
         stats, trajectories = held.collection("stats"), held.collection("trajectories")
-        d = self.d_estimator.d  # fixed for the whole step (m-grpo.md §Trajectory alignment)
+        d = self.d_estimator.d  # fixed for the whole step (docs/method.md §Trajectory alignment)
         rng = alignment_rng(self.config.run.seed, held.step)
         unknown = [q for q in held.plan.query_ids if q not in self.questions]
         if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)

@@ -1,7 +1,7 @@
 """Tool actors: serve `mgrpo.<run>.tool.<name>` requests in a queue group per tool.
 
 Start more `--role tool` processes anywhere to add tool throughput: every actor of a tool, in any
-process, joins the same queue group, so NATS spreads the requests (design.md §How people use it).
+process, joins the same queue group, so NATS spreads the requests (docs/architecture.md §How people use it).
 A bad call is an error ToolResult for the agent, never a lost rollout.
 """
 

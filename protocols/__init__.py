@@ -1,6 +1,6 @@
 """Wire contracts of mgrpo-actors: subject and stream names, message types, the msgpack codec.
 
-Depends on nothing else of the project (design.md §Layout); every process that talks on the bus
+Depends on nothing else of the project (docs/architecture.md §Layout); every process that talks on the bus
 imports these and nothing more to understand what it reads.
 """
 

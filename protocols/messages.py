@@ -1,10 +1,10 @@
-"""The message types of design.md, as typed frozen dataclasses.
+"""The message types of docs/architecture.md, as typed frozen dataclasses.
 
 Every message that crosses the bus is one of these. Ids (run, step, query, rollout, call) travel in
 the message; the schema version and the send time travel in the envelope (codec.py). Token ids,
 logprobs and masks are numpy arrays sent as typed binary. Only `RewardStats` (scalars) and
 `SubtaskRequest`/`SubtaskResult` (text) cross between the main and the sub side
-(design.md §Sides and what crosses them).
+(docs/architecture.md §Sides and what crosses them).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class QueryDone(Message):
 @_message
 class SubtaskRequest(Message):
     """Main agent -> sub-agents on `subtask.request` (request/reply): M's delegation `{task, context}`
-    (m-grpo.md §The system being trained)."""
+    (docs/method.md §The system being trained)."""
 
     run_id: str
     step: int
@@ -197,7 +197,7 @@ class ToolResult(Message):
 @_message
 class Trajectory(Message):
     """Agent -> its side's aligner on `traj.<side>` (stream `traj-<side>`): one agent's token-in/token-out
-    trajectory; it stays on its own side (design.md §Sides)."""
+    trajectory; it stays on its own side (docs/architecture.md §Sides)."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -266,7 +266,7 @@ class AlignedBatch(Message):
     loss_mask: np.ndarray = array_field("uint8")
     logprobs: np.ndarray = array_field("float32")
     advantages: np.ndarray = array_field("float32")  # one per sample
-    weights: np.ndarray = array_field("float32")  # 0 for placeholders (m-grpo.md §alignment)
+    weights: np.ndarray = array_field("float32")  # 0 for placeholders (docs/method.md §alignment)
     policy_versions: np.ndarray = array_field("int32")
     rewards: np.ndarray = array_field("float32")  # R_M or R_S of each sample (0 for placeholders)
     kinds: np.ndarray = array_field("uint8")  # index into SAMPLE_KINDS
@@ -346,7 +346,7 @@ class Event(Message):
 @_message
 class DeadLetter(Message):
     """A message that could not be decoded or handled, with the reason, on `dlq.<subject>` (stream `dlq`;
-    design.md §Errors)."""
+    docs/architecture.md §Errors)."""
 
     subject: str
     reason: str

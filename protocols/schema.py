@@ -20,7 +20,7 @@ from protocols.errors import ProtocolError
 
 __all__ = ["ARRAY_DTYPES", "FieldCheck", "RawArray", "array_field", "build_checks", "check_json_like"]
 
-# dtypes that may travel as typed binary (design.md §Delivery and state: arrays are not lists of ints).
+# dtypes that may travel as typed binary (docs/architecture.md §Delivery and state: arrays are not lists of ints).
 ARRAY_DTYPES = ("int32", "int64", "uint8", "float32", "float16", "bool")
 
 Checker = Callable[[str, Any], Any]

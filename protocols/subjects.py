@@ -2,7 +2,7 @@
 
 All subjects live under `mgrpo.<run>.` so several runs share one NATS cluster and a tap on
 `mgrpo.>` sees everything. Stream and bucket names cannot contain dots, so they are
-`mgrpo-<run>-<what>`. The layout follows design.md §"One training step" and §"Delivery and state".
+`mgrpo-<run>-<what>`. The layout follows docs/architecture.md §"One training step" and §"Delivery and state".
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 __all__ = ["SIDES", "Subjects", "validate_run_id"]
 
-# The two sides of design.md §"Sides and what crosses them".
+# The two sides of docs/architecture.md §"Sides and what crosses them".
 SIDES = ("main", "sub")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -142,7 +142,7 @@ class Subjects:
         return f"mgrpo-{self.run_id}-{_token(what, 'stream')}"
 
     def streams(self) -> dict[str, list[str]]:
-        """Every stream of the run and the subjects it captures (design.md §Delivery and state)."""
+        """Every stream of the run and the subjects it captures (docs/architecture.md §Delivery and state)."""
         return {
             self.stream("rollouts"): [self.rollout_requests],
             self.stream("traj-main"): [self.trajectories("main")],

@@ -1,7 +1,7 @@
 """Shared fixtures: a real nats-server (the venv's, via EmbeddedNats) on a random loopback port, a
 connected Bus per test, a unique run id per test, and paths to the venv's console scripts.
 
-No mock of NATS anywhere (design.md §Tests). Hypothesis runs derandomized (fixed seeds) so every run
+No mock of NATS anywhere (docs/architecture.md §Tests). Hypothesis runs derandomized (fixed seeds) so every run
 of the suite draws the same examples.
 """
 

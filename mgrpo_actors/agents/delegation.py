@@ -1,4 +1,4 @@
-"""Delegation, M's call-return protocol with S (m-grpo.md §The system being trained): M calls the `delegate`
+"""Delegation, M's call-return protocol with S (docs/method.md §The system being trained): M calls the `delegate`
 tool with `{task, context}`, a sub-agent works on it, and M reads back only S's structured result.
 
 A delegation is an explicit callback, `Delegate(requests) -> results`, taking a batch of requests: the

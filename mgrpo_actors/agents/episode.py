@@ -11,7 +11,7 @@ text that is parsed is decoded from the sampled ids and is never tokenised back 
 A turn ends at its first complete, valid action block, as if the closing tags were stop strings: where
 the tags are single token ids the engine stops on them, elsewhere the sampled tail is cut off here.
 
-Budgets (m-grpo.md §The system being trained: ~20 turns per agent). Before each tool output is added
+Budgets (docs/method.md §The system being trained: ~20 turns per agent). Before each tool output is added
 the episode checks that the budgets leave room for one more ordinary turn and a final answer after it;
 when they do not (the next turn would be the last allowed, or the context would not hold both), the
 tool output is cut to fit, an early-stop note asking for the final answer is appended to it, and the

@@ -1,5 +1,5 @@
 """The main agent M: plans, calls `reason`, delegates `{task, context}` to sub-agents, reads their results,
-answers (m-grpo.md §The system being trained). Its loop is AgentEpisode's; this module says which
+answers (docs/method.md §The system being trained). Its loop is AgentEpisode's; this module says which
 tools M has and what it is asked."""
 
 from __future__ import annotations

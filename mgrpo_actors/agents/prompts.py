@@ -2,7 +2,7 @@
 
 Each system prompt is the role's job, the turn format (TURN_FORMAT_INSTRUCTIONS) and the role's tools as
 JSON schemas (schemas_for_prompt). The sub-agent appears to M as its `delegate` tool; M never sees S's
-prompt or transcript (m-grpo.md §The system being trained).
+prompt or transcript (docs/method.md §The system being trained).
 
 A demonstration is one worked exchange (user, assistant turns, tool messages) placed between the system
 prompt and the real question. Small instruction-tuned models (SmolLM2-135M) ignore a format described

@@ -49,7 +49,7 @@ def load_agent(cfg: AgentConfig) -> AgentModel:
 
 
 def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
-    """(M's r_correct judge, S's r_expert judge or None when β3 is folded), m-grpo.md §Rewards."""
+    """(M's r_correct judge, S's r_expert judge or None when β3 is folded), docs/method.md §Rewards."""
     llm = OpenAICompatibleJudge(agents.llm_judge) if agents.llm_judge is not None else None
     rules: dict[str, Judge] = {
         "exact-match": ExactMatchJudge(),

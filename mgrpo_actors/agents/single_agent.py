@@ -1,4 +1,4 @@
-"""The single agent, the baseline of m-grpo.md §Training schedule: one agent with every tool (search, visit,
+"""The single agent, the baseline of docs/method.md §Training schedule: one agent with every tool (search, visit,
 reason) and no sub-agent. Its loop is AgentEpisode's; it is scored like M.
 
 `agents.main.tools` narrows its tools; with none (`[]`) it is plain GRPO: the prompt is PLAIN_PROMPT and

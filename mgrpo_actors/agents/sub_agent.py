@@ -1,5 +1,5 @@
 """The sub-agent S: works on one delegated task with `search` and `visit`, then returns a structured result
-(findings, evidence urls) that is all M sees of it (m-grpo.md §The system being trained).
+(findings, evidence urls) that is all M sees of it (docs/method.md §The system being trained).
 
 S's `<answer>` may hold the JSON object `{"findings": "...", "evidence": ["url", ...]}`; any other answer
 text is taken as the findings, with no evidence: what S visited is its transcript, which M never sees.

@@ -1,5 +1,5 @@
 """One assistant turn: optional `<think>…</think>`, then exactly one `<tool_call>{json}</tool_call>` or
-`<answer>…</answer>` (m-grpo.md, turn format). Tool output returns as a `tool` message.
+`<answer>…</answer>` (docs/method.md, turn format). Tool output returns as a `tool` message.
 
 `parse_turn` accepts any model output and never raises: a turn that breaks the format comes back as
 kind "malformed" with an `error` saying why (this feeds r_format and the feedback the agent gets).

@@ -1,4 +1,4 @@
-"""The M-GRPO math (../shared/docs/m-grpo.md): rewards, judges, format check, group advantages,
+"""The M-GRPO math (docs/method.md): rewards, judges, format check, group advantages,
 trajectory alignment and the clipped objective. Pure logic: no NATS, no model.
 
 Names are imported on first use (PEP 562): the node config imports `algo.config` without pulling in

@@ -1,4 +1,4 @@
-"""Group-relative advantages, m-grpo.md §Group-relative advantages.
+"""Group-relative advantages, docs/method.md §Group-relative advantages.
 
 Main agent: one group of K rollouts per query, rewards shaped (B, K).
 Sub-agent: after alignment, one group of all D·K aligned sub-trajectories per query, rewards shaped
@@ -41,7 +41,7 @@ def group_statistics(rewards: np.ndarray, counted: np.ndarray, cfg: AdvantageCon
     mean = values.sum(axis=1) / np.maximum(count, 1)
     squared = np.where(counted, (rewards - mean[:, None]) ** 2, 0.0)
     std = np.sqrt(squared.sum(axis=1) / np.maximum(count - ddof, 1))
-    # m-grpo.md §Group-relative advantages [ours]: std = 0 means no signal; eps is the only tolerance,
+    # docs/method.md §Group-relative advantages [ours]: std = 0 means no signal; eps is the only tolerance,
     # it is never added to std. A group needs two counted members to carry a relative signal (and an
     # unbiased std needs two to exist).
     degenerate = (count < 2) | (std <= cfg.eps)
@@ -51,7 +51,7 @@ def group_statistics(rewards: np.ndarray, counted: np.ndarray, cfg: AdvantageCon
 def group_advantages(rewards: npt.ArrayLike, counted: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
     """A = (R − mean) / std per row of a (G, N) array over members with counted = True; 0 elsewhere.
 
-    m-grpo.md §Group-relative advantages. Uncounted members (alignment placeholders) neither enter
+    docs/method.md §Group-relative advantages. Uncounted members (alignment placeholders) neither enter
     the statistics nor receive an advantage ([ours]); their reward values are ignored.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
@@ -70,7 +70,7 @@ def group_advantages(rewards: npt.ArrayLike, counted: npt.ArrayLike, cfg: Advant
 
 
 def main_advantages(rewards: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
-    """A_M for rewards shaped (B, K): one group of K rollouts per query (m-grpo.md §Group-relative advantages)."""
+    """A_M for rewards shaped (B, K): one group of K rollouts per query (docs/method.md §Group-relative advantages)."""
     rewards = np.asarray(rewards, dtype=np.float64)
     if rewards.ndim != 2:
         raise ValueError(f"main rewards must be shaped (B, K), got shape {rewards.shape}")
@@ -85,7 +85,7 @@ def main_advantages(rewards: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
 def sub_advantages(rewards: npt.ArrayLike, weights: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
     """A_S for aligned rewards shaped (B, K, D): all D·K slots of a query form one group.
 
-    m-grpo.md §Group-relative advantages: duplicates count. Slots with weight 0 (placeholders) are
+    docs/method.md §Group-relative advantages: duplicates count. Slots with weight 0 (placeholders) are
     left out of the statistics and get advantage 0 ([ours]). K = 1 is allowed: a query whose group has
     fewer than 2 counted slots (or std <= eps) is degenerate and gets advantages 0. Returns (B, K, D).
     """
@@ -98,7 +98,7 @@ def sub_advantages(rewards: npt.ArrayLike, weights: npt.ArrayLike, cfg: Advantag
     batch, k, d = rewards.shape
     if batch == 0 or k == 0 or d == 0:
         raise ValueError(f"sub rewards: empty groups, shape (B, K, D) = {rewards.shape}")
-    # m-grpo.md §Group-relative advantages [ours]: K = 1 is allowed for S, the group being the query's
+    # docs/method.md §Group-relative advantages [ours]: K = 1 is allowed for S, the group being the query's
     # counted slots; one with fewer than 2 counted members is degenerate (group_statistics gives 0).
     flat = group_advantages(rewards.reshape(batch, k * d), weights.reshape(batch, k * d) > 0, cfg)
     return flat.reshape(batch, k, d)

@@ -1,4 +1,4 @@
-"""Trajectory alignment: every rollout gets exactly D sub-trajectory slots, m-grpo.md §Trajectory alignment.
+"""Trajectory alignment: every rollout gets exactly D sub-trajectory slots, docs/method.md §Trajectory alignment.
 
 In one rollout M calls S a variable number of times d_k. To train S on fixed-size batches, each
 rollout is brought to exactly D slots:
@@ -70,7 +70,7 @@ class AlignmentPlan:
     `source[b, k, j]` indexes `ids`, -1 for a placeholder. Every source of rollout (b, k) is one of that
     rollout's own keys. A batch builder lays the B·K·D samples out in `slots()` order and multiplies each
     sample's loss mask by `loss_weights()` (`mask_placeholders` does it), so placeholders, whatever
-    tokens fill them, carry an all-zero loss mask (m-grpo.md §Objective).
+    tokens fill them, carry an all-zero loss mask (docs/method.md §Objective).
     """
 
     d: int
@@ -131,7 +131,7 @@ class AlignmentPlan:
     def loss_weights(self) -> np.ndarray:
         """Per slot, flat (B·K·D,) in `slots()` order: 1, or 0 for a placeholder.
 
-        m-grpo.md §Trajectory alignment / §Objective: placeholders have loss weight 0, i.e. an all-zero
+        docs/method.md §Trajectory alignment / §Objective: placeholders have loss weight 0, i.e. an all-zero
         loss mask; multiply each slot's loss mask by its entry (or call `mask_placeholders`).
         """
         return self.weight.reshape(-1)
@@ -186,7 +186,7 @@ def _validate(sub_ids: Sequence[Sequence[Sequence[Hashable]]]) -> int:
 def align(
     sub_ids: Sequence[Sequence[Sequence[Hashable]]], d: int, rng: np.random.Generator, mode: AlignmentMode = "duplicate"
 ) -> AlignmentPlan:
-    """Align each rollout's sub-trajectories to exactly `d` slots (m-grpo.md §Trajectory alignment).
+    """Align each rollout's sub-trajectories to exactly `d` slots (docs/method.md §Trajectory alignment).
 
     `sub_ids[b][k]` lists the call ids of the sub-trajectories of rollout k of query b, in call order.
     Call ids must be unique within a rollout; the plan keys each as (b, k, call id). Returns exactly
@@ -240,7 +240,7 @@ def align(
 
 
 class DEstimator:
-    """The D used for alignment: fixed, or `D: auto` from the observed d_k (m-grpo.md §Trajectory alignment).
+    """The D used for alignment: fixed, or `D: auto` from the observed d_k (docs/method.md §Trajectory alignment).
 
     `D: auto` picks the smallest D with P(d_k <= D) >= quantile over the last `window` observations,
     clamped to [d_min, d_max]. D only changes at `end_step()`, never mid-step ([ours]): observations

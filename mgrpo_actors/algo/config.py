@@ -1,7 +1,7 @@
 """Typed configuration of the M-GRPO math (rewards, advantages, alignment, objective, judge).
 
 Every default names its source: "paper" (arXiv 2511.13288), "reference code" (the authors'
-implementation, as summarised in ../shared/docs/m-grpo.md) or "[ours]" (a choice m-grpo.md marks ours).
+implementation, as summarised in docs/method.md) or "[ours]" (a choice docs/method.md marks ours).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward weights, m-grpo.md §Rewards."""
+    """Reward weights, docs/method.md §Rewards."""
 
     # α1: weight of r_format in R_M (paper: 0.1).
     alpha_format: float = 0.1
@@ -60,11 +60,11 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """Group-relative advantages, m-grpo.md §Group-relative advantages."""
+    """Group-relative advantages, docs/method.md §Group-relative advantages."""
 
-    # Std convention: "population" divides by n, "unbiased" by n - 1 (m-grpo.md default: population).
+    # Std convention: "population" divides by n, "unbiased" by n - 1 (docs/method.md default: population).
     std: StdKind = "population"
-    # A group whose std is <= eps is degenerate and gets advantages 0 (m-grpo.md default: 1e-6).
+    # A group whose std is <= eps is degenerate and gets advantages 0 (docs/method.md default: 1e-6).
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -77,7 +77,7 @@ class AdvantageConfig:
 
 @dataclass(frozen=True)
 class AlignmentConfig:
-    """Trajectory alignment to a fixed D, m-grpo.md §Trajectory alignment."""
+    """Trajectory alignment to a fixed D, docs/method.md §Trajectory alignment."""
 
     # D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8).
     d: int | Literal["auto"] = 8
@@ -113,7 +113,7 @@ class AlignmentConfig:
 
 @dataclass(frozen=True)
 class ObjectiveConfig:
-    """Clipped policy objective, m-grpo.md §Objective."""
+    """Clipped policy objective, docs/method.md §Objective."""
 
     # Lower clip range: ρ is clipped at 1 - eps_low (reference code: 0.2).
     eps_low: float = 0.2
@@ -145,7 +145,7 @@ class ObjectiveConfig:
         _require_choice(
             "objective.aggregation", self.aggregation, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
         )
-        # m-grpo.md §Objective: the paper's sequence ratio counts each sequence's loss once; any other
+        # docs/method.md §Objective: the paper's sequence ratio counts each sequence's loss once; any other
         # aggregation weights it by its length. sequence-mean takes any aggregation (objective.py says why).
         _require(
             self.ratio != "sequence" or self.aggregation == "seq-mean-token-mean",
@@ -165,7 +165,7 @@ class ObjectiveConfig:
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """An LLM judge behind an OpenAI-compatible /chat/completions endpoint, m-grpo.md §Rewards ([ours])."""
+    """An LLM judge behind an OpenAI-compatible /chat/completions endpoint, docs/method.md §Rewards ([ours])."""
 
     # Base URL of the endpoint, e.g. "http://127.0.0.1:8000/v1" ("/chat/completions" is appended).
     base_url: str
@@ -199,13 +199,13 @@ class JudgeConfig:
 class AlgoConfig:
     """All of the M-GRPO math's settings."""
 
-    # Reward weights (m-grpo.md §Rewards).
+    # Reward weights (docs/method.md §Rewards).
     rewards: RewardConfig = field(default_factory=RewardConfig)
-    # Advantage normalisation (m-grpo.md §Group-relative advantages).
+    # Advantage normalisation (docs/method.md §Group-relative advantages).
     advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
-    # Trajectory alignment (m-grpo.md §Trajectory alignment).
+    # Trajectory alignment (docs/method.md §Trajectory alignment).
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
-    # Clipped objective (m-grpo.md §Objective).
+    # Clipped objective (docs/method.md §Objective).
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Trajectory-level format check: r_format for R_M and R_S, m-grpo.md §Rewards and §The system being trained.
+"""Trajectory-level format check: r_format for R_M and R_S, docs/method.md §Rewards and §The system being trained.
 
 Parsing one turn (optional <think>, then exactly one <tool_call>{json}</tool_call> or <answer>…</answer>)
 belongs to the agents: `mgrpo_actors/agents/turn_format.py` reports, per turn, None for a valid turn
@@ -27,7 +27,7 @@ def trajectory_format_ok(
     max_turns: int | None = None,
 ) -> FormatCheck:
     """A trajectory is valid when it has turns, every turn parsed, it fits the turn budget and,
-    if required, it ended with an <answer> turn (M must answer; m-grpo.md §The system being trained).
+    if required, it ended with an <answer> turn (M must answer; docs/method.md §The system being trained).
 
     The first problem found is reported, in that order.
     """
@@ -46,5 +46,5 @@ def trajectory_format_ok(
 
 
 def r_format(check: FormatCheck) -> float:
-    """r_format ∈ {0, 1} (m-grpo.md §Rewards)."""
+    """r_format ∈ {0, 1} (docs/method.md §Rewards)."""
     return 1.0 if check.ok else 0.0

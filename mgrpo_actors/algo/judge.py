@@ -1,4 +1,4 @@
-"""Pluggable judges for r_correct and r_expert, m-grpo.md §Rewards.
+"""Pluggable judges for r_correct and r_expert, docs/method.md §Rewards.
 
 A judge scores a response against a reference in [0, 1]. Rule judges (scorers.py) never fail; the LLM
 judge here can, and then it raises JudgeError, unless a fallback score is configured explicitly, in

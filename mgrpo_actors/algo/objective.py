@@ -1,4 +1,4 @@
-"""The clipped policy objective each learner minimises, m-grpo.md §Objective.
+"""The clipped policy objective each learner minimises, docs/method.md §Objective.
 
     loss per token = −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)  [+ kl_coef · KL(π_θ ‖ π_ref)]
 
@@ -9,7 +9,7 @@ all its tokens. Token losses become one number by `aggregation`, always as numer
 the denominator belongs to the *global* batch: pass `global_denominator=loss_denominator(full_mask)`
 to every micro-batch and the micro-batch losses add up to the full-batch loss, so gradient
 accumulation never changes the loss scale. Everything is computed in fp32 (fp64 if the log-probs are
-fp64) whatever the model's dtype, token counts in fp64 (m-grpo.md §Objective).
+fp64) whatever the model's dtype, token counts in fp64 (docs/method.md §Objective).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class PolicyLossStats:
 
 
 def loss_denominator(loss_mask: torch.Tensor, cfg: ObjectiveConfig) -> float:
-    """The aggregation's normaliser for a batch; compute it on the global batch (m-grpo.md §Objective).
+    """The aggregation's normaliser for a batch; compute it on the global batch (docs/method.md §Objective).
 
     token-mean: loss tokens. seq-mean-token-mean: sequences with at least one loss token (alignment
     placeholders, whose mask is all 0, do not count). seq-mean-token-sum-norm (Dr.GRPO): those
@@ -103,14 +103,14 @@ def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, 
 
 
 def _compute_dtype(logprobs: torch.Tensor) -> torch.dtype:
-    """fp32 for bf16/fp16/fp32 log-probs, fp64 for fp64 ones: never below fp32 (m-grpo.md §Objective)."""
+    """fp32 for bf16/fp16/fp32 log-probs, fp64 for fp64 ones: never below fp32 (docs/method.md §Objective)."""
     return torch.float64 if logprobs.dtype == torch.float64 else torch.float32
 
 
 def _ratio_and_advantages(
     token_log_ratio: torch.Tensor, on_loss: torch.Tensor, advantages: torch.Tensor, cfg: ObjectiveConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """ρ and A per token for cfg.ratio (m-grpo.md §Objective); token_log_ratio is already 0 off the loss tokens.
+    """ρ and A per token for cfg.ratio (docs/method.md §Objective); token_log_ratio is already 0 off the loss tokens.
 
     sequence: log ρ = Σ_t log-ratio (the paper's product). sequence-mean: log ρ = mean over the
     sequence's loss tokens (GSPO's length-normalised ratio); a sequence without loss tokens gets
@@ -153,7 +153,7 @@ def clipped_policy_loss(
     entropy: torch.Tensor | None = None,
     global_denominator: float | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
-    """PPO-clip loss over a (micro-)batch and its statistics (m-grpo.md §Objective).
+    """PPO-clip loss over a (micro-)batch and its statistics (docs/method.md §Objective).
 
     logprobs: (N, T) log π_θ of the sampled tokens, with grad. old_logprobs: (N, T) behaviour log-probs.
     advantages: (N,) per sequence or (N, T) per token. loss_mask: (N, T), 1 on the agent's own tokens
@@ -172,7 +172,7 @@ def clipped_policy_loss(
     token_log_ratio = torch.clamp(token_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
     ratio, token_advantages = _ratio_and_advantages(token_log_ratio, on_loss, advantages, cfg)
 
-    # m-grpo.md §Objective: min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), negated to a loss.
+    # docs/method.md §Objective: min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A), negated to a loss.
     unclipped = ratio * token_advantages
     clipped = torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * token_advantages
     pg_per_token = -torch.minimum(unclipped, clipped)

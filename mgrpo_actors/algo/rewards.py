@@ -1,4 +1,4 @@
-"""Main and sub-agent rewards, m-grpo.md §Rewards.
+"""Main and sub-agent rewards, docs/method.md §Rewards.
 
 Vectorised over any shape: pass arrays (one entry per rollout or per sub call) or scalars.
 Every input must have the same shape; nothing is broadcast silently.
@@ -33,7 +33,7 @@ def resolve_sub_weights(
 ) -> SubRewardWeights:
     """The β weights for R_S; without an expert scorer β3 is folded into β2 and the log says so.
 
-    m-grpo.md §Rewards: "with no scorer configured, its weight is folded into β2 and the run says so
+    docs/method.md §Rewards: "with no scorer configured, its weight is folded into β2 and the run says so
     in its log". Call this once at start-up and reuse the result. `reason`: why there is no expert
     score, for the log.
     """
@@ -78,12 +78,12 @@ def _require_same_shape(**arrays: np.ndarray) -> None:
 
 
 def main_reward(format_ok: npt.ArrayLike, r_correct: npt.ArrayLike, cfg: RewardConfig) -> np.ndarray:
-    """R_M = α1·r_format + α2·r_correct if M's format is valid, else 0 (m-grpo.md §Rewards)."""
+    """R_M = α1·r_format + α2·r_correct if M's format is valid, else 0 (docs/method.md §Rewards)."""
     ok = _as_flag("format_ok", format_ok)
     correct = _as_score("r_correct", r_correct)
     _require_same_shape(format_ok=ok, r_correct=correct)
     r_format = ok.astype(np.float64)
-    # m-grpo.md §Rewards: the whole reward is 0 on invalid format, not only the format term.
+    # docs/method.md §Rewards: the whole reward is 0 on invalid format, not only the format term.
     return np.where(ok, cfg.alpha_format * r_format + cfg.alpha_correct * correct, 0.0)
 
 
@@ -92,7 +92,7 @@ def sub_reward(
 ) -> np.ndarray:
     """R_S = β1·r_format(S) + β2·r_correct(M) + β3·r_expert if S's own format is valid, else 0.
 
-    m-grpo.md §Rewards. `main_correct` is M's correctness in the rollout the call belongs to, copied to
+    docs/method.md §Rewards. `main_correct` is M's correctness in the rollout the call belongs to, copied to
     every S call of it. `r_expert` is None exactly when the weights were resolved without a scorer.
     """
     ok = _as_flag("format_ok", format_ok)
@@ -115,7 +115,7 @@ def sub_reward(
 def main_correct_for_sub(main_format_ok: npt.ArrayLike, main_r_correct: npt.ArrayLike) -> np.ndarray:
     """r_correct(M) as R_S uses it: M's r_correct where M's format is valid, else 0.
 
-    m-grpo.md §Rewards [ours]: S is not paid for an answer M never validly gave (the reference code
+    docs/method.md §Rewards [ours]: S is not paid for an answer M never validly gave (the reference code
     derives S's reward from R_M, which is 0 on invalid format). Vectorised; same shapes in and out.
     """
     ok = _as_flag("main_format_ok", main_format_ok)

@@ -1,4 +1,4 @@
-"""Rule scorers for r_correct and r_expert, m-grpo.md §Rewards.
+"""Rule scorers for r_correct and r_expert, docs/method.md §Rewards.
 
 Normalised exact match and token F1 (as in SQuAD/HotpotQA evaluation) for M's answer against the gold
 answer, numeric match for math answers (plain GRPO), and "does the text contain a reference S was not
@@ -105,7 +105,7 @@ def _occurs(wanted: str, padded_text: str) -> bool:
 def contains_reference(text: str, references: References, given: str = "") -> float:
     """1.0 when a normalised reference occurs in the normalised text as whole words, else 0.0.
 
-    The local rule for r_expert (m-grpo.md §Rewards [ours]): did S's result contain the evidence entity.
+    The local rule for r_expert (docs/method.md §Rewards [ours]): did S's result contain the evidence entity.
     A reference that already occurs (as whole words) in `given`, what S was told (its task and context),
     earns nothing: S is judged only on what it found itself, so echoing its task never scores.
     """
@@ -121,7 +121,7 @@ def contains_reference(text: str, references: References, given: str = "") -> fl
 def subtask_text(task: str, context: str) -> str:
     """What S was told, as the `question` its expert judge reads: the task, then the context if any.
 
-    m-grpo.md §Rewards: a local rule judges S only on what S found beyond this text.
+    docs/method.md §Rewards: a local rule judges S only on what S found beyond this text.
     """
     return "\n\n".join(part for part in (task, context) if part)
 
@@ -157,7 +157,7 @@ class ContainsReferenceJudge:
     """The Judge protocol over contains_reference (the local r_expert rule).
 
     `question` is what S was told (`subtask_text(task, context)`): a reference it already contains
-    scores 0 whatever the response says (m-grpo.md §Rewards).
+    scores 0 whatever the response says (docs/method.md §Rewards).
     """
 
     name = "contains-reference"

@@ -2,7 +2,7 @@
 
 A row is one sample: a trajectory's tokens with its advantage, loss weight and reward, or a
 placeholder (alignment's fill for d_k = 0, or a failed rollout's slot) of one masked token: weight 0
-and an all-zero loss mask, so shapes stay fixed and nothing is learned from it (m-grpo.md §Trajectory
+and an all-zero loss mask, so shapes stay fixed and nothing is learned from it (docs/method.md §Trajectory
 alignment). Every row records the sampling that produced it and its policy version.
 """
 

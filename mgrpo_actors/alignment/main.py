@@ -1,5 +1,5 @@
 """The main aligner's math for one step: the B·K main trajectories of the step's plan become one batch
-of exactly B·K samples with group advantages (m-grpo.md §Rewards, §Group-relative advantages).
+of exactly B·K samples with group advantages (docs/method.md §Rewards, §Group-relative advantages).
 
 R_M = α1·r_format + α2·r_correct if M's format is valid, else 0, from the scores the main agent
 judged; A_M = (R_M − mean_k) / std_k per query. A failed or missing rollout keeps its slot as a
@@ -40,9 +40,9 @@ def build_main_batch(
     counted = np.array([[t is not None and not t.failed for t in row] for row in present], dtype=bool)
     format_ok = np.array([[bool(t and t.format_ok) for t in row] for row in present], dtype=bool)
     r_correct = np.array([[t.r_correct if t else 0.0 for t in row] for row in present], dtype=np.float64)
-    rewards = main_reward(format_ok, r_correct, cfg.rewards)  # m-grpo.md §Rewards
+    rewards = main_reward(format_ok, r_correct, cfg.rewards)  # docs/method.md §Rewards
     rewards = np.where(counted, rewards, 0.0)
-    advantages = group_advantages(rewards, counted, cfg.advantages)  # m-grpo.md §Group-relative advantages
+    advantages = group_advantages(rewards, counted, cfg.advantages)  # docs/method.md §Group-relative advantages
     rows: list[BatchRow] = []
     for b, query in enumerate(plan.query_ids):
         for i, traj in enumerate(present[b]):

@@ -1,5 +1,5 @@
 """The sub aligner's math for one step: the step's RewardStats (scalars from the main side) and the
-sub trajectories they name become one batch of exactly B·K·D samples (m-grpo.md §Rewards,
+sub trajectories they name become one batch of exactly B·K·D samples (docs/method.md §Rewards,
 §Trajectory alignment, §Group-relative advantages).
 
 Per sub call: R_S = β1·r_format(S) + β2·r_correct(M) + β3·r_expert if S's own format is valid, else 0,
@@ -62,7 +62,7 @@ def sub_call_lists(
 def query_sub_rewards(
     question: Question, calls: list[Trajectory], stats: list[RewardStats], cfg: RolloutConfig
 ) -> np.ndarray:
-    """R_S of each call of one query (stats[i]: the rollout of calls[i]), m-grpo.md §Rewards, from the
+    """R_S of each call of one query (stats[i]: the rollout of calls[i]), docs/method.md §Rewards, from the
     scalars that crossed and S's own trajectories (rollout/scoring.py sub_rewards)."""
     expert, weights = expert_for(question, cfg)
     main_ok = np.array([s.r_format > 0 for s in stats], dtype=bool)
@@ -93,7 +93,7 @@ def build_sub_batch(
 ) -> tuple[AlignedBatch, dict[str, float], AlignmentPlan]:
     """The sub batch of `plan` aligned to `d`, its metrics, and the alignment (for d_k statistics)."""
     sub_ids = sub_call_lists(plan, stats, trajectories)
-    alignment = align(sub_ids, d, rng, algo.alignment.mode)  # m-grpo.md §Trajectory alignment
+    alignment = align(sub_ids, d, rng, algo.alignment.mode)  # docs/method.md §Trajectory alignment
     rewards: dict = {}
     for b, query in enumerate(plan.query_ids):
         keys = [(b, k, call) for k, calls in enumerate(sub_ids[b]) for call in calls]
@@ -104,7 +104,9 @@ def build_sub_batch(
             )
             rewards.update(zip(keys, values.tolist()))
     slot_rewards = alignment.gather(rewards)
-    advantages = sub_advantages(slot_rewards, alignment.weight, algo.advantages)  # m-grpo.md §Group-relative advantages
+    advantages = sub_advantages(
+        slot_rewards, alignment.weight, algo.advantages
+    )  # docs/method.md §Group-relative advantages
     rows: list[BatchRow] = []
     for slot in alignment.slots():
         query = plan.query_ids[slot.query]

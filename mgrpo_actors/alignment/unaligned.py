@@ -1,10 +1,10 @@
 """The alignment ablation (`algo.alignment.mode: none`): the sub batch as the reference code builds it,
-without trajectory alignment (m-grpo.md §Trajectory alignment; the reference implementation "does no
+without trajectory alignment (docs/method.md §Trajectory alignment; the reference implementation "does no
 alignment"). The step's sub trajectories fill the B·K·D slots first-in-first-out, in the order they
 arrived, whichever rollout they belong to: a rollout that called S often takes many slots, one that
 called it once takes one, and what arrives after the slots are full is dropped; a shortfall is filled
 with placeholders (weight 0). R_S is the same as aligned (sub_alignment.query_sub_rewards), and the
-advantage group of a query is its samples in the batch (m-grpo.md §Group-relative advantages)."""
+advantage group of a query is its samples in the batch (docs/method.md §Group-relative advantages)."""
 
 from __future__ import annotations
 

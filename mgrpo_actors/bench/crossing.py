@@ -1,5 +1,5 @@
 """`mgrpo bench crossing`: bytes per step that crossed between the main and the sub side, beside the
-bytes that stayed on each side (design.md §Sides and what crosses them).
+bytes that stayed on each side (docs/architecture.md §Sides and what crosses them).
 
 It runs a real pipeline job (`mgrpo-node --role all` as a subprocess on a nats-server of its own, with
 every node's delivery audit on) and then counts, per step:

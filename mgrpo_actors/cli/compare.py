@@ -1,4 +1,4 @@
-"""`mgrpo compare`: the methods side by side (m-grpo.md §Training schedule: M-GRPO against main-only and
+"""`mgrpo compare`: the methods side by side (docs/method.md §Training schedule: M-GRPO against main-only and
 single-agent, and aligned against unaligned), with the same seeds and budget, evaluated along the way.
 
     0. with `--warmup`, `mgrpo warmup` per agent layout (the optional supervised format warm-up);

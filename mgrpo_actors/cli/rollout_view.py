@@ -144,7 +144,7 @@ def _main_transcript(agent: str, rollout: Rollout, width: int, result_chars: int
 
 def _reward_title(group: RolloutGroup, cfg: RolloutConfig) -> str:
     r = cfg.rewards
-    title = f"rewards (m-grpo.md §Rewards; α={r.alpha_format}, {r.alpha_correct}"
+    title = f"rewards (docs/method.md §Rewards; α={r.alpha_format}, {r.alpha_correct}"
     if group.sub_weights is not None:
         w = group.sub_weights
         title += f"; β={w.beta_format}, {w.beta_correct}, {w.beta_expert}" + (" [β3 folded]" if w.expert_folded else "")

@@ -1,2 +1,2 @@
-"""`mgrpo compare`: the methods of m-grpo.md §Training schedule run side by side with the same seeds and
+"""`mgrpo compare`: the methods of docs/method.md §Training schedule run side by side with the same seeds and
 budget, evaluated along the way; the plan (plan.py), the results (results.py) and the figure (plot.py)."""

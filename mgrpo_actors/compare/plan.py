@@ -31,7 +31,7 @@ class CompareConfig:
     methods: tuple[str, ...] = tuple(METHODS)  # which methods to run, in this order
     steps: int = 6  # stage-2 training steps per method
     eval_every: int = 2  # evaluate each method's models every N steps (and at step 0, the shared start)
-    # steps of the shared stage-1 warm start (one-fact lookups, m-grpo.md §Training schedule); 0 = none
+    # steps of the shared stage-1 warm start (one-fact lookups, docs/method.md §Training schedule); 0 = none
     stage1_steps: int = 2
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)

@@ -1,5 +1,5 @@
 """The `agents` section of the node config: one AgentConfig per agent (M's and S's models, engines,
-budgets and sampling; each agent is its own LLM), and the judges that score them (m-grpo.md §The system being trained, §Rewards)."""
+budgets and sampling; each agent is its own LLM), and the judges that score them (docs/method.md §The system being trained, §Rewards)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mgrpo_actors.engines.base import SamplingParams
 __all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig", "AgentsConfig", "cpu_agent"]
 
 
-# The tools a single agent may be given (m-grpo.md §Training schedule: the single-agent baseline has all of them).
+# The tools a single agent may be given (docs/method.md §Training schedule: the single-agent baseline has all of them).
 SINGLE_AGENT_TOOLS = ("search", "visit", "reason")
 
 
@@ -25,7 +25,7 @@ class AgentConfig:
     engine: str = "hf"  # rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype the rollout model is loaded in
     device: str = "cpu"  # where the rollout model runs ("cpu", "cuda", "cuda:1")
-    max_turns: int = 20  # generations per episode, the forced final-answer turn included (m-grpo.md: ~20)
+    max_turns: int = 20  # generations per episode, the forced final-answer turn included (docs/method.md: ~20)
     max_new_tokens_per_turn: int = 512  # generation budget of one turn
     max_context_tokens: int = 8192  # context budget: prompt + every turn + every tool output
     temperature: float = 1.0  # sampling temperature (reference code: 1.0)

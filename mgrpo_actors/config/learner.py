@@ -1,4 +1,4 @@
-"""The `learners` section of the node config: one DeepSpeed learner per agent (design.md §Engines),
+"""The `learners` section of the node config: one DeepSpeed learner per agent (docs/architecture.md §Engines),
 and how new weights reach that agent's rollout engines (§One training step, step 6)."""
 
 from __future__ import annotations

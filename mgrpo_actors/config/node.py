@@ -21,7 +21,7 @@ from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
-# The run's streams by the names Subjects.stream takes (design.md §Delivery and state).
+# The run's streams by the names Subjects.stream takes (docs/architecture.md §Delivery and state).
 STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
     "ToolsConfig",
 ]
 
-# What a run trains (m-grpo.md §Training schedule): M-GRPO (both agents), the main-only baseline (S
+# What a run trains (docs/method.md §Training schedule): M-GRPO (both agents), the main-only baseline (S
 # frozen), the single-agent baseline (one agent with every tool, plain GRPO; no sub side at all).
 METHODS = ("m-grpo", "main-only", "single-agent")
 Method = Literal["m-grpo", "main-only", "single-agent"]
@@ -203,7 +203,7 @@ class NodeConfig:
     agents: AgentsConfig = field(default_factory=AgentsConfig)  # main agent and sub-agent: models, budgets, judges
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
     learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
-    algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (m-grpo.md)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (docs/method.md)
     # the monitor role's Prometheus endpoint and TensorBoard files
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
 

@@ -1,5 +1,5 @@
 """The `pipeline` section of the node config: what the controller rolls out per step, and the
-timeouts, retries and batching of the actor pipeline (design.md §One training step)."""
+timeouts, retries and batching of the actor pipeline (docs/architecture.md §One training step)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class PipelineConfig:
     split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
     # only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)
     levels: list[int] | None = None
-    stage1_steps: int = 0  # curriculum (m-grpo.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no stage 1
+    stage1_steps: int = 0  # curriculum (docs/method.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no stage 1
     # stage 1's levels (1 = one-fact lookups: learn the format)
     stage1_levels: list[int] = field(default_factory=lambda: [1])
     # sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the learners

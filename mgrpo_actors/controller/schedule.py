@@ -72,7 +72,7 @@ def node_seed(node: str) -> int:
 
 
 class CurriculumSchedule:
-    """Stage 1 then stage 2 (m-grpo.md §Training schedule): steps 0 … stage1_steps − 1 walk the stage-1
+    """Stage 1 then stage 2 (docs/method.md §Training schedule): steps 0 … stage1_steps − 1 walk the stage-1
     questions, later steps walk the stage-2 ones from their own start. Still a function of the step alone."""
 
     def __init__(self, stage1: StepSchedule | None, stage1_steps: int, stage2: StepSchedule) -> None:

@@ -1,4 +1,4 @@
-"""The sides as NATS accounts (design.md §Sides and what crosses them): `MAIN`, `SUB`, `TOOLS` and a
+"""The sides as NATS accounts (docs/architecture.md §Sides and what crosses them): `MAIN`, `SUB`, `TOOLS` and a
 read-only `MONITOR`, each with JetStream and its own streams. A subject published in one account does
 not exist in another unless the first exports it and the second imports it, whatever a process tries:
 the server keeps the accounts apart. `CROSSINGS` is every subject that crosses, each with why it must;
@@ -66,7 +66,7 @@ class Crossing:
             raise ValueError(f"crossing {self.subject!r}: {self.source} cannot import its own subject")
 
 
-# Everything that crosses (design.md: subtask requests and results, the scalar reward statistics, and
+# Everything that crosses (docs/architecture.md: subtask requests and results, the scalar reward statistics, and
 # the step events the other side needs; tools serve both sides; the monitor watches every account).
 # Trajectories, batches, weights and their KV/object stores cross nothing.
 CROSSINGS: tuple[Crossing, ...] = (

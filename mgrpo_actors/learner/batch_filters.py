@@ -2,7 +2,7 @@
 and, for the control run of the learning test, flip the advantages' sign.
 
 Dropping keeps the batch's shape: a stale sample gets weight 0 (like an alignment placeholder), so it
-leaves both the loss and its global denominator (m-grpo.md §Objective) and is counted, never silently lost.
+leaves both the loss and its global denominator (docs/method.md §Objective) and is counted, never silently lost.
 """
 
 from __future__ import annotations

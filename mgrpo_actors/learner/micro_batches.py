@@ -1,4 +1,4 @@
-"""An aligned batch as the tensors a learner's forward passes take (m-grpo.md §Objective).
+"""An aligned batch as the tensors a learner's forward passes take (docs/method.md §Objective).
 
 Token t of a trajectory is predicted at position t − 1, so targets, behaviour logprobs and the loss
 mask are the trajectory's own from position 1 on. Samples with weight 0 (alignment placeholders,

@@ -1,4 +1,4 @@
-"""A learner with several ranks (torchrun / deepspeed launcher; design.md §Engines: "rank 0 talks to NATS").
+"""A learner with several ranks (torchrun / deepspeed launcher; docs/architecture.md §Engines: "rank 0 talks to NATS").
 
 Only rank 0 is on the bus: it joins a batch's chunks, publishes weights, writes KV and acks. The other
 ranks ("followers") never connect to NATS; they hold a copy of the model under the same DeepSpeed

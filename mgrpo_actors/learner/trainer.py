@@ -1,5 +1,5 @@
 """`PolicyTrainer`: one agent's model under a DeepSpeed engine, applying aligned batches with the clipped
-objective (m-grpo.md §Objective).
+objective (docs/method.md §Objective).
 
 The objective normalises by the *global* batch (objective.py: micro-batch losses add up to the
 full-batch loss), so DeepSpeed must not scale again: every micro-batch's backward runs with
@@ -174,7 +174,7 @@ class PolicyTrainer:
             self.objective,
             global_denominator=denominator,
         )
-        # m-grpo.md §Objective: the global denominator already scales the loss; undo DeepSpeed's rank averaging.
+        # docs/method.md §Objective: the global denominator already scales the loss; undo DeepSpeed's rank averaging.
         self.engine.backward(loss * (self.world_size * weight), scale_wrt_gas=False)
         return stats
 
@@ -205,7 +205,7 @@ class PolicyTrainer:
         no signal (the same answer on every rank: it is decided from the whole batch).
         """
         sums = target_mask_sums(batch)
-        # m-grpo.md §Objective: the global batch's
+        # docs/method.md §Objective: the global batch's
         denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0
         rows = trainable_rows(batch, skip_zero_advantage=self.objective.kl_coef == 0)
         names = ("loss", "clip_fraction", "approx_kl", "ratio_mean", "tokens")

@@ -56,7 +56,7 @@ PAD_TOKEN = "<|endoftext|>"
 BOS_TOKEN = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"  # end of a turn: what an assistant generation stops on
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)
-# The turn format's tags (m-grpo.md): single ids that decode to themselves, not "special" (kept by decode).
+# The turn format's tags (docs/method.md): single ids that decode to themselves, not "special" (kept by decode).
 FORMAT_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>", "</answer>")
 
 CHAT_TEMPLATE = (

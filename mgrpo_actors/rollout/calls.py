@@ -1,11 +1,11 @@
 """Request/reply calls from agents to other actors (tools, sub-agents) with explicit timeouts and a
-bounded retry, all of a batch in flight at once, and counted (design.md §One training step: "Timeouts
+bounded retry, all of a batch in flight at once, and counted (docs/architecture.md §One training step: "Timeouts
 and retries are explicit").
 
 The sending and resending is the runtime's (runtime/retry.py: a call that timed out, found nobody
 listening, or reached an actor that had just stopped is sent again, at most `retries` more times);
 whatever still fails is returned as the error, never raised, so the caller turns it into an error the
-agent reads (design.md §Errors). Here the calls are counted per kind for the metrics.
+agent reads (docs/architecture.md §Errors). Here the calls are counted per kind for the metrics.
 """
 
 from __future__ import annotations

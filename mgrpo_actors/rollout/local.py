@@ -156,11 +156,11 @@ def _scored_group(
     sub_stats: DriverStats,
     seconds: float,
 ) -> RolloutGroup:
-    """One question's rollouts scored (m-grpo.md §Rewards); `calls` are its sub calls in call order."""
+    """One question's rollouts scored (docs/method.md §Rewards); `calls` are its sub calls in call order."""
     expert, weights = expert_for(question, cfg)
     main_scores = score_main(records, question, cfg.main.max_turns, cfg.rewards, cfg.correct)
     calls = sorted(calls, key=lambda call: call.request.rollout_index)  # stable: call order kept
-    # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
+    # docs/method.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid
     main_correct = main_correct_for_sub([m.format.ok for m in main_scores], [m.r_correct for m in main_scores])[
         [call.request.rollout_index for call in calls]
     ]

@@ -1,5 +1,5 @@
 """The main agent's work in the pipeline: the K rollouts of several queries at once, scored, as wire
-messages (design.md §One training step, steps 2-4).
+messages (docs/architecture.md §One training step, steps 2-4).
 
 All K·n episodes of n queries run batched on M's engine (rollout/driver.py); delegations go to the
 sub-agents over NATS (subtask_client.py), tool calls to `reason` on M's own model. Each rollout is
@@ -154,7 +154,7 @@ def run_main_rollouts(
 ) -> list[QueryOutcome]:
     """Roll every request out K times in one batch; M's call ids are "<attempt>.r<k>.t<n>".
 
-    `subtasks` None: the single-agent baseline (m-grpo.md §Training schedule): the agent's episodes are
+    `subtasks` None: the single-agent baseline (docs/method.md §Training schedule): the agent's episodes are
     single_episode's (every tool in `tools`, no delegation), scored and published exactly like M's.
     """
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Scores of finished rollouts, m-grpo.md §Rewards, through the algo package (no reward math here):
+"""Scores of finished rollouts, docs/method.md §Rewards, through the algo package (no reward math here):
 r_format by `trajectory_format_ok`, M's r_correct by the `correct` judge against the gold answers, R_M
 by `main_reward`, and for each sub call r_expert by the `expert` judge against the expert references
 and R_S by `sub_reward`. Judges follow `algo.judge.Judge` (a local rule or an LLM judge); a judge that
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-# m-grpo.md §Rewards: resolve β once per configuration and reason (folding β3 logs a warning), not once
+# docs/method.md §Rewards: resolve β once per configuration and reason (folding β3 logs a warning), not once
 # per question.
 _sub_weights = functools.cache(resolve_sub_weights)
 NO_EXPERT = "no expert judge configured"
@@ -128,7 +128,7 @@ def score_main(
 
 @dataclass(frozen=True)
 class SubCallFacts:
-    """What R_S reads of one sub call (m-grpo.md §Rewards), wherever the call is: a local SubCall
+    """What R_S reads of one sub call (docs/method.md §Rewards), wherever the call is: a local SubCall
     (score_sub) or a trajectory on the sub side with the RewardStats of its rollout (the sub aligner)."""
 
     format_ok: bool  # S's own trajectory is well formed (r_format(S))
@@ -141,7 +141,7 @@ class SubCallFacts:
 def sub_rewards(
     calls: Sequence[SubCallFacts], expert: tuple[Judge, Sequence[str]] | None, weights: SubRewardWeights
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """R_S of each call, m-grpo.md §Rewards, and the expert judge's scores (None exactly when `expert` is
+    """R_S of each call, docs/method.md §Rewards, and the expert judge's scores (None exactly when `expert` is
     None and the weights fold β3). The one place R_S is assembled: local rollouts and the sub aligner
     both come here."""
     ok = np.array([c.format_ok for c in calls], dtype=bool)
@@ -150,7 +150,7 @@ def sub_rewards(
     if expert is not None:
         judge, references = expert
         # The judge reads S's subtask (M's request: task and context) and S's findings: what M got back, not
-        # S's transcript; a local rule pays nothing for what the subtask already says (m-grpo.md §Rewards).
+        # S's transcript; a local rule pays nothing for what the subtask already says (docs/method.md §Rewards).
         scores = np.array(
             [best_score(judge, c.subtask, c.findings, references) if c.returned else 0.0 for c in calls],
             dtype=np.float64,

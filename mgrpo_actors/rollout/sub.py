@@ -1,5 +1,5 @@
 """The sub-agent's work in the pipeline: a batch of subtasks as sub-agent episodes on S's engine, each
-giving S's trajectory (for the sub side's stream only) and the SubtaskResult M reads (design.md §One
+giving S's trajectory (for the sub side's stream only) and the SubtaskResult M reads (docs/architecture.md §One
 training step, step 3). Tool calls go to the tool actors over NATS (tool_client.py)."""
 
 from __future__ import annotations

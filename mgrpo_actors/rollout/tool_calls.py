@@ -3,7 +3,7 @@
 All calls of one turn batch are in flight at once (one request each, spread over the tool's queue
 group), with a bounded retry on another instance (calls.py); a tool nobody serves, a timeout after
 the retries or a remote failure becomes an error result for the agent, never an exception that ends
-the rollout (design.md §Errors).
+the rollout (docs/architecture.md §Errors).
 """
 
 from __future__ import annotations

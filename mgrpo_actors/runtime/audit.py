@@ -1,6 +1,6 @@
 """An audit log of what a process received: one JSON line per delivered message (subject, message
 type, side for side-bound messages, size). It shows which messages reached which process, e.g. that
-a sub-side process never received a main-side trajectory (design.md §Sides and what crosses them).
+a sub-side process never received a main-side trajectory (docs/architecture.md §Sides and what crosses them).
 Off unless `log.deliveries_dir` is set: the decode costs the bus thread a few microseconds per message.
 """
 

@@ -1,6 +1,6 @@
 """The process's NATS connection, on its own asyncio thread, with a blocking API for actors.
 
-One `Bus` per process (design.md §Engines/§Delivery): every actor of the process shares it. Actor
+One `Bus` per process (docs/architecture.md §Engines/§Delivery): every actor of the process shares it. Actor
 threads call its methods; work hops onto the bus thread through the outbox (outbox.py, one wake-up
 per burst); replies come back through one inbox subscription (requests.py). Incoming messages hop
 the other way as `Delivery` objects told into an actor's mailbox. Encoding and decoding happen in

@@ -1,4 +1,4 @@
-"""Dead letters (design.md §Errors): a message that cannot be processed goes to
+"""Dead letters (docs/architecture.md §Errors): a message that cannot be processed goes to
 `mgrpo.<run>.dlq.<subject>` with the reason, its requester is told why, and the actor goes on."""
 
 from __future__ import annotations

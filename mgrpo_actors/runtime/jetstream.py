@@ -1,4 +1,4 @@
-"""JetStream set-up of a run: its streams (design.md §Delivery and state) and durable consumers."""
+"""JetStream set-up of a run: its streams (docs/architecture.md §Delivery and state) and durable consumers."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ allowed to create consumers on a stream can have the server deliver that stream'
 subject of its account (nats-server does not check a consumer's delivery subject against its
 creator's permissions). `read_object` fetches the chunks one by one with the stream's message get
 instead (from the stream's leader, so a chunk just written is always found), and checks the digest.
-Weights travel this way (design.md §One training step).
+Weights travel this way (docs/architecture.md §One training step).
 """
 
 from __future__ import annotations

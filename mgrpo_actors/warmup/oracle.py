@@ -8,7 +8,7 @@ rollout/local.py with the real tools (search and visit over the built-in web), b
 turn format and TrajectoryBuilder, so a demonstration holds exactly the ids a rollout would, tool
 outputs and budget notes included, and it is scored like one: only rollouts the reward calls format
 valid and correct (and, for S, format valid) are kept. Only stage-1 questions (one evidence chain)
-are supported: the warm-up teaches the format, RL the rest (m-grpo.md §Training schedule).
+are supported: the warm-up teaches the format, RL the rest (docs/method.md §Training schedule).
 """
 
 from __future__ import annotations

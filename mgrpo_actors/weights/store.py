@@ -1,4 +1,4 @@
-"""New policy versions from a learner to its side's rollout engines (design.md §One training step,
+"""New policy versions from a learner to its side's rollout engines (docs/architecture.md §One training step,
 step 6; §Delivery and state: "Weights travel by a shared directory or the NATS object store").
 
 The learner writes the model's weights once as safetensors (tied aliases left out: the engines'

@@ -1,4 +1,4 @@
-"""Keeps an agent's rollout engine at its side's newest policy version (design.md §One training step,
+"""Keeps an agent's rollout engine at its side's newest policy version (docs/architecture.md §One training step,
 step 6): announcements on `mgrpo.R.weights.<side>` are loaded as they come (between rollouts: they
 wait in the actor's mailbox like any message), and a request that names a newer version than the
 engine has makes the engine fetch it first, from the latest announcement kept in KV. A version that

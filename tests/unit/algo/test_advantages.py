@@ -1,4 +1,4 @@
-"""Group-relative advantages, m-grpo.md §Group-relative advantages."""
+"""Group-relative advantages, docs/method.md §Group-relative advantages."""
 
 import numpy as np
 import pytest
@@ -94,7 +94,7 @@ def test_unbiased_std_option():
 
 
 def test_sub_groups_with_k_1_and_at_least_two_counted_slots_carry_signal():
-    # m-grpo.md §Group-relative advantages: K = 1 is allowed for S. Rewards (0, 1, 1): mean 2/3,
+    # docs/method.md §Group-relative advantages: K = 1 is allowed for S. Rewards (0, 1, 1): mean 2/3,
     # population std √((4/9 + 1/9 + 1/9)/3) = √2/3, so A = (−2/3, 1/3, 1/3)·3/√2 = (−√2, 1/√2, 1/√2).
     advantages = sub_advantages(np.array([[[0.0, 1.0, 1.0]]]), np.ones((1, 1, 3)), CFG)
     np.testing.assert_allclose(advantages, [[[-1.4142135623730951, 0.7071067811865476, 0.7071067811865476]]])

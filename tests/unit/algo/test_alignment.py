@@ -1,4 +1,4 @@
-"""Trajectory alignment and D: auto, m-grpo.md §Trajectory alignment."""
+"""Trajectory alignment and D: auto, docs/method.md §Trajectory alignment."""
 
 import numpy as np
 import pytest
@@ -103,7 +103,7 @@ def test_gather_places_values_on_slots():
 
 
 def test_the_same_call_id_in_two_queries_or_rollouts_is_two_sub_trajectories():
-    # Call ids are unique only within a query (m-grpo.md: "r{k}.t{i}"); the plan keys them by (b, k, call id).
+    # Call ids are unique only within a query (docs/method.md: "r{k}.t{i}"); the plan keys them by (b, k, call id).
     aligned = align([[["t0"], ["t0"]], [["t0"], []]], 1, np.random.default_rng(0), mode="mask")
     assert aligned.ids == ((0, 0, "t0"), (0, 1, "t0"), (1, 0, "t0"))
     rewards = {(0, 0, "t0"): 0.1, (0, 1, "t0"): 0.5, (1, 0, "t0"): 1.0}

@@ -72,7 +72,7 @@ def test_from_dict_builds_sections_and_rejects_unknown_names():
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum-norm"])
 def test_sequence_ratio_needs_seq_mean_token_mean_and_names_both_keys(aggregation):
-    # m-grpo.md §Objective: the paper's sequence ratio counts each sequence's loss once.
+    # docs/method.md §Objective: the paper's sequence ratio counts each sequence's loss once.
     with pytest.raises(ValueError, match=rf"objective\.ratio.*objective\.aggregation: {aggregation}"):
         ObjectiveConfig(ratio="sequence", aggregation=aggregation, max_response_tokens=16)
     assert ObjectiveConfig(ratio="sequence", aggregation="seq-mean-token-mean").ratio == "sequence"

@@ -1,4 +1,4 @@
-"""The clipped objective, m-grpo.md §Objective."""
+"""The clipped objective, docs/method.md §Objective."""
 
 import itertools
 import math
@@ -13,7 +13,7 @@ from mgrpo_actors.algo.objective import clipped_policy_loss, kl_estimate, loss_d
 
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 RATIOS = ["token", "sequence", "sequence-mean"]
-# ratio: sequence is only valid with seq-mean-token-mean (m-grpo.md §Objective).
+# ratio: sequence is only valid with seq-mean-token-mean (docs/method.md §Objective).
 COMBOS = [(a, r) for a, r in itertools.product(AGGREGATIONS, RATIOS) if r != "sequence" or a == "seq-mean-token-mean"]
 
 

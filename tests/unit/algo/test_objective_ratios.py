@@ -1,4 +1,4 @@
-"""GSPO's sequence-mean ratio and fp32 loss computation, m-grpo.md §Objective. Expected values are by hand."""
+"""GSPO's sequence-mean ratio and fp32 loss computation, docs/method.md §Objective. Expected values are by hand."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""R_M and R_S as m-grpo.md §Rewards states them."""
+"""R_M and R_S as docs/method.md §Rewards states them."""
 
 import numpy as np
 import pytest
@@ -50,7 +50,7 @@ def test_expert_scores_must_match_the_weights():
 
 
 def test_main_correct_for_sub_is_zero_where_m_format_is_invalid():
-    # m-grpo.md §Rewards [ours]: r_correct(M) in R_S is M's r_correct if M's format is valid, else 0.
+    # docs/method.md §Rewards [ours]: r_correct(M) in R_S is M's r_correct if M's format is valid, else 0.
     np.testing.assert_array_equal(
         main_correct_for_sub([True, False, True, False], [1.0, 1.0, 0.5, 0.0]), [1.0, 0.0, 0.5, 0.0]
     )

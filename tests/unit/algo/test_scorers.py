@@ -44,7 +44,7 @@ def test_contains_reference_matches_whole_words_only():
 
 
 def test_contains_reference_pays_nothing_for_what_s_was_given():
-    # m-grpo.md §Rewards: a local rule judges S only on what it found itself.
+    # docs/method.md §Rewards: a local rule judges S only on what it found itself.
     task = "Where was Orlen Vasque born?"
     failed = "I could not find where Orlen Vasque was born."
     assert contains_reference(failed, ["Orlen Vasque", "Castor Bay"], given=task) == 0.0

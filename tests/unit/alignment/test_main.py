@@ -1,4 +1,4 @@
-"""The main aligner's pure math (alignment/main.py), m-grpo.md §Rewards and §Group-relative
+"""The main aligner's pure math (alignment/main.py), docs/method.md §Rewards and §Group-relative
 advantages: B·K samples, R_M = α1·r_format + α2·r_correct if M's format is valid else 0, A_M per query
 over the counted rollouts (failed or missing ones: weight 0, out of the group). Expected numbers are
 worked out by hand in the comments, never by calling the code under test."""

@@ -1,4 +1,4 @@
-"""The sub aligner's pure math (alignment/sub.py), m-grpo.md §Rewards, §Trajectory alignment and
+"""The sub aligner's pure math (alignment/sub.py), docs/method.md §Rewards, §Trajectory alignment and
 §Group-relative advantages: R_S = β1·r_format(S) + β2·r_correct(M) + β3·r_expert if S's format is valid
 (r_correct(M) = 0 when M's format was invalid; r_expert only for what S found beyond its task), every
 rollout aligned to D slots, one advantage group of D·K slots per query. Expected numbers are worked

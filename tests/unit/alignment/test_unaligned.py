@@ -1,6 +1,6 @@
 """The alignment ablation (alignment/unaligned.py, `algo.alignment.mode: none`): B·K·D slots filled
 first-in-first-out from the step's counted sub trajectories, R_S as aligned, one advantage group per
-query over its samples in the batch (m-grpo.md §Group-relative advantages). Hand-worked numbers use the
+query over its samples in the batch (docs/method.md §Group-relative advantages). Hand-worked numbers use the
 aligned tests' case: R_S of att.r0.t0, att.r1.t0, att.r1.t1, att.r1.t2 = 1.0, 0.1, 0.6, 0.0."""
 
 import math

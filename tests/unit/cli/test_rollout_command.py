@@ -38,7 +38,7 @@ def test_tiny_models_print_the_transcript_rewards_and_timings(capsys):
     for index in (0, 1):
         assert f"rollout {index}" in out and f"M r{index}" in out
     assert "M turn 1 · " in out and "M answer: " in out
-    assert "rewards (m-grpo.md §Rewards; α=0.1, 0.9; β=0.1, 0.4, 0.5)" in out and "R_M " in out
+    assert "rewards (docs/method.md §Rewards; α=0.1, 0.9; β=0.1, 0.4, 0.5)" in out and "R_M " in out
     assert "r_correct by exact-match, r_expert by contains-reference\n" in out
     assert "timings: web and models" in out and "main: " in out and "sub: " in out
     assert not any(line.endswith(" ") for line in out.splitlines())

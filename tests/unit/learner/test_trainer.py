@@ -83,7 +83,7 @@ def test_a_batch_of_placeholders_takes_no_step(tiny):
 
 @pytest.mark.parametrize("micro", [1, 3])
 def test_accumulated_gradients_equal_the_full_batch_gradient_of_the_objective(tiny, micro):
-    """m-grpo.md §Objective: gradient accumulation must not change the loss scale. Under ZeRO-0 the
+    """docs/method.md §Objective: gradient accumulation must not change the loss scale. Under ZeRO-0 the
     accumulated .grad after every micro-batch equals the gradient of the clipped loss of the whole batch
     computed directly with torch (token-mean over all loss tokens)."""
     import copy

@@ -1,5 +1,5 @@
 """run_rollouts and run_single_agent_rollouts with scripted engines: the loop logic end to end and the
-reward parts of every rollout and sub call (m-grpo.md §Rewards)."""
+reward parts of every rollout and sub call (docs/method.md §Rewards)."""
 
 import dataclasses
 import json
@@ -78,7 +78,7 @@ def test_a_wrong_answer_costs_m_its_correctness_and_s_the_copied_part():
 
 
 def test_m_right_but_malformed_pays_s_nothing_for_m_correctness():
-    # m-grpo.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid.
+    # docs/method.md §Rewards: r_correct(M) in R_S is 0 when M's format is invalid.
     question = lookup_question()
     delegate = format_tool_call("delegate", {"task": question.question, "context": ""})
     main = ScriptedEngine(tiny_tokenizer(), by_turn("no format here", delegate, format_answer(question.answer)))
