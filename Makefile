@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast run run-tiny run-learn compare compare-tiny bench clean
+.PHONY: install lint format test test-fast config-docs run run-tiny run-learn compare compare-tiny bench clean
 
 install: $(STAMP)
 
@@ -36,6 +36,11 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not integration" tests
 
+# deploy/configs/default.yaml and docs/reference/config.md, rendered from the config dataclasses' field docstrings
+# (tests/unit/config/test_reference.py fails when they drift; `$(PY) -m mgrpo_actors.config.reference --check` says which).
+config-docs: install
+	$(PY) -m mgrpo_actors.config.reference --write
+
 run: install
 	$(VENV)/bin/mgrpo run --config deploy/configs/make-run.yaml
 
@@ -47,7 +52,7 @@ run-tiny: install
 run-learn: install
 	$(VENV)/bin/mgrpo demo learn
 
-# The methods side by side (README "Comparing the methods"): the committed SmolLM2 comparison in
+# The methods side by side (docs/benchmarks.md): the committed SmolLM2 comparison in
 # docs/results/smollm2/ (about 80 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
 compare: install
 	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 1 --steps 2 --eval-every 2 --eval-questions 8 --eval-runs 2 --out runs/compare-smollm2

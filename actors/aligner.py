@@ -7,16 +7,21 @@ Idempotent under redelivery: a step whose batch is recorded as published (KV `al
 only acks what still arrives for it (counted as late); the batch's chunks and its StepAligned carry
 JetStream de-duplication ids, so publishing them again after a crash (within the streams'
 de-duplication window) stores nothing twice, and the same step always aligns the same way.
+
+This module is the roles' shell (consuming, publishing the chunks, KV, acks, metrics); what is held of each
+step, which steps are due and what was published is mgrpo_actors/alignment/holding.py, and each side's
+completeness is alignment/main.py / alignment/sub.py.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mgrpo_actors.alignment.batch_rows import split_batch
+from mgrpo_actors.alignment.holding import HeldStep, StepHolding, batch_figures, batch_record
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
@@ -24,41 +29,12 @@ from mgrpo_actors.runtime.crossing import publish_crossing
 from protocols import StepAligned, StepPlan
 from protocols.durables import DURABLES
 
-__all__ = ["AlignerActor", "HeldStep"]
+__all__ = ["AlignerActor"]
 
 
 @dataclass(frozen=True)
 class _Tick:
     """Note to self: check timeouts."""
-
-
-@dataclass
-class HeldStep:
-    """What an aligner holds of one step until its batch is published."""
-
-    step: int
-    plan: StepPlan | None = None
-    plan_seen_at: float = 0.0  # time.monotonic() when the plan arrived
-    deliveries: list[Delivery] = field(default_factory=list)
-    pieces: dict[str, dict] = field(default_factory=dict)  # subclass-defined collections by name
-    counts: dict[str, int] = field(default_factory=dict)  # duplicates, superseded, … for the metrics
-    publish_failures: int = 0  # failed attempts at publishing the step's batch (retried each tick)
-    result: Any = None  # what build() leaves for after_publish()
-
-    def collection(self, name: str) -> dict:
-        return self.pieces.setdefault(name, {})
-
-    def count(self, name: str) -> None:
-        self.counts[name] = self.counts.get(name, 0) + 1
-
-    def keep_first(self, collection: str, key: Any, message: Any) -> None:
-        """Keep the first message per key; count a repeat as a duplicate (same attempt, e.g. redelivered)
-        or as superseded (another attempt at the same rollout, whose first complete one counts)."""
-        received = self.collection(collection)
-        if key not in received:
-            received[key] = message
-        else:
-            self.count("duplicates" if received[key].attempt == message.attempt else "superseded")
 
 
 class AlignerActor(BusActor):
@@ -73,9 +49,7 @@ class AlignerActor(BusActor):
         super().__init__(bus, name=f"{self.side}-aligner-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
-        self.steps: dict[int, HeldStep] = {}
-        self.published: dict[int, dict[str, Any]] = {}
-        self.late = 0
+        self.holding = StepHolding(self._saved_record)
 
     complete: Any  # (held: HeldStep) -> bool, defined by the subclass
     build: Any  # (held: HeldStep) -> tuple[AlignedBatch, dict[str, float]], defined by the subclass
@@ -110,38 +84,22 @@ class AlignerActor(BusActor):
             return self._check_timeouts()
         return super().on_note(note)
 
-    # ---- holding -----------------------------------------------------------------------------
-    def published_record(self, step: int) -> dict[str, Any] | None:
-        """What was published for `step` ({batch_id, num_samples, num_chunks}), None if nothing yet."""
-        if step not in self.published:
-            raw = self.state.get(f"aligned.{self.side}.{step}")
-            if raw is None:
-                return None
-            self.published[step] = json.loads(raw)
-        return self.published[step]
+    # ---- holding (mgrpo_actors/alignment/holding.py) -----------------------------------------
+    def _saved_record(self, step: int) -> bytes | None:
+        return self.state.get(f"aligned.{self.side}.{step}")
 
     def held_step(self, step: int, delivery: Delivery) -> HeldStep | None:
         """The step to add a piece to (the delivery is now held), or None if its batch is out (acked, counted late)."""
-        record = self.published_record(step)
-        if record is not None:
-            self.late += 1
-            return None
-        held = self.steps.setdefault(step, HeldStep(step))
-        held.deliveries.append(delivery)
-        return held
+        return self.holding.hold(step, delivery)
 
     def on_plan(self, plan: StepPlan, delivery: Delivery) -> Any:
-        record = self.published_record(plan.step)
+        record = self.holding.published_record(plan.step)
         if record is not None:
             # A plan delivered again: this aligner died after publishing. Tell the controller again
             # (de-duplicated), in case it died before it could.
             self._announce(plan.step, record, {})
             return None
-        held = self.held_step(plan.step, delivery)
-        assert held is not None
-        if held.plan is None:
-            held.plan, held.plan_seen_at = plan, time.monotonic()
-        return self.try_publish(held)
+        return self.try_publish(self.holding.hold_plan(plan, delivery, time.monotonic()))
 
     def try_publish(self, held: HeldStep) -> Any:
         if held.plan is not None and self.complete(held):
@@ -149,17 +107,11 @@ class AlignerActor(BusActor):
         return HOLD
 
     def _check_timeouts(self) -> None:
-        now = time.monotonic()
-        for held in list(self.steps.values()):
-            if held.plan is None:
-                continue
-            if held.publish_failures and self.complete(held):
-                self.publish(held, timed_out=False)  # a complete step whose publish failed: again
-            elif now - held.plan_seen_at > self.pipeline.rollout_timeout_s:
-                self.log.warning(
-                    "step timed out: publishing what arrived", step=held.step, timeout_s=self.pipeline.rollout_timeout_s
-                )
-                self.publish(held, timed_out=True)
+        timeout_s = self.pipeline.rollout_timeout_s
+        for held, timed_out in self.holding.due(time.monotonic(), timeout_s, self.complete):
+            if timed_out:
+                self.log.warning("step timed out: publishing what arrived", step=held.step, timeout_s=timeout_s)
+            self.publish(held, timed_out=timed_out)  # else a complete step whose publish failed: again
 
     # ---- publishing --------------------------------------------------------------------------
     def publish(self, held: HeldStep, timed_out: bool) -> None:
@@ -176,14 +128,8 @@ class AlignerActor(BusActor):
                     timeout_s=30.0,
                     msg_id=f"{batch.batch_id}#{chunk.chunk}",
                 )
-            figures = {
-                **figures,
-                **{k: float(v) for k, v in held.counts.items()},
-                "late": float(self.late),
-                "timed_out": float(timed_out),
-                "chunks": float(len(chunks)),
-            }
-            record = {"batch_id": batch.batch_id, "num_samples": len(batch.sample_ids), "num_chunks": len(chunks)}
+            figures = batch_figures(figures, held, self.holding.late, timed_out, len(chunks))
+            record = batch_record(batch, len(chunks))
             if not held.publish_failures:  # the batch is stored: say so (before the controller moves on)
                 publish_metrics(self.bus, self.side, figures, held.step, self.role)
                 publish_event(
@@ -205,9 +151,7 @@ class AlignerActor(BusActor):
                 error=f"{type(exc).__name__}: {exc}",
             )
             return
-        self.published[held.step] = record
-        del self.steps[held.step]
-        for delivery in held.deliveries:
+        for delivery in self.holding.release(held, record):
             delivery.ack()
         self.after_publish(held)
 

@@ -8,7 +8,7 @@ import sys
 from actors.node import run_node
 from actors.roles import ROLES, expand_roles
 from mgrpo_actors.cli.composition import Composition
-from mgrpo_actors.cli.main import main as tools_main
+from mgrpo_actors.cli.parser import main as tools_main
 
 __all__ = ["COMPOSITION", "main"]
 

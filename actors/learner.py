@@ -15,13 +15,16 @@ Batches are applied in step order. In async mode (`pipeline.mode: async`) sample
 `pipeline.max_staleness` policy versions before the learner's current one are dropped (weight 0) and
 counted (`stale_dropped`); the others keep the behaviour logprobs they were sampled with, so the
 ratio corrects for their age (docs/method.md §Objective).
+
+This module is the role's shell (the DeepSpeed trainer calls, publishing the weights, KV, acks): the chunk
+assembly, the step order, the versions reported again, the resume record and when to ack are
+mgrpo_actors/learner/ordering.py; the retried writes after the optimizer step mgrpo_actors/learner/after_step.py.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +34,10 @@ import torch
 
 from mgrpo_actors.alignment.batch_rows import join_chunks
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.learner.after_step import write_after_step
 from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
 from mgrpo_actors.learner.checkpoints import Checkpoints, export_hf
+from mgrpo_actors.learner.ordering import AckSchedule, Arrival, BatchAssembler, resumed_record, step_version
 from mgrpo_actors.learner.ranks import lead, stop_followers
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.models.loader import load_model
@@ -46,9 +51,6 @@ from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 from protocols.durables import DURABLES
 
 T = TypeVar("T")
-# Writes after the optimizer step are tried this often, this far apart (a leader election takes seconds).
-AFTER_STEP_ATTEMPTS = 12
-AFTER_STEP_PAUSE_S = 5.0
 
 __all__ = ["LearnerActor", "start_main_learner", "start_sub_learner"]
 
@@ -69,10 +71,9 @@ class LearnerActor(BusActor):
         self.side = side
         self.config = config
         self.cfg = getattr(config.learners, side)
-        self.chunks: dict[str, list[tuple[AlignedBatch, Delivery]]] = {}
-        self.complete: dict[int, str] = {}  # step → batch id of a batch with all its chunks, not applied yet
-        self.applied: dict[str, Any] = {"step": -1, "batch_id": "", "version": 0, "history": []}
-        self.unacked: list[Delivery] = []  # applied, waiting for the next checkpoint
+        self.batches: BatchAssembler[Delivery] = BatchAssembler()
+        self.applied: dict[str, Any] = resumed_record(None, None)
+        self.acks: AckSchedule[Delivery] = AckSchedule(self.cfg.checkpoint_every)
         self.stepped = False  # the batch being applied has changed the weights (no retry in this process)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
@@ -123,15 +124,14 @@ class LearnerActor(BusActor):
     def _resume(self, model: torch.nn.Module) -> None:
         """Pick up where this side's learner was: the applied step from KV, the weights it last announced."""
         raw = self.state.get(f"learner.{self.side}")
-        if raw is not None:
-            self.applied = {"history": [], **json.loads(raw)}
+        saved = json.loads(raw) if raw is not None else None
         announced = self.versions.get(latest_key(self.side))
         if announced is None:
+            self.applied = resumed_record(saved, None)
             return
         latest = decode(announced)
         assert isinstance(latest, WeightsVersion)
-        if latest.version > self.applied["version"]:  # announced, then died before recording: it was applied
-            self.applied = {**self.applied, "step": latest.step, "batch_id": "", "version": latest.version}
+        self.applied = resumed_record(saved, (latest.step, latest.version))
         path = self.store.fetch(latest)
         model.load_state_dict(read_weights(path), strict=False)
         self.store.release(path)
@@ -140,49 +140,41 @@ class LearnerActor(BusActor):
     def on_chunk(self, chunk: AlignedBatch, delivery: Delivery) -> Any:
         if chunk.side != self.side:
             raise ValueError(f"a {chunk.side!r} batch on the {self.side} batch stream")
-        if chunk.step <= self.applied["step"]:
-            self._report_again(chunk)  # applied before (a redelivery after a restart): never apply twice
+        arrival = self.batches.add(chunk, delivery, self.applied["step"])
+        if arrival is Arrival.APPLIED_BEFORE:
+            self._report_again(chunk)  # a redelivery after a restart: never apply twice
             return None
-        held = self.chunks.setdefault(chunk.batch_id, [])
-        if any(c.chunk == chunk.chunk for c, _ in held):
-            return None  # the same chunk again
-        held.append((chunk, delivery))
-        if len(held) == chunk.num_chunks:
-            self.complete[chunk.step] = chunk.batch_id
+        if arrival is Arrival.DUPLICATE:
+            return None  # the same chunk again (acked)
+        if arrival is Arrival.COMPLETE:
             self._apply_due()
         return HOLD
 
     def _report_again(self, chunk: AlignedBatch) -> None:
         """StepDone for a step applied before: a learner killed between its checkpoint and its report
-        must still tell the controller (the de-duplication id drops the repeat of a report that went out).
-        Steps are applied in order, one version each, so step s made version `version - (step - s)`."""
-        version = self.applied["version"] - (self.applied["step"] - chunk.step)
+        must still tell the controller (the de-duplication id drops the repeat of a report that went out)."""
         done = StepDone(
             run_id=self.bus.run_id,
             side=self.side,
             step=chunk.step,
             batch_id=chunk.batch_id,
-            version=version,
+            version=step_version(self.applied, chunk.step),
             loss=0.0,
             stats={"reported_again": 1.0},
         )
         self.bus.js_publish(self.bus.subjects.step_done(self.side), done, msg_id=f"done-{chunk.batch_id}")
 
     def _apply_due(self) -> None:
-        """Apply complete batches in step order (async mode can finish step n+1's batch first): a later
-        step waits for the one before it, so the applied batch ids run 0, 1, 2, … with no gap."""
-        while (step := self.applied["step"] + 1) in self.complete:
-            if not self._try_apply(self.complete.pop(step)):
+        """Apply whole batches in step order (BatchAssembler.next_due): a later step waits for the one before it."""
+        while (due := self.batches.next_due(self.applied["step"])) is not None:
+            if not self._try_apply(*due):
                 return
-        if self.complete:
-            self.log.info(
-                "batches wait for an earlier step", waiting=sorted(self.complete), next_step=self.applied["step"] + 1
-            )
+        if waiting := self.batches.waiting():
+            self.log.info("batches wait for an earlier step", waiting=waiting, next_step=self.applied["step"] + 1)
 
-    def _try_apply(self, batch_id: str) -> bool:
-        """Apply a complete batch; if that fails, hand every chunk back (False). A failure that is not the
+    def _try_apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
+        """Apply a whole batch; if that fails, hand every chunk back (False). A failure that is not the
         bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
-        held = self.chunks.pop(batch_id)
         self.stepped = False
         try:
             self._apply(batch_id, held)
@@ -232,14 +224,12 @@ class LearnerActor(BusActor):
         self._after_step(
             "learner record", lambda: self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
         )
-        self.unacked += [delivery for _, delivery in held]
-        every = self.cfg.checkpoint_every
-        if every == 0 or len(self.applied["history"]) % every == 0:
-            if every:
+        self.acks.hold(delivery for _, delivery in held)
+        if self.acks.due(len(self.applied["history"])):
+            if self.acks.every:
                 self.checkpoints.save(self.trainer, self.tokenizer, f"step{batch.step}", self.applied)
-            for delivery in self.unacked:
+            for delivery in self.acks.release():
                 delivery.ack()
-            self.unacked = []
         figures = {**stats.as_dict(), "stale_dropped": stale}
         # The figures go out before StepDone: whoever shows the step finished has the learner's figures.
         publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)
@@ -269,34 +259,6 @@ class LearnerActor(BusActor):
                 self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side == "sub"
             ),
         )
-
-
-def write_after_step(
-    write: Callable[[], T],
-    what: str,
-    log: Any,
-    attempts: int = AFTER_STEP_ATTEMPTS,
-    pause_s: float = AFTER_STEP_PAUSE_S,
-) -> T:
-    """A write after the optimizer step, which the learner's process may not redo: a passing bus failure
-    (a NATS server lost, a stream electing its leader) is waited out here, up to `attempts` tries,
-    rather than ending the learner (each write is idempotent: the same object, key and id again). A
-    failure that is not the bus's, or the last one, is raised."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return write()
-        except Exception as exc:
-            if not is_transient(exc) or attempt == attempts:
-                raise
-            log.warning(
-                "write after the step failed; trying again",
-                what=what,
-                attempt=attempt,
-                of=attempts,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            time.sleep(pause_s)
-    raise AssertionError("unreachable")
 
 
 def start_main_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

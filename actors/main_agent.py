@@ -17,9 +17,9 @@ import traceback
 from typing import Any
 
 from actors.agent import AgentActor
-from mgrpo_actors.agents.main_agent import main_tools
+from mgrpo_actors.agents.main import main_tools
 from mgrpo_actors.agents.setup import reason_tool, rollout_config
-from mgrpo_actors.agents.single_agent import single_tool_names, single_tools
+from mgrpo_actors.agents.single import single_tool_names, single_tools
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
 from mgrpo_actors.rollout.driver import ToolExecutor, registry_executor

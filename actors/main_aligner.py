@@ -1,13 +1,15 @@
 """The main aligner: M's K trajectories of each of the step's B queries → group advantages → exactly
 B·K samples on the main learner's stream (docs/architecture.md §One training step, step 5; the math is
-mgrpo_actors/alignment/main.py). It reads only main-side streams and the controller's plan."""
+mgrpo_actors/alignment/main.py, what is held of a step mgrpo_actors/alignment/holding.py). It reads only
+main-side streams and the controller's plan."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from actors.aligner import AlignerActor, HeldStep
-from mgrpo_actors.alignment.main import build_main_batch
+from actors.aligner import AlignerActor
+from mgrpo_actors.alignment.holding import HeldStep
+from mgrpo_actors.alignment.main import build_main_batch, main_complete
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus, Delivery
 from protocols import AlignedBatch, StepPlan, Trajectory
@@ -36,10 +38,8 @@ class MainAlignerActor(AlignerActor):
         return self.try_publish(held)
 
     def complete(self, held: HeldStep) -> bool:
-        plan = held.plan
-        assert plan is not None
-        received = held.collection("trajectories")
-        return all((q, k) in received for q in plan.query_ids for k in range(plan.num_rollouts))
+        assert held.plan is not None
+        return main_complete(held.plan, held.collection("trajectories"))
 
     def build(self, held: HeldStep) -> tuple[AlignedBatch, dict[str, float]]:
         assert held.plan is not None

@@ -186,7 +186,9 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
             )
             raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
     if "controller" in roles:
-        from actors.controller import step_schedule  # loads the dataset (and the agents' set-up): only for controllers
+        from mgrpo_actors.controller.questions import (
+            step_schedule,
+        )  # loads the dataset (and the agents' set-up): only for controllers
 
         step_schedule(config)
 

@@ -13,7 +13,7 @@ import traceback
 from typing import Any
 
 from actors.agent import AgentActor
-from mgrpo_actors.agents.sub_agent import SUB_TOOLS
+from mgrpo_actors.agents.sub import SUB_TOOLS
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
 from mgrpo_actors.rollout.sub import run_subtasks

@@ -1,7 +1,8 @@
 """The sub aligner: for each of the step's B queries, the K RewardStats (the only numbers that cross
 from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
 advantages over D·K → exactly B·K·D samples on the sub learner's stream (docs/architecture.md §One training step,
-step 5; the math is mgrpo_actors/alignment/sub.py). It reads only sub-side streams, the
+step 5; the math, the step's completeness, its extra figures and the D update are mgrpo_actors/alignment/sub.py,
+what is held of a step mgrpo_actors/alignment/holding.py). It reads only sub-side streams, the
 stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
 `algo.alignment.mode: none` (the ablation) fills the B·K·D samples first-in-first-out instead
 (mgrpo_actors/alignment/unaligned.py)."""
@@ -9,13 +10,20 @@ stats and the controller's plan; `D: auto` is re-estimated between steps, never 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
-from actors.aligner import AlignerActor, HeldStep
+from actors.aligner import AlignerActor
 from mgrpo_actors.agents.setup import load_task_questions, rollout_config
 from mgrpo_actors.algo.alignment import DEstimator
-from mgrpo_actors.alignment.sub import alignment_rng, build_sub_batch
+from mgrpo_actors.alignment.holding import HeldStep
+from mgrpo_actors.alignment.sub import (
+    alignment_rng,
+    build_sub_batch,
+    observe_step,
+    sub_complete,
+    unknown_questions,
+    unused_trajectories,
+)
 from mgrpo_actors.alignment.unaligned import build_unaligned_sub_batch
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
@@ -63,22 +71,15 @@ class SubAlignerActor(AlignerActor):
         return self.try_publish(held)
 
     def complete(self, held: HeldStep) -> bool:
-        plan = held.plan
-        assert plan is not None
-        stats, trajectories = held.collection("stats"), held.collection("trajectories")
-        for q in plan.query_ids:
-            for k in range(plan.num_rollouts):
-                s = stats.get((q, k))
-                if s is None or (not s.failed and any(c not in trajectories for c in s.sub_call_ids)):
-                    return False
-        return True
+        assert held.plan is not None
+        return sub_complete(held.plan, held.collection("stats"), held.collection("trajectories"))
 
     def build(self, held: HeldStep) -> tuple[AlignedBatch, dict[str, float]]:
         assert held.plan is not None
         stats, trajectories = held.collection("stats"), held.collection("trajectories")
         d = self.d_estimator.d  # fixed for the whole step (docs/method.md §Trajectory alignment)
         rng = alignment_rng(self.config.run.seed, held.step)
-        unknown = [q for q in held.plan.query_ids if q not in self.questions]
+        unknown = unknown_questions(held.plan, self.questions)
         if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)
             self.log.error("questions unknown to the sub aligner", queries=unknown[:5], count=len(unknown))
         if self.config.algo.alignment.mode == "none":  # the ablation: first-in-first-out, no alignment
@@ -89,19 +90,14 @@ class SubAlignerActor(AlignerActor):
             batch, figures, _ = build_sub_batch(
                 held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions
             )
-        used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
-        figures["unused"] = float(sum(1 for c in trajectories if c not in used))
+        figures["unused"] = float(unused_trajectories(stats, trajectories))
         figures["unknown_questions"] = float(len(unknown))
         return batch, figures
 
     def after_publish(self, held: HeldStep) -> None:
-        # D: auto learns from the d_k M really produced: failed rollouts and lost calls say nothing about it.
-        dks = [s.num_sub_calls for s in held.collection("stats").values() if not s.failed]
-        self.d_estimator.observe(dks)
-        d_next = self.d_estimator.end_step()
+        d_next, histogram = observe_step(self.d_estimator, held.collection("stats"))  # D: auto, between steps
         self.state.put(D_ESTIMATOR_KEY, json.dumps(self.d_estimator.state()).encode())
-        histogram = Counter(dks)
-        for dk, count in sorted(histogram.items()):
+        for dk, count in histogram.items():
             publish_metrics(self.bus, "sub", {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
         publish_metrics(self.bus, "sub", {"d_next": d_next}, held.step, self.role)
 

@@ -197,7 +197,7 @@ class ToolResult(Message):
 @_message
 class Trajectory(Message):
     """Agent -> its side's aligner on `traj.<side>` (stream `traj-<side>`): one agent's token-in/token-out
-    trajectory; it stays on its own side (docs/architecture.md §Sides)."""
+    trajectory; it stays on its own side (docs/architecture.md §Sides and what crosses them)."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -266,7 +266,7 @@ class AlignedBatch(Message):
     loss_mask: np.ndarray = array_field("uint8")
     logprobs: np.ndarray = array_field("float32")
     advantages: np.ndarray = array_field("float32")  # one per sample
-    weights: np.ndarray = array_field("float32")  # 0 for placeholders (docs/method.md §alignment)
+    weights: np.ndarray = array_field("float32")  # 0 for placeholders (docs/method.md §Trajectory alignment)
     policy_versions: np.ndarray = array_field("int32")
     rewards: np.ndarray = array_field("float32")  # R_M or R_S of each sample (0 for placeholders)
     kinds: np.ndarray = array_field("uint8")  # index into SAMPLE_KINDS

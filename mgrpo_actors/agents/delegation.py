@@ -2,7 +2,7 @@
 tool with `{task, context}`, a sub-agent works on it, and M reads back only S's structured result.
 
 A delegation is an explicit callback, `Delegate(requests) -> results`, taking a batch of requests: the
-local implementation (local_delegate.py) runs the sub-agent episodes batched on the sub engine, and the
+local implementation (rollout/local_subagents.py) runs the sub-agent episodes batched on the sub engine, and the
 pipeline routes the same requests over NATS. Results are `protocols.SubtaskResult`, the wire type M's
 side receives either way.
 """

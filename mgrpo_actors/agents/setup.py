@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.engine_text import engine_text_generator
+from mgrpo_actors.agents.trajectory import ChatTurnWrapping, encode_opening
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.judge import Judge, OpenAICompatibleJudge
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, NumericMatchJudge, TokenF1Judge
@@ -16,12 +18,12 @@ from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.engines.base import EngineConfig, SamplingParams
 from mgrpo_actors.engines.registry import make_engine
-from mgrpo_actors.envs.dataset import SPLITS, load_questions
+from mgrpo_actors.envs.dataset import SPLITS, DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
-from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.envs.qa import Question, QuestionFormatError
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
-from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.models.loader import ModelSpecError, load_model, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
 from mgrpo_actors.tools.reason import ReasonTool
@@ -31,6 +33,7 @@ from mgrpo_actors.tools.setup import build_tool_registry
 __all__ = [
     "TaskQuestions",
     "agent_tools",
+    "check_chat_template",
     "load_agent",
     "load_task_questions",
     "make_judges",
@@ -40,9 +43,29 @@ __all__ = [
 ]
 
 
+# What every episode's template renders (agents/trajectory.py): a system and a user message, an assistant turn, a
+# tool output after it, then the next assistant header.
+_PROBE_OPENING = ({"role": "system", "content": "probe"}, {"role": "user", "content": "probe"})
+
+
+def check_chat_template(spec: str, tokenizer: PreTrainedTokenizerBase) -> None:
+    """ModelSpecError naming the model directory unless its chat template renders the conversation an agent
+    writes (system, user, assistant and tool turns), so a template that cannot fails at load, not in a rollout."""
+    try:
+        encode_opening(tokenizer, _PROBE_OPENING)
+        ChatTurnWrapping.from_template(tokenizer, _PROBE_OPENING)
+    except Exception as exc:  # jinja's TemplateError (raise_exception in a template), or the wrapping's ValueError
+        raise ModelSpecError(
+            f"model directory {str(resolve_model_dir(spec))!r}: its chat template cannot render an agent's conversation "
+            f"(a system and a user message, then assistant and tool turns): {type(exc).__name__}: {exc}"
+        ) from None
+
+
 def load_agent(cfg: AgentConfig) -> AgentModel:
-    """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`)."""
+    """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`); a model
+    whose directory or chat template cannot serve an agent is a ModelSpecError here, before any rollout."""
     model, tokenizer = load_model(cfg.model, dtype=getattr(torch, cfg.dtype), device=cfg.device)
+    check_chat_template(cfg.model, tokenizer)
     return AgentModel(
         make_engine(cfg.engine, model, tokenizer, EngineConfig(device=cfg.device, dtype=cfg.dtype)), tokenizer
     )
@@ -116,8 +139,17 @@ class TaskQuestions:
 
 
 def load_task_questions(pipeline: PipelineConfig, tools: ToolsConfig) -> TaskQuestions:
-    """The dataset `pipeline.dataset` names: "synthetic" (the built-in web) or a JSONL file of questions."""
+    """The dataset `pipeline.dataset` names: "synthetic" (the built-in web) or a JSONL file of questions, read
+    under `pipeline.dataset_fields` (as `mgrpo eval --file` reads one) or, without it, in the built-in format."""
     if pipeline.dataset == "synthetic":
         return TaskQuestions(dict(synthetic_web(tools).splits))
-    questions = load_questions(pipeline.dataset)
+    try:
+        questions = load_questions(pipeline.dataset, pipeline.dataset_fields)
+    except DatasetError as exc:
+        if not isinstance(exc.__cause__, QuestionFormatError):
+            raise
+        raise DatasetError(
+            f"{exc} (pipeline.dataset is read in the built-in format, {{id, question, answer, aliases?}}: "
+            "for a file with fields of its own, name them in pipeline.dataset_fields)"
+        ) from exc
     return TaskQuestions({"train": questions, **{name: [] for name in SPLITS if name != "train"}})

@@ -37,16 +37,16 @@ def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 class RewardConfig:
     """Reward weights, docs/method.md §Rewards."""
 
-    # α1: weight of r_format in R_M (paper: 0.1).
     alpha_format: float = 0.1
-    # α2: weight of M's r_correct in R_M (paper: 0.9).
+    """α1: weight of r_format in R_M (paper: 0.1)."""
     alpha_correct: float = 0.9
-    # β1: weight of S's own r_format in R_S (paper: 0.1).
+    """α2: weight of M's r_correct in R_M (paper: 0.9)."""
     beta_format: float = 0.1
-    # β2: weight of M's r_correct (copied to every S call of the rollout) in R_S (paper: 0.4).
+    """β1: weight of S's own r_format in R_S (paper: 0.1)."""
     beta_correct: float = 0.4
-    # β3: weight of r_expert in R_S; folded into β2 when no expert scorer is configured (paper: 0.5).
+    """β2: weight of M's r_correct (copied to every S call of the rollout) in R_S (paper: 0.4)."""
     beta_expert: float = 0.5
+    """β3: weight of r_expert in R_S; folded into β2 when no expert scorer is configured (paper: 0.5)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -62,10 +62,10 @@ class RewardConfig:
 class AdvantageConfig:
     """Group-relative advantages, docs/method.md §Group-relative advantages."""
 
-    # Std convention: "population" divides by n, "unbiased" by n - 1 (docs/method.md default: population).
     std: StdKind = "population"
-    # A group whose std is <= eps is degenerate and gets advantages 0 (docs/method.md default: 1e-6).
+    """Std convention: "population" divides by n, "unbiased" by n - 1 (docs/method.md default: population)."""
     eps: float = 1e-6
+    """A group whose std is <= eps is degenerate and gets advantages 0 (docs/method.md default: 1e-6)."""
 
     def __post_init__(self) -> None:
         _require_choice("advantages.std", self.std, ("population", "unbiased"))
@@ -79,21 +79,21 @@ class AdvantageConfig:
 class AlignmentConfig:
     """Trajectory alignment to a fixed D, docs/method.md §Trajectory alignment."""
 
-    # D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8).
     d: int | Literal["auto"] = 8
-    # "duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders;
-    # "none": no alignment, the ablation: B·K·D sub samples first-in-first-out, as the reference code batches.
+    """D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8)."""
     mode: AlignmentMode = "duplicate"
-    # D: auto picks D with P(d_k <= D) >= quantile over the window (paper: P ≈ 0.99).
+    """"duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders;
+    "none": no alignment, the ablation: B·K·D sub samples first-in-first-out, as the reference code batches."""
     quantile: float = 0.99
-    # D: auto looks at the last `window` observed d_k values ([ours]).
+    """D: auto picks D with P(d_k <= D) >= quantile over the window (paper: P ≈ 0.99)."""
     window: int = 1024
-    # D used by D: auto before any d_k has been observed (paper: 8).
+    """D: auto looks at the last `window` observed d_k values ([ours])."""
     d_initial: int = 8
-    # Lower bound on an estimated D; D = 0 would leave S without samples ([ours]).
+    """D used by D: auto before any d_k has been observed (paper: 8)."""
     d_min: int = 1
-    # Upper bound on an estimated D, caps memory when a few rollouts call S very often ([ours]).
+    """Lower bound on an estimated D; D = 0 would leave S without samples ([ours])."""
     d_max: int = 64
+    """Upper bound on an estimated D, caps memory when a few rollouts call S very often ([ours])."""
 
     def __post_init__(self) -> None:
         _require(
@@ -115,25 +115,25 @@ class AlignmentConfig:
 class ObjectiveConfig:
     """Clipped policy objective, docs/method.md §Objective."""
 
-    # Lower clip range: ρ is clipped at 1 - eps_low (reference code: 0.2).
     eps_low: float = 0.2
-    # Upper clip range: ρ is clipped at 1 + eps_high, "clip-higher" (reference code: 0.28).
+    """Lower clip range: ρ is clipped at 1 - eps_low (reference code: 0.2)."""
     eps_high: float = 0.28
-    # "token" (reference code), "sequence" (paper; needs seq-mean-token-mean), "sequence-mean" (GSPO) ([ours]: token).
+    """Upper clip range: ρ is clipped at 1 + eps_high, "clip-higher" (reference code: 0.28)."""
     ratio: RatioKind = "token"
-    # How token losses become one number ([ours]: token-mean over the global batch).
+    """"token" (reference code), "sequence" (paper; needs seq-mean-token-mean), "sequence-mean" (GSPO) ([ours]: token)."""
     aggregation: Aggregation = "token-mean"
-    # Dr.GRPO's constant length normaliser; required by seq-mean-token-sum-norm ([ours]: no default).
+    """How token losses become one number ([ours]: token-mean over the global batch)."""
     max_response_tokens: int | None = None
-    # Weight of the KL penalty to a frozen reference policy; 0 turns it off (paper: no KL term).
+    """Dr.GRPO's constant length normaliser; required by seq-mean-token-sum-norm ([ours]: no default)."""
     kl_coef: float = 0.0
-    # KL estimator (Schulman's k1 / k2 / k3) used when kl_coef > 0 ([ours]: k3, non-negative).
+    """Weight of the KL penalty to a frozen reference policy; 0 turns it off (paper: no KL term)."""
     kl_estimator: KLEstimator = "k3"
-    # Log-ratios are clamped to [-c, c] before exp() so one wild token cannot overflow ([ours]: 20).
+    """KL estimator (Schulman's k1 / k2 / k3) used when kl_coef > 0 ([ours]: k3, non-negative)."""
     log_ratio_clamp: float = 20.0
-    # 1 trains towards the reward; -1 flips every advantage, a control run that must not learn (catches
-    # sign, masking and weight-sync errors; [ours]: 1).
+    """Log-ratios are clamped to [-c, c] before exp() so one wild token cannot overflow ([ours]: 20)."""
     advantage_sign: int = 1
+    """1 trains towards the reward; -1 flips every advantage, a control run that must not learn (catches
+    sign, masking and weight-sync errors; [ours]: 1)."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
@@ -167,18 +167,18 @@ class ObjectiveConfig:
 class JudgeConfig:
     """An LLM judge behind an OpenAI-compatible /chat/completions endpoint, docs/method.md §Rewards ([ours])."""
 
-    # Base URL of the endpoint, e.g. "http://127.0.0.1:8000/v1" ("/chat/completions" is appended).
     base_url: str
-    # Model name sent in the request.
+    """Base URL of the endpoint, e.g. "http://127.0.0.1:8000/v1" ("/chat/completions" is appended)."""
     model: str
-    # Seconds to wait for the whole HTTP exchange before the call fails ([ours]).
+    """Model name sent in the request."""
     timeout_s: float = 30.0
-    # Name of the environment variable holding the API key; None sends no Authorization header.
+    """Seconds to wait for the whole HTTP exchange before the call fails ([ours])."""
     api_key_env: str | None = None
-    # Score used when the judge fails; None (the default) makes a failure raise JudgeError ([ours]).
+    """Name of the environment variable holding the API key; None sends no Authorization header."""
     fallback_score: float | None = None
-    # Completion budget of the judge's reply, which is a single number ([ours]).
+    """Score used when the judge fails; None (the default) makes a failure raise JudgeError ([ours])."""
     max_tokens: int = 16
+    """Completion budget of the judge's reply, which is a single number ([ours])."""
 
     def __post_init__(self) -> None:
         _require(
@@ -199,14 +199,14 @@ class JudgeConfig:
 class AlgoConfig:
     """All of the M-GRPO math's settings."""
 
-    # Reward weights (docs/method.md §Rewards).
     rewards: RewardConfig = field(default_factory=RewardConfig)
-    # Advantage normalisation (docs/method.md §Group-relative advantages).
+    """Reward weights (docs/method.md §Rewards)."""
     advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
-    # Trajectory alignment (docs/method.md §Trajectory alignment).
+    """Advantage normalisation (docs/method.md §Group-relative advantages)."""
     alignment: AlignmentConfig = field(default_factory=AlignmentConfig)
-    # Clipped objective (docs/method.md §Objective).
+    """Trajectory alignment (docs/method.md §Trajectory alignment)."""
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    """Clipped objective (docs/method.md §Objective)."""
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> AlgoConfig:

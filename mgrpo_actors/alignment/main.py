@@ -27,7 +27,12 @@ from mgrpo_actors.alignment.batch_rows import (
 from mgrpo_actors.phases import ALIGN, timed
 from protocols import AlignedBatch, StepPlan, Trajectory
 
-__all__ = ["batch_id", "build_main_batch"]
+__all__ = ["batch_id", "build_main_batch", "main_complete"]
+
+
+def main_complete(plan: StepPlan, trajectories: Mapping[RolloutKey, Trajectory]) -> bool:
+    """Whether the step has M's K trajectories of every query of `plan` (a failed rollout's counts: it arrived)."""
+    return all((q, k) in trajectories for q in plan.query_ids for k in range(plan.num_rollouts))
 
 
 @timed(ALIGN)

@@ -12,12 +12,13 @@ d_k = 0 (D placeholders); a named trajectory that never arrived is left out of d
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 
 from mgrpo_actors.algo.advantages import sub_advantages
-from mgrpo_actors.algo.alignment import AlignmentPlan, SlotKind, align
+from mgrpo_actors.algo.alignment import AlignmentPlan, DEstimator, SlotKind, align
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.rewards import main_correct_for_sub
 from mgrpo_actors.algo.scorers import subtask_text
@@ -35,7 +36,17 @@ from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.scoring import SubCallFacts, expert_for, sub_rewards
 from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
 
-__all__ = ["alignment_rng", "build_sub_batch", "failed_and_lost", "query_sub_rewards", "sub_call_lists"]
+__all__ = [
+    "alignment_rng",
+    "build_sub_batch",
+    "failed_and_lost",
+    "observe_step",
+    "query_sub_rewards",
+    "sub_call_lists",
+    "sub_complete",
+    "unknown_questions",
+    "unused_trajectories",
+]
 
 _KIND = {SlotKind.ORIGINAL: "original", SlotKind.DUPLICATE: "duplicate", SlotKind.PLACEHOLDER: "placeholder"}
 
@@ -43,6 +54,38 @@ _KIND = {SlotKind.ORIGINAL: "original", SlotKind.DUPLICATE: "duplicate", SlotKin
 def alignment_rng(seed: int, step: int) -> np.random.Generator:
     """The alignment's random draws for one step: the same step always aligns the same way."""
     return np.random.default_rng([seed, step, 7])
+
+
+def sub_complete(
+    plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
+) -> bool:
+    """Whether the step has the K stats of every query of `plan` and every sub trajectory a non-failed rollout
+    names (a failed rollout's trajectories are not used, so none is waited for)."""
+    for q in plan.query_ids:
+        for k in range(plan.num_rollouts):
+            s = stats.get((q, k))
+            if s is None or (not s.failed and any(c not in trajectories for c in s.sub_call_ids)):
+                return False
+    return True
+
+
+def unknown_questions(plan: StepPlan, questions: Mapping[str, Question]) -> list[str]:
+    """The plan's queries this aligner has no question for: their r_expert cannot be judged (β3 is folded)."""
+    return [q for q in plan.query_ids if q not in questions]
+
+
+def unused_trajectories(stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]) -> int:
+    """Sub trajectories that arrived but that no non-failed rollout names (a failed or superseded attempt's)."""
+    used = {c for s in stats.values() if not s.failed for c in s.sub_call_ids}
+    return sum(1 for c in trajectories if c not in used)
+
+
+def observe_step(estimator: DEstimator, stats: Mapping[RolloutKey, RewardStats]) -> tuple[int, dict[int, int]]:
+    """After a step's batch is out, `D: auto` learns from the d_k M really produced (failed rollouts and lost
+    calls say nothing about it): the D of the next step, and how many rollouts had each d_k."""
+    dks = [s.num_sub_calls for s in stats.values() if not s.failed]
+    estimator.observe(dks)
+    return estimator.end_step(), dict(sorted(Counter(dks).items()))
 
 
 def sub_call_lists(

@@ -3,7 +3,7 @@ without trajectory alignment (docs/method.md §Trajectory alignment; the referen
 alignment"). The step's sub trajectories fill the B·K·D slots first-in-first-out, in the order they
 arrived, whichever rollout they belong to: a rollout that called S often takes many slots, one that
 called it once takes one, and what arrives after the slots are full is dropped; a shortfall is filled
-with placeholders (weight 0). R_S is the same as aligned (sub_alignment.query_sub_rewards), and the
+with placeholders (weight 0). R_S is the same as aligned (alignment/sub.py query_sub_rewards), and the
 advantage group of a query is its samples in the batch (docs/method.md §Group-relative advantages)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def fifo_calls(
     plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
 ) -> list[tuple[int, int, str]]:
     """(query index, rollout, call id) of every counted sub trajectory in arrival order (`trajectories`'
-    order). Counted: named by a rollout that did not fail (sub_alignment.sub_call_lists)."""
+    order). Counted: named by a rollout that did not fail (alignment/sub.py sub_call_lists)."""
     owner = {
         call: (b, k)
         for b, rollouts in enumerate(sub_call_lists(plan, stats, trajectories))

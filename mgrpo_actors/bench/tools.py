@@ -1,6 +1,6 @@
 """`mgrpo bench tools`: does tool throughput scale with the number of tool processes?
 
-The README's promise is "start more `--role tool` processes to add tool throughput": every tool actor,
+The promise of docs/deployment.md is "start more `--role tool` processes to add tool throughput": every tool actor,
 in any process, joins one queue group per tool, and NATS spreads the requests. This bench checks it
 with real processes on one nats-server: for N = 1, 2, 4, 8 it runs N `mgrpo-node --role tool`
 subprocesses (adding to those of the previous N) with one actor each (so N servers, each answering one request at a time) serving the

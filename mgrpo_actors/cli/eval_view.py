@@ -22,11 +22,11 @@ from transformers.utils import logging as transformers_logging
 from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
 from mgrpo_actors.cli.rollout_view import rollout_overrides
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.envs.dataset import DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
-from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.envs.qa import Question, QuestionFields
 from mgrpo_actors.evaluation.checkpoints import CheckpointError, checkpoint_models, with_models
 from mgrpo_actors.evaluation.metrics import METRICS
-from mgrpo_actors.evaluation.questions import EvalDataError, QuestionFields, load_eval_questions
 from mgrpo_actors.evaluation.report import EvalSetup, eval_report
 from mgrpo_actors.evaluation.runner import EvalConfig, evaluate
 from mgrpo_actors.models.loader import ModelSpecError
@@ -93,7 +93,7 @@ def _questions(
             id=args.id_field or defaults.id,
             aliases=args.aliases_field or defaults.aliases,
         )
-        return load_eval_questions(args.file, fields), {"file": args.file, "fields": asdict(fields)}, None
+        return load_questions(args.file, fields), {"file": args.file, "fields": asdict(fields)}, None
     web = synthetic_web(config.tools)
     split = args.split or "validation"
     dataset = {"split": split, "web_seed": config.tools.web_seed, "web_entities": config.tools.web_entities}
@@ -186,7 +186,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     threads = torch.get_num_threads()
     try:
         return _run(args, out, err)
-    except (EvalError, ConfigError, EvalDataError, CheckpointError, ModelSpecError) as exc:
+    except (EvalError, ConfigError, DatasetError, CheckpointError, ModelSpecError) as exc:
         err.print(f"mgrpo eval: error: {exc}", markup=False)
         return 2
     finally:

@@ -2,7 +2,7 @@
 
 Fine-tunes each agent for a few dozen steps on worked episodes of stage-1 questions of the built-in
 web, written by an oracle that knows the evidence and run through the real agent loop and tools
-(mgrpo_actors/warmup/oracle.py, web_warmup.py), and saves each as a local HF directory. Untrained
+(mgrpo_actors/warmup/oracle.py, web.py), and saves each as a local HF directory. Untrained
 SmolLM2-135M rarely writes a valid episode, so RL has little signal; after this it has the format
 and the tool protocol, and M-GRPO has to learn the rest. It is optional and documented as such: it
 shows the model gold answers of train-split questions (never validation or test).

@@ -15,7 +15,7 @@ from mgrpo_actors.config.learner import LearnerConfig
 
 __all__ = ["METHODS", "CompareConfig", "MethodRun", "layout_of", "method_runs", "stage1_overrides", "trained_sides"]
 
-# Method name -> the config overrides that make it (README "Methods and the alignment ablation").
+# Method name -> the config overrides that make it (docs/method.md §Training schedule).
 METHODS: dict[str, tuple[str, ...]] = {
     "m-grpo": ("run.method=m-grpo",),
     "main-only": ("run.method=main-only",),
@@ -56,7 +56,7 @@ class CompareConfig:
 
 
 def trained_sides(method: str) -> tuple[str, ...]:
-    """The agents a method trains (README "Methods"): both, or M only (main-only, and the single agent)."""
+    """The agents a method trains (docs/method.md §Training schedule): both, or M only (main-only, and the single agent)."""
     return ("main", "sub") if method in ("m-grpo", "m-grpo-unaligned") else ("main",)
 
 

@@ -21,25 +21,38 @@ SINGLE_AGENT_TOOLS = ("search", "visit", "reason")
 class AgentConfig:
     """Model, budgets and sampling of one agent (main, sub or single); each role has its own instance."""
 
-    model: str = "smollm2"  # model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory
-    engine: str = "hf"  # rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype the rollout model is loaded in
-    device: str = "cpu"  # where the rollout model runs ("cpu", "cuda", "cuda:1")
-    max_turns: int = 20  # generations per episode, the forced final-answer turn included (docs/method.md: ~20)
-    max_new_tokens_per_turn: int = 512  # generation budget of one turn
-    max_context_tokens: int = 8192  # context budget: prompt + every turn + every tool output
-    temperature: float = 1.0  # sampling temperature (reference code: 1.0)
-    top_p: float = 1.0  # nucleus sampling mass; 1.0 = off
-    top_k: int = 0  # keep only the k most likely tokens; 0 = off
-    system_prompt: str | None = None  # replaces the role's default system prompt (prompts.py); None = default
-    # End each turn right after its first complete, valid action block, as a stop string would: the engine
-    # stops on closing tags that are single ids; otherwise what was sampled after the block is dropped (the
-    # ids and logprobs kept are unchanged: a prefix does not depend on its tail).
+    model: str = "smollm2"
+    """model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory"""
+    engine: str = "hf"
+    """rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory" (a factory of your own)"""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """dtype the rollout model is loaded in"""
+    device: str = "cpu"
+    """where the rollout model runs ("cpu", "cuda", "cuda:1")"""
+    max_turns: int = 20
+    """generations per episode, the forced final-answer turn included (docs/method.md: ~20)"""
+    max_new_tokens_per_turn: int = 512
+    """generation budget of one turn"""
+    max_context_tokens: int = 8192
+    """context budget: prompt + every turn + every tool output"""
+    temperature: float = 1.0
+    """sampling temperature (reference code: 1.0)"""
+    top_p: float = 1.0
+    """nucleus sampling mass; 1.0 = off"""
+    top_k: int = 0
+    """keep only the k most likely tokens; 0 = off"""
+    system_prompt: str | None = None
+    """replaces the role's default system prompt (prompts.py); None = default"""
     stop_after_action: bool = True
-    demonstration: bool = True  # open with the role's worked example exchange (prompts.py); small models need it
-    # The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS; None = all of
-    # them; [] = none: plain GRPO, the question alone answered in an answer block (no demonstration). M and S keep their own.
+    """End each turn right after its first complete, valid action block, as a stop string would: the engine
+    stops on closing tags that are single ids; otherwise what was sampled after the block is dropped (the
+    ids and logprobs kept are unchanged: a prefix does not depend on its tail)."""
+    demonstration: bool = True
+    """open with the role's worked example exchange (prompts.py); small models need it"""
     tools: list[str] | None = None
+    """The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS (search, visit,
+    reason); None = all of them; [] = none: plain GRPO, the question alone answered in an answer block (no demonstration; with max_turns 1 in
+    deploy/configs/grpo.yaml). M and S keep their own: agents.sub.tools must stay None (S's tools are search and visit)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm") and ":" not in self.engine:
@@ -87,14 +100,20 @@ def cpu_agent() -> AgentConfig:
 class AgentsConfig:
     """Both agents of the vertical system; each is a different LLM with its own engine."""
 
-    main: AgentConfig = field(default_factory=cpu_agent)  # the main agent M (planner)
-    sub: AgentConfig = field(default_factory=cpu_agent)  # the sub-agent S (tool-using executor)
-    # r_correct of M's answer against the gold answers
+    main: AgentConfig = field(default_factory=cpu_agent)
+    """the main agent M (planner); defaults sized for CPU runs of small models ([ours], cpu_agent; paper: 20 turns,
+    512 tokens per turn, temperature 1.0)"""
+    sub: AgentConfig = field(default_factory=cpu_agent)
+    """the sub-agent S (tool-using executor); the same CPU defaults as main"""
     correct_judge: Literal["exact-match", "numeric-match", "token-f1", "llm"] = "exact-match"
-    # r_expert of S's findings; none folds β3 into β2
+    """r_correct of M's answer against the gold answers; numeric-match compares numbers ("4.0" = "4", "-4" ≠ "4"),
+    llm asks llm_judge"""
     expert_judge: Literal["contains-reference", "llm", "none"] = "contains-reference"
-    llm_judge: JudgeConfig | None = None  # the OpenAI-compatible endpoint used where a judge is "llm"
-    torch_threads: int = 1  # torch CPU threads per process (more is often slower on shared cores)
+    """r_expert of S's findings; none folds β3 into β2"""
+    llm_judge: JudgeConfig | None = None
+    """the OpenAI-compatible endpoint used where a judge is "llm" (correct_judge or expert_judge); None = none"""
+    torch_threads: int = 1
+    """torch CPU threads per process (more is often slower on shared cores)"""
 
     def __post_init__(self) -> None:
         if "llm" in (self.correct_judge, self.expert_judge) and self.llm_judge is None:

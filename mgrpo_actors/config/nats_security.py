@@ -33,10 +33,14 @@ def _readable_file(key: str, path: str) -> Path:
 class NatsAuthConfig:
     """The NATS user of this node (deploy/nats/ makes one per role)."""
 
-    user: str = ""  # NATS user name; empty = connect without credentials
-    password_file: str = ""  # file whose first line is the password (keep it mode 0600)
-    password_env: str = ""  # or: the environment variable holding the password
-    inbox_prefix: str = DEFAULT_INBOX_PREFIX  # replies come back on <prefix>.<random>; "_INBOX.<user>" lets the server keep users off each other's replies
+    user: str = ""
+    """NATS user name; empty = connect without credentials"""
+    password_file: str = ""
+    """file whose first line is the password (keep it mode 0600)"""
+    password_env: str = ""
+    """or: the environment variable holding the password"""
+    inbox_prefix: str = DEFAULT_INBOX_PREFIX
+    """replies come back on <prefix>.<random>; "_INBOX.<user>" lets the server keep users off each other's replies"""
 
     def __post_init__(self) -> None:
         if self.password_file and self.password_env:
@@ -76,14 +80,18 @@ class NatsAuthConfig:
 class NatsTlsConfig:
     """TLS of this node's connection (on when `ca_file` is set or the URL is tls://)."""
 
-    ca_file: str = ""  # PEM of the CA that signed the servers' certificates ("" = the system's CA store)
-    cert_file: str = ""  # this node's client certificate (PEM), for servers that verify clients
-    key_file: str = ""  # its private key (PEM, unencrypted; keep it mode 0600)
-    hostname: str = ""  # the name the server certificate must carry when the URL has an IP ("" = the URL's host)
-    # TLS before anything else, so credentials can never go to a server that does not speak TLS; the servers need
-    # `tls { handshake_first: true }` (rendered so by mgrpo deploy). false: servers that start in plain text (then a
-    # plain-text server is refused after the handshake, but nats-py has sent the credentials by then).
+    ca_file: str = ""
+    """PEM of the CA that signed the servers' certificates ("" = the system's CA store)"""
+    cert_file: str = ""
+    """this node's client certificate (PEM), for servers that verify clients"""
+    key_file: str = ""
+    """its private key (PEM, unencrypted; keep it mode 0600)"""
+    hostname: str = ""
+    """the name the server certificate must carry when the URL has an IP ("" = the URL's host)"""
     handshake_first: bool = True
+    """TLS before anything else, so credentials can never go to a server that does not speak TLS; the servers need
+    `tls { handshake_first: true }` (rendered so by mgrpo deploy). false: servers that start in plain text (then a
+    plain-text server is refused after the handshake, but nats-py has sent the credentials by then)."""
 
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):

@@ -1,7 +1,9 @@
 """The configuration of one `mgrpo-node` process: one tree for every role (and for `mgrpo rollout`).
 
-Each section is a dataclass of its own with a one-line doc per field: run, nats, log and tools here,
-agents and pipeline in their own modules, algo in mgrpo_actors/algo/config.py.
+Each section is a dataclass of its own with a docstring per field (the string right after it): run, nats, log,
+tools and monitor here, agents, learners and pipeline in their own modules, algo in mgrpo_actors/algo/config.py.
+Those docstrings are the one source of deploy/configs/default.yaml and docs/reference/config.md (`make config-docs`,
+mgrpo_actors/config/reference.py).
 """
 
 from __future__ import annotations
@@ -55,11 +57,17 @@ def check_range(key: str, value: float, low: float, high: float) -> None:
 class RunConfig:
     """Which run this node belongs to."""
 
-    id: str = "default"  # run id: scopes every subject (mgrpo.<id>.…), stream and bucket
-    seed: int = 0  # base seed of everything random in the run
-    stop_timeout_s: float = 45.0  # graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)
-    dir: str = "runs"  # run directories go under here: <dir>/<id>/ holds checkpoints (and the embedded server's store)
-    method: Method = "m-grpo"  # m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent (agents.main.tools: every tool by default), GRPO (baseline)
+    id: str = "default"
+    """run id: scopes every subject (mgrpo.<id>.…), stream and bucket"""
+    seed: int = 0
+    """base seed of everything random in the run"""
+    stop_timeout_s: float = 45.0
+    """graceful stop: how long actors may take to finish their mailboxes (< systemd's 60 s)"""
+    dir: str = "runs"
+    """run directories go under here: <dir>/<id>/ holds checkpoints (and the embedded server's store)"""
+    method: Method = "m-grpo"
+    """m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent (agents.main.tools: every tool by
+    default), GRPO (baseline)"""
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)
@@ -72,26 +80,43 @@ class RunConfig:
 class NatsConfig:
     """How to reach NATS."""
 
-    url: str = "nats://127.0.0.1:4222"  # server URL; `--role all` without --nats starts an embedded server instead
-    connect_timeout_s: float = 3.0  # give up connecting after this long (clear error, non-zero exit)
-    max_reconnect_attempts: int = 60  # after a lost connection, retry this often (reconnect_wait_s apart)
-    reconnect_wait_s: float = 1.0  # pause between reconnect attempts
-    ping_interval_s: float = 5.0  # ping the server this often; 2 unanswered pings mark the connection stale and it reconnects (nats-py's default, 120 s, left a deaf node deaf for ~6 min)
-    request_timeout_s: float = 30.0  # default timeout of request/reply calls
-    max_message_bytes: int = DEFAULT_MAX_BYTES  # codec size limit; the server's max_payload must be at least this
-    # JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)
+    url: str = "nats://127.0.0.1:4222"
+    """server URL; `--role all` without --nats starts an embedded server instead"""
+    connect_timeout_s: float = 3.0
+    """give up connecting after this long (clear error, non-zero exit)"""
+    max_reconnect_attempts: int = 60
+    """after a lost connection, retry this often (reconnect_wait_s apart)"""
+    reconnect_wait_s: float = 1.0
+    """pause between reconnect attempts"""
+    ping_interval_s: float = 5.0
+    """ping the server this often; 2 unanswered pings mark the connection stale and it reconnects (nats-py's default,
+    120 s, left a deaf node deaf for ~6 min)"""
+    request_timeout_s: float = 30.0
+    """default timeout of request/reply calls"""
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    """codec size limit; the server's max_payload must be at least this"""
     duplicate_window_s: float = 3600.0
-    mailbox_limit: int = 256  # deliveries of one subscription waiting in its actor's mailbox, at most; more wait in nats-py's queue (backpressure)
-    # then nats-py queues up to this many bytes per subscription; beyond, it drops (counted: metric bus.slow_consumer_drops)
+    """JetStream de-duplication window of the run's streams (restarts within it publish nothing twice)"""
+    mailbox_limit: int = 256
+    """deliveries of one subscription waiting in its actor's mailbox, at most; more wait in nats-py's queue
+    (backpressure)"""
     pending_bytes_limit: int = 64 * 1024 * 1024
-    stream_max_age_s: float = 7 * 86_400.0  # the run's streams drop messages older than this
-    # Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps, metrics, dlq); absent or 0 = no
-    # count limit. Full, metrics and dlq drop their oldest (monitoring); the others refuse new messages (publishers retry): work is never dropped unread.
+    """beyond mailbox_limit, nats-py queues up to this many bytes per subscription (at least max_message_bytes);
+    beyond, it drops (counted: metric bus.slow_consumer_drops)"""
+    stream_max_age_s: float = 7 * 86_400.0
+    """the run's streams drop messages older than this"""
     stream_max_msgs: dict[str, int] = field(default_factory=lambda: {"metrics": 1_000_000, "dlq": 100_000})
-    replicas: int = 1  # copies of each stream, KV and object store the node creates: 3 on a 3-server cluster
-    # this node's NATS user (password from a file or variable)
+    """Most messages a stream keeps, by stream (rollouts, traj-main, traj-sub, stats, batch-main, batch-sub, steps,
+    metrics, dlq); absent or 0 = no count limit. Full, metrics and dlq drop their oldest (monitoring); the others
+    refuse new messages (publishers retry): work is never dropped unread. Counts, not bytes: JetStream reserves byte
+    caps up front."""
+    replicas: int = 1
+    """copies of each stream, KV and object store the node creates: 3 on a 3-server cluster"""
     auth: NatsAuthConfig = field(default_factory=NatsAuthConfig)
-    tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)  # TLS of the connection (CA, client certificate)
+    """this node's NATS user (password from a file or variable, never on the command line; mgrpo deploy nats-config
+    renders one per role)"""
+    tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)
+    """TLS of the connection (CA, client certificate)"""
 
     def __post_init__(self) -> None:
         check_range("nats.connect_timeout_s", self.connect_timeout_s, 0.01, 600)
@@ -133,23 +158,32 @@ class NatsConfig:
 class LogConfig:
     """Logging of this node."""
 
-    level: Literal["debug", "info", "warning", "error"] = "info"  # lowest level written
-    json: bool | None = None  # JSON lines; None = JSON unless stderr is a terminal
-    deliveries_dir: str | None = None  # audit: one JSON line per message this node receives, in <dir>/<node>.jsonl
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """lowest level written"""
+    json: bool | None = None
+    """JSON lines; None = JSON unless stderr is a terminal"""
+    deliveries_dir: str | None = None
+    """audit: one JSON line per message this node receives, in <dir>/<node>.jsonl"""
 
 
 @dataclass(frozen=True)
 class ToolsConfig:
     """Tool actors started by `--role tool` (more processes with this role = more tool throughput)."""
 
-    actors_per_tool: int = 2  # actors per tool in this process; all of a tool's actors anywhere share one queue group
-    serve: list[str] = field(default_factory=lambda: ["search", "visit"])  # tools this node serves
-    pages: str | None = None  # pages.jsonl from `mgrpo world generate`; None = the built-in synthetic web below
-    web_seed: int = 0  # seed of the built-in synthetic web (must match the run's questions)
-    web_entities: int = 1000  # entities of the built-in synthetic web
-    visit_max_chars: int = 1500  # visit returns at most this much of a page (small models have small contexts)
-    # more tools: {name, factory: "pkg.mod:Class", args: {...}}
+    actors_per_tool: int = 2
+    """actors per tool in this process; all of a tool's actors anywhere share one queue group"""
+    serve: list[str] = field(default_factory=lambda: ["search", "visit"])
+    """tools this node serves"""
+    pages: str | None = None
+    """pages.jsonl from `mgrpo world generate`; None = the built-in synthetic web below"""
+    web_seed: int = 0
+    """seed of the built-in synthetic web (must match the run's questions)"""
+    web_entities: int = 1000
+    """entities of the built-in synthetic web"""
+    visit_max_chars: int = 1500
+    """visit returns at most this much of a page (small models have small contexts)"""
     extra: list[dict[str, Any]] = field(default_factory=list)
+    """more tools: {name, factory: "pkg.mod:Class", args: {...}}"""
 
     def __post_init__(self) -> None:
         # Checked when the config loads (exit 2 naming the key), not after the node has connected.
@@ -184,9 +218,13 @@ class ToolsConfig:
 class MonitorConfig:
     """What the monitor role exports besides its terminal view (mgrpo_actors/monitoring/exporters.py)."""
 
-    prometheus_port: int = 0  # serve the run's metrics for Prometheus at http://<addr>:<port>/metrics (0 = off)
-    prometheus_addr: str = "0.0.0.0"  # address the Prometheus endpoint listens on
-    tensorboard_dir: str = ""  # write the run's metrics as TensorBoard event files here ("" = off)
+    prometheus_port: int = 0
+    """serve the run's metrics for Prometheus at http://<addr>:<port>/metrics (0 = off); deploy/grafana/ has a
+    dashboard"""
+    prometheus_addr: str = "0.0.0.0"
+    """address the Prometheus endpoint listens on"""
+    tensorboard_dir: str = ""
+    """write the run's metrics as TensorBoard event files here ("" = off)"""
 
     def __post_init__(self) -> None:
         check_range("monitor.prometheus_port", self.prometheus_port, 0, 65535)
@@ -196,16 +234,24 @@ class MonitorConfig:
 class NodeConfig:
     """Everything one node reads from its config file."""
 
-    run: RunConfig = field(default_factory=RunConfig)  # run identity
-    nats: NatsConfig = field(default_factory=NatsConfig)  # bus connection
-    log: LogConfig = field(default_factory=LogConfig)  # logging
-    tools: ToolsConfig = field(default_factory=ToolsConfig)  # tool role and the built-in synthetic web
-    agents: AgentsConfig = field(default_factory=AgentsConfig)  # main agent and sub-agent: models, budgets, judges
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # controller, agents and aligners
-    learners: LearnersConfig = field(default_factory=LearnersConfig)  # one DeepSpeed learner per agent, weight sync
-    algo: AlgoConfig = field(default_factory=AlgoConfig)  # the M-GRPO math (docs/method.md)
-    # the monitor role's Prometheus endpoint and TensorBoard files
+    run: RunConfig = field(default_factory=RunConfig)
+    """run identity"""
+    nats: NatsConfig = field(default_factory=NatsConfig)
+    """bus connection"""
+    log: LogConfig = field(default_factory=LogConfig)
+    """logging"""
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    """tool role and the built-in synthetic web"""
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    """main agent and sub-agent: models, budgets, judges"""
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    """controller, agents and aligners"""
+    learners: LearnersConfig = field(default_factory=LearnersConfig)
+    """one DeepSpeed learner per agent (mgrpo-node --role main-learner / sub-learner), weight sync"""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """the M-GRPO math (docs/method.md); every default cites its source: paper, reference code or [ours]"""
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    """the monitor role's Prometheus endpoint and TensorBoard files"""
 
     def __post_init__(self) -> None:
         if self.agents.main.tools is not None and self.run.method != "single-agent":

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from mgrpo_actors.envs.qa import QuestionFields
+
 __all__ = ["PipelineConfig", "timeout_warnings"]
 
 
@@ -14,35 +16,59 @@ __all__ = ["PipelineConfig", "timeout_warnings"]
 class PipelineConfig:
     """Steps, batch shape, dataset and delivery settings of the controller, agents and aligners."""
 
-    steps: int = 2  # training steps the controller runs; then it reports the run finished
-    queries_per_step: int = 2  # B: queries rolled out per step
-    rollouts_per_query: int = 2  # K: rollouts per query, at least 2: M's advantages compare them (paper: 8)
-    # "synthetic": the built-in web's questions (tools.web_seed/web_entities); else a JSONL path
+    steps: int = 2
+    """training steps the controller runs; then it reports the run finished"""
+    queries_per_step: int = 2
+    """B: queries rolled out per step"""
+    rollouts_per_query: int = 2
+    """K: rollouts per query, at least 2: M's advantages compare them (paper: 8)"""
     dataset: str = "synthetic"
-    split: Literal["train", "validation", "test"] = "train"  # split of the built-in web's questions used for training
-    # only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)
+    """"synthetic": the built-in web's questions (tools.web_seed/web_entities); else the path of a JSONL of
+    {id, question, answer, aliases?}"""
+    dataset_fields: QuestionFields | None = None
+    """the field names of a JSONL `dataset` that names its own fields, e.g. {question: prompt, answer: target} (read
+    only those, as `mgrpo eval --file` reads a file with its --question-field/--answer-field/--id-field/--aliases-field
+    flags; a record without the id field gets "line-N"); None = the built-in format, every field under its own name
+    (id, question, answer, aliases, and the synthetic web's kind, level and evidence)"""
+    split: Literal["train", "validation", "test"] = "train"
+    """split of the built-in web's questions used for training"""
     levels: list[int] | None = None
-    stage1_steps: int = 0  # curriculum (docs/method.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no stage 1
-    # stage 1's levels (1 = one-fact lookups: learn the format)
+    """only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)"""
+    stage1_steps: int = 0
+    """curriculum (docs/method.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no
+    stage 1"""
     stage1_levels: list[int] = field(default_factory=lambda: [1])
-    # sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the learners
+    """stage 1's levels (1 = one-fact lookups: learn the format)"""
     mode: Literal["sync", "async"] = "sync"
-    max_staleness: int = 1  # async: steps the controller may run ahead; learners drop (and count) samples more than this many policy versions behind
-    shuffle: bool = True  # visit the questions in a seeded random order (run.seed), a new order each epoch
-    # next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are out
+    """sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the
+    learners"""
+    max_staleness: int = 1
+    """async: steps the controller may run ahead; learners drop (and count) samples more than this many policy versions
+    behind"""
+    shuffle: bool = True
+    """visit the questions in a seeded random order (run.seed), a new order each epoch"""
     advance_on: Literal["learners", "batches"] = "learners"
-    # aligners give up on a rollout missing this long after its step plan arrived (counted as failed)
+    """next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are
+    out"""
     rollout_timeout_s: float = 3600.0
-    subtask_timeout_s: float = 300.0  # M waits this long for one sub-agent result before retrying elsewhere
-    tool_timeout_s: float = 10.0  # agents wait this long for one tool result before retrying elsewhere
-    call_retries: int = 2  # extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)
-    # rollout requests one main-agent actor takes at once (their K rollouts generate batched)
+    """aligners give up on a rollout missing this long after its step plan arrived (counted as failed)"""
+    subtask_timeout_s: float = 300.0
+    """M waits this long for one sub-agent result before retrying elsewhere"""
+    tool_timeout_s: float = 10.0
+    """agents wait this long for one tool result before retrying elsewhere"""
+    call_retries: int = 2
+    """extra attempts of a timed-out or unanswered subtask/tool call (another instance answers)"""
     main_queries_in_flight: int = 4
-    sub_batch: int = 16  # subtasks one sub-agent actor runs batched on its engine at once
-    batch_gather_s: float = 0.01  # an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's subtasks), so they generate batched
-    # JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)
+    """rollout requests one main-agent actor takes at once (their K rollouts generate batched)"""
+    sub_batch: int = 16
+    """subtasks one sub-agent actor runs batched on its engine at once"""
+    batch_gather_s: float = 0.01
+    """an idle agent waits this long after a request for the rest of its burst (a step's queries, a rollout's
+    subtasks), so they generate batched"""
     ack_wait_s: float = 60.0
-    tick_s: float = 1.0  # how often the aligners check their steps' timeouts and retry failed publishes
+    """JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)"""
+    tick_s: float = 1.0
+    """how often the aligners check their steps' timeouts and retry failed publishes"""
 
     def __post_init__(self) -> None:
         for name in ("steps", "queries_per_step", "main_queries_in_flight", "sub_batch"):
@@ -61,6 +87,8 @@ class PipelineConfig:
             )
         if self.dataset != "synthetic" and not Path(self.dataset).is_file():
             raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
+        if self.dataset_fields is not None and self.dataset == "synthetic":
+            raise ValueError("pipeline.dataset_fields names the fields of a JSONL pipeline.dataset, not of 'synthetic'")
         if self.levels is not None and not self.levels:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
         if self.stage1_steps < 0 or self.max_staleness < 0:

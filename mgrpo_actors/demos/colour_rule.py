@@ -22,7 +22,7 @@ from typing import Any
 from mgrpo_actors.agents.delegation import DelegateTool
 from mgrpo_actors.agents.episode import BUDGET_NOTES
 from mgrpo_actors.agents.prompts import main_system_prompt, opening_messages, sub_system_prompt, sub_user_message
-from mgrpo_actors.agents.sub_agent import SUB_TOOLS
+from mgrpo_actors.agents.sub import SUB_TOOLS
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.models.cache import build_once, cache_root

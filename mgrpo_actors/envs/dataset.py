@@ -1,7 +1,9 @@
 """JSONL files of a world, its pages and its questions; question loading; train/validation/test splits.
 
-Any JSONL file of `{id, question, answer, aliases?}` objects loads as questions, so a real benchmark
-(GAIA, WebWalkerQA, XBench-DeepSearch) plugs in next to the synthetic one. Errors name file and line.
+Any JSONL file of questions loads (`load_questions`, the one loader of training's `pipeline.dataset` and of
+`mgrpo eval --file`): in the built-in format (`{id, question, answer, aliases?}`, plus the synthetic web's
+kind, level and evidence), or under the file's own field names given as `QuestionFields`, so a real
+benchmark (GAIA, WebWalkerQA, XBench-DeepSearch) or your own data plugs in as it is. Errors name file and line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.envs.pages import Page
-from mgrpo_actors.envs.qa import Question, QuestionFormatError, question_from_dict, question_to_dict
+from mgrpo_actors.envs.qa import Question, QuestionFields, question_from_dict, question_from_record, question_to_dict
 from mgrpo_actors.envs.world import Entity, World
 
 __all__ = [
@@ -68,18 +70,55 @@ def read_jsonl(path: PathLike) -> Iterator[tuple[int, Any]]:
                 raise DatasetError(f"{path}:{line_no}: not valid JSON ({exc})") from exc
 
 
-def load_questions(path: PathLike) -> list[Question]:
-    """Questions from a JSONL file with at least {id, question, answer}; ids must be unique."""
-    questions, seen = [], set()
-    for line_no, record in read_jsonl(path):
-        try:
-            question = question_from_dict(record)
-        except QuestionFormatError as exc:
-            raise DatasetError(f"{path}:{line_no}: {exc}") from exc
-        if question.id in seen:
-            raise DatasetError(f"{path}:{line_no}: duplicate question id {question.id!r}")
-        seen.add(question.id)
-        questions.append(question)
+def _decoded(raw: bytes, path: str, line_no: int) -> str:
+    try:
+        # A byte-order mark may open the file (some tools write one); it is not part of the JSON.
+        return raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
+        ) from None
+
+
+def _question(record: Any, fields: QuestionFields | None, line_no: int) -> Question:
+    if fields is None:
+        return question_from_dict(record)
+    return question_from_record(record, fields, line_no)
+
+
+def load_questions(path: PathLike, fields: QuestionFields | None = None) -> list[Question]:
+    """Every question of the JSONL file `path`, in file order; ids unique. `fields` None: the built-in format,
+    every field under its own name (id required); else the file's own field names, only those read (a record
+    without an id field gets "line-N"). DatasetError naming the file and line of anything wrong. The file is read
+    as bytes and decoded line by line, so a bad byte's line is known; nothing is dropped silently."""
+    name = os.fspath(path)
+    try:
+        f = open(name, "rb")
+    except OSError as exc:
+        raise DatasetError(f"cannot open {name}: {exc.strerror}") from None
+    questions: list[Question] = []
+    first_line: dict[str, int] = {}
+    with f:
+        for line_no, raw in enumerate(f, start=1):
+            text = _decoded(raw, name, line_no)
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError as exc:
+                raise DatasetError(f"{name}:{line_no}: not valid JSON ({exc})") from None
+            try:
+                question = _question(record, fields, line_no)
+            except ValueError as exc:  # a QuestionFormatError in the built-in format (kept as the cause)
+                raise DatasetError(f"{name}:{line_no}: {exc}") from exc
+            if question.id in first_line:
+                raise DatasetError(
+                    f"{name}:{line_no}: question id {question.id!r} already on line {first_line[question.id]}"
+                )
+            first_line[question.id] = line_no
+            questions.append(question)
+    if not questions:
+        raise DatasetError(f"{name}: no questions (the file is empty)")
     return questions
 
 

@@ -3,14 +3,27 @@
 A real benchmark (GAIA, WebWalkerQA, XBench-DeepSearch) needs only `{id, question, answer}` and
 optionally `aliases`; the synthetic generator also fills in kind, difficulty and the evidence chains
 (which pages hold which fact), which a rule-based r_expert can check a sub-agent's result against.
+
+Two record formats: the built-in one (`question_from_dict`: every field under its own name, as
+`mgrpo world generate` writes it) and any JSONL under its own field names (`question_from_record` with a
+`QuestionFields` mapping: `pipeline.dataset_fields` for training, `mgrpo eval --question-field …`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Evidence", "Question", "QuestionFormatError", "question_from_dict", "question_to_dict"]
+__all__ = [
+    "Evidence",
+    "Question",
+    "QuestionFields",
+    "QuestionFormatError",
+    "question_from_dict",
+    "question_from_record",
+    "question_to_dict",
+]
 
 
 class QuestionFormatError(ValueError):
@@ -124,4 +137,89 @@ def question_from_dict(record: Any) -> Question:
         operand=_require(record, "operand", str, default=""),
         evidence=tuple(_evidence(e) for e in _require(record, "evidence", list, default=[])),
         extra={k: v for k, v in record.items() if k not in (*_KNOWN, "evidence")},
+    )
+
+
+@dataclass(frozen=True)
+class QuestionFields:
+    """Which field of a JSONL record holds what, for a file under its own field names (GAIA's `Question` / `Final
+    answer`, say); every other field of a record is kept in `Question.extra` and otherwise ignored."""
+
+    question: str = "question"
+    """field of the question text (a non-empty string)"""
+    answer: str = "answer"
+    """field of the gold answer: a non-empty string, or a number (turned into its string)"""
+    id: str = "id"
+    """field of the question's id (a string or an integer); a record without it gets "line-N", N its line"""
+    aliases: str | None = "aliases"
+    """field of other accepted answers: a list of strings or one string; None: no aliases"""
+
+    def __post_init__(self) -> None:
+        for name in ("question", "answer", "id", "aliases"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ValueError(f"the {name} field's name must be a non-empty string, got {value!r}")
+
+
+def _text(value: Any, field: str, numbers: bool) -> str:
+    """`value` as a non-empty string; numbers are accepted (and converted) only where `numbers` says."""
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"field {field!r} is {value}, not an answer")
+        value = str(value)  # numeric gold answers, e.g. GAIA's
+    if not isinstance(value, str):
+        kind = "a string or a number" if numbers else "a string"
+        raise ValueError(f"field {field!r} must be {kind}, got {type(value).__name__}: {value!r}")
+    if not value.strip():
+        raise ValueError(f"field {field!r} is empty")
+    return value
+
+
+def _required(record: dict[str, Any], field: str, numbers: bool) -> str:
+    if record.get(field) is None:
+        raise ValueError(f"no field {field!r} (the line has {', '.join(map(repr, record)) or 'no fields'})")
+    return _text(record[field], field, numbers)
+
+
+def _aliases(record: dict[str, Any], field: str | None) -> tuple[str, ...]:
+    """The aliases as strings; blank ones are left out (an empty alias would accept an empty answer)."""
+    value = None if field is None else record.get(field)
+    if value is None:
+        return ()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list):
+        raise ValueError(f"field {field!r} must be a list of strings or one string, got {type(value).__name__}")
+    texts = []
+    for index, item in enumerate(values):
+        if isinstance(item, str) and not item.strip():
+            continue
+        texts.append(_text(item, f"{field}[{index}]", numbers=True))
+    return tuple(texts)
+
+
+def _question_id(record: dict[str, Any], field: str, line_no: int) -> str:
+    """The record's id: a string, or an integer (benchmarks often number their questions) as a string;
+    "line-N" for a record without one."""
+    value = record.get(field)
+    if value is None:
+        return f"line-{line_no}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"field {field!r} must be a string or an integer, got {type(value).__name__}: {value!r}")
+    return _text(value, field, numbers=False)
+
+
+def question_from_record(record: Any, fields: QuestionFields, line_no: int) -> Question:
+    """One question from one decoded line read under `fields` (only those count: a field the built-in format
+    names, such as `level`, is kept in `extra`, not read); ValueError saying what is wrong with it."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a question must be a JSON object, got {type(record).__name__}")
+    used = {fields.question, fields.answer, fields.id, fields.aliases}
+    return Question(
+        id=_question_id(record, fields.id, line_no),
+        question=_required(record, fields.question, numbers=False),
+        answer=_required(record, fields.answer, numbers=True),
+        aliases=_aliases(record, fields.aliases),
+        extra={key: value for key, value in record.items() if key not in used},
     )

@@ -5,7 +5,7 @@ distinct sampling setting, in practice one), then carries out what the turns ask
 - tool calls go, all at once, to a `ToolExecutor` (locally a ToolRegistry; in the pipeline, tool actors
   over NATS);
 - `delegate` calls of M go, all at once, to a `Delegate` callback (locally sub-agent episodes batched
-  on the sub engine, local_delegate.py; in the pipeline, sub-agent actors over NATS);
+  on the sub engine, rollout/local_subagents.py; in the pipeline, sub-agent actors over NATS);
 - malformed turns and calls of tools the agent does not have get an error message back.
 Every answer returns to its episode as a tool message (loss mask 0).
 """

@@ -1,7 +1,7 @@
 """`run_rollouts`: K rollouts of one question by M and its sub-agents, run and scored locally.
 
 M's K episodes run batched on the main engine (driver.py); whenever some of them delegate, the
-delegations run batched as sub-agent episodes on the sub engine (local_delegate.py). Each rollout
+delegations run batched as sub-agent episodes on the sub engine (local_subagents.py). Each rollout
 records M's trajectory and answer, its sub calls (call id, S's trajectory, S's result) and its scores
 (scoring.py). Every trajectory carries the policy version of the weights that sampled it.
 `run_single_agent_rollouts` is the single-agent baseline: one agent with every tool, scored like M.
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mgrpo_actors.agents.episode import AgentEpisode, EpisodeRecord
-from mgrpo_actors.agents.main_agent import main_episode
-from mgrpo_actors.agents.single_agent import single_episode
+from mgrpo_actors.agents.main import main_episode
+from mgrpo_actors.agents.single import single_episode
 from mgrpo_actors.algo.rewards import SubRewardWeights, main_correct_for_sub
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger

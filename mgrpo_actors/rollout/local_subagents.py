@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mgrpo_actors.agents.delegation import DelegationRequest
 from mgrpo_actors.agents.episode import AgentEpisode, ContextBudgetError, EpisodeRecord
-from mgrpo_actors.agents.sub_agent import sub_episode, subtask_result
+from mgrpo_actors.agents.sub import sub_episode, subtask_result
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.rollout.driver import AgentModel, DriverStats, ToolExecutor, run_episodes, step_seed
 from mgrpo_actors.tools.registry import ToolRegistry

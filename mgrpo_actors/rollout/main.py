@@ -2,7 +2,7 @@
 messages (docs/architecture.md §One training step, steps 2-4).
 
 All K·n episodes of n queries run batched on M's engine (rollout/driver.py); delegations go to the
-sub-agents over NATS (subtask_client.py), tool calls to `reason` on M's own model. Each rollout is
+sub-agents over NATS (subtasks.py), tool calls to `reason` on M's own model. Each rollout is
 scored where the gold answer is (r_format, r_correct, R_M: rollout/scoring.py) and yields:
 - M's trajectory, for the main side's stream only;
 - its RewardStats (scalars and the call ids of S's trajectories), the only numbers that cross sides;
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME
 from mgrpo_actors.agents.episode import EpisodeRecord, ToolCall
-from mgrpo_actors.agents.main_agent import main_episode
-from mgrpo_actors.agents.single_agent import single_episode
+from mgrpo_actors.agents.main import main_episode
+from mgrpo_actors.agents.single import single_episode
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel, ToolExecutor, run_episodes

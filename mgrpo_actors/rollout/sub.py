@@ -1,6 +1,6 @@
 """The sub-agent's work in the pipeline: a batch of subtasks as sub-agent episodes on S's engine, each
 giving S's trajectory (for the sub side's stream only) and the SubtaskResult M reads (docs/architecture.md §One
-training step, step 3). Tool calls go to the tool actors over NATS (tool_client.py)."""
+training step, step 3). Tool calls go to the tool actors over NATS (tool_calls.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mgrpo_actors.agents.delegation import DelegationRequest
 from mgrpo_actors.agents.episode import AgentEpisode, ContextBudgetError
-from mgrpo_actors.agents.sub_agent import sub_episode, subtask_result
+from mgrpo_actors.agents.sub import sub_episode, subtask_result
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.rollout.driver import AgentModel, ToolExecutor, run_episodes
 from mgrpo_actors.rollout.scoring import format_check

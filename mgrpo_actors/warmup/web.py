@@ -3,7 +3,7 @@ synthetic web, before RL (issue: "an optional short supervised format warm-up fo
 documented as such").
 
 Untrained SmolLM2-135M rarely writes a fully valid episode, so most of its groups carry no advantage
-and RL has little to learn from (README, `make run`). This fine-tunes each agent on the oracle's worked
+and RL has little to learn from (docs/getting-started.md, `make run`). This fine-tunes each agent on the oracle's worked
 episodes of stage-1 questions (oracle.py: real tools, real prompts, real trajectories; the loss on the
 agent's own tokens only) for a few dozen steps, then saves each as a local HF directory a run names as
 its model. It teaches the format and the tool protocol; it shows the gold answers of the training

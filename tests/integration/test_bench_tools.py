@@ -1,6 +1,6 @@
 """`mgrpo bench tools --quick` as a smoke test: real `mgrpo-node --role tool` processes serving the
 `delay` tool on a real nats-server, and figures for every N. The 0.9 scaling target is not asserted:
-CI has 2 cores and timings are noise there; the README reports measured ratios instead."""
+CI has 2 cores and timings are noise there; docs/benchmarks.md reports measured ratios instead."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`kubectl kustomize deploy/k8s` renders offline (issue 11), and what it renders runs every role the
-way the README says: one workload per role (learners as StatefulSets with a checkpoint volume),
+way docs/deployment.md says: one workload per role (learners as StatefulSets with a checkpoint volume),
 probes and resource requests on every container, the role's own credentials from its own Secret
 (never a credential in the manifests), and tools autoscaled."""
 

@@ -7,10 +7,10 @@ import numpy as np
 from mgrpo_actors.agents.delegation import DelegateTool, DelegationRequest, format_subtask_result
 from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.episode import AgentEpisode
-from mgrpo_actors.agents.main_agent import main_episode
+from mgrpo_actors.agents.main import main_episode
 from mgrpo_actors.agents.prompts import MAIN_DEMONSTRATION, SUB_DEMONSTRATION
-from mgrpo_actors.agents.single_agent import single_episode
-from mgrpo_actors.agents.sub_agent import sub_episode, subtask_result
+from mgrpo_actors.agents.single import single_episode
+from mgrpo_actors.agents.sub import sub_episode, subtask_result
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call, parse_turn
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.engines import Generation, SamplingParams

@@ -85,7 +85,7 @@ def test_every_crossing_has_a_source_in_its_account_and_a_user_in_each_importer(
 
 
 def test_no_trajectory_batch_weights_or_store_subject_crosses():
-    """docs/architecture.md §Sides: no trajectories, tokens, logprobs, gradients or weights cross sides."""
+    """docs/architecture.md §Sides and what crosses them: no trajectories, tokens, logprobs, gradients or weights cross sides."""
     for crossing in CROSSINGS:
         head = crossing.subject.split(".")[0]
         assert head not in ("traj", "batch", "weights", "dlq", "node") and not crossing.subject.startswith("$"), (

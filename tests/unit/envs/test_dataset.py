@@ -18,7 +18,7 @@ from mgrpo_actors.envs.dataset import (
     split_questions,
     write_jsonl,
 )
-from mgrpo_actors.envs.qa import Question
+from mgrpo_actors.envs.qa import Question, QuestionFields
 from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.envs.synthetic_web import SyntheticWebConfig, build_synthetic_web, write_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
@@ -82,10 +82,43 @@ def test_bad_question_records_name_file_and_line(tmp_path: Path, line: str, mess
 def test_duplicate_ids_and_missing_files_are_errors(tmp_path: Path) -> None:
     path = tmp_path / "dup.jsonl"
     write_jsonl(path, [{"id": "a", "question": "q", "answer": "x"}] * 2)
-    with pytest.raises(DatasetError, match="duplicate question id 'a'"):
+    with pytest.raises(DatasetError, match=r"dup\.jsonl:2: question id 'a' already on line 1$"):
         load_questions(path)
     with pytest.raises(DatasetError, match="cannot open"):
         load_questions(tmp_path / "missing.jsonl")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DatasetError, match="no questions"):
+        load_questions(empty)
+
+
+def test_the_built_in_format_is_read_like_a_mapped_file_byte_by_byte(tmp_path: Path) -> None:
+    """One loader for both formats: a byte-order mark is accepted, a bad byte names its line."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": "a", "question": "Caf\xc3\xa9?", "answer": "x", "level": 2}\r\n')
+    (question,) = load_questions(path)
+    assert (question.question, question.level) == ("Café?", 2)
+    path.write_bytes(b'{"id": "a", "question": "q", "answer": "x"}\n{"id": "b", "question": "\xe9", "answer": "y"}\n')
+    with pytest.raises(DatasetError, match=r"bom\.jsonl:2: not UTF-8"):
+        load_questions(path)
+
+
+def test_a_mapping_reads_the_files_own_field_names_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "own.jsonl"
+    write_jsonl(
+        path, [{"prompt": "Where is the office?", "target": "Lisbon", "level": 3}, {"prompt": "b?", "target": 4}]
+    )
+    first, second = load_questions(path, QuestionFields(question="prompt", answer="target"))
+    assert (first.id, first.question, first.answer, first.level, first.extra) == (
+        "line-1",
+        "Where is the office?",
+        "Lisbon",
+        0,
+        {"level": 3},
+    )
+    assert (second.id, second.answer) == ("line-2", "4")
+    with pytest.raises(DatasetError, match=r"own\.jsonl:1: field 'id' must be str"):
+        load_questions(path)  # the built-in format names its fields itself
 
 
 def test_split_rejects_bad_fractions() -> None:

@@ -1,6 +1,6 @@
-"""Writes after a learner's optimizer step (actors/learner.py write_after_step): a passing bus failure
-is tried again (the step itself cannot be redone in the process), anything else and the last failure
-are raised."""
+"""Writes after a learner's optimizer step (mgrpo_actors/learner/after_step.py write_after_step): a passing
+bus failure is tried again (the step itself cannot be redone in the process), anything else and the last
+failure are raised."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import nats.errors
 import pytest
 import structlog
 
-from actors.learner import write_after_step
+from mgrpo_actors.learner.after_step import write_after_step
 from mgrpo_actors.runtime import BusError
 
 

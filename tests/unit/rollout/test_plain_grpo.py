@@ -12,7 +12,7 @@ import pytest
 from actors.roles import expand_roles
 from mgrpo_actors.agents.prompts import PLAIN_PROMPT
 from mgrpo_actors.agents.setup import make_judges
-from mgrpo_actors.agents.single_agent import single_episode
+from mgrpo_actors.agents.single import single_episode
 from mgrpo_actors.algo.scorers import NumericMatchJudge, numeric_match, parse_number
 from mgrpo_actors.bench.grpo import BENCH_ONLY, GRPO_JOB
 from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict

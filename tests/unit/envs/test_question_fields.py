@@ -1,11 +1,15 @@
-"""`mgrpo eval`'s questions: any JSONL file under its own field names; unknown fields ignored, a bad line an
-error naming its line number, nothing else lost."""
+"""A questions JSONL under its own field names (QuestionFields: `mgrpo eval --question-field …` and training's
+`pipeline.dataset_fields`, one loader): unknown fields ignored, a bad line an error naming its line number,
+nothing else lost."""
 
 import json
 
 import pytest
 
-from mgrpo_actors.evaluation.questions import EvalDataError, QuestionFields, load_eval_questions
+from mgrpo_actors.envs.dataset import DatasetError, load_questions
+from mgrpo_actors.envs.qa import QuestionFields
+
+DEFAULT = QuestionFields()  # what `mgrpo eval --file` reads without field flags
 
 GAIA = QuestionFields(question="Question", answer="Final answer", id="task_id", aliases="Aliases")
 
@@ -36,7 +40,7 @@ def test_default_fields_with_unknown_ones_ignored_and_kept_in_extra(tmp_path):
             {"question": "Two plus two?", "answer": "4", "level": "hard", "evidence": "not ours"},
         ],
     )
-    first, second = load_eval_questions(path)
+    first, second = load_questions(path, DEFAULT)
     assert (first.id, first.question, first.answer, first.aliases) == (
         "q1",
         "Capital of France?",
@@ -69,7 +73,7 @@ def test_custom_field_names_as_in_a_gaia_dump(tmp_path):
             },
         ],
     )
-    questions = load_eval_questions(path, GAIA)
+    questions = load_questions(path, GAIA)
     assert [q.id for q in questions] == ["c61d", "17", "e1fc"]
     assert [q.answer for q in questions] == ["3", "0.25", "Berlin"]  # numeric answers become strings
     assert [q.aliases for q in questions] == [(), ("1/4",), ("Berlin, Germany", "1")]  # a blank alias accepts nothing
@@ -80,7 +84,7 @@ def test_custom_field_names_as_in_a_gaia_dump(tmp_path):
 def test_nothing_is_lost_every_non_blank_line_is_a_question(tmp_path):
     lines = [{"q": f"question {i}?", "a": f"answer {i}", "junk": i} for i in range(7)]
     path = write_lines(tmp_path, [lines[0], "", lines[1], "   ", *lines[2:]])
-    questions = load_eval_questions(path, QuestionFields(question="q", answer="a"))
+    questions = load_questions(path, QuestionFields(question="q", answer="a"))
     assert len(questions) == 7
     assert [q.answer for q in questions] == [f"answer {i}" for i in range(7)]
     assert [q.id for q in questions] == ["line-1", "line-3", "line-5", "line-6", "line-7", "line-8", "line-9"]
@@ -91,7 +95,7 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_accepted(tmp_path):
     path.write_bytes(
         b"\xef\xbb\xbf" + b'{"question": "Caf\xc3\xa9?", "answer": "yes"}\r\n{"question": "b?", "answer": "no"}\r\n'
     )
-    assert [q.question for q in load_eval_questions(path)] == ["Café?", "b?"]
+    assert [q.question for q in load_questions(path, DEFAULT)] == ["Café?", "b?"]
 
 
 @pytest.mark.parametrize(
@@ -115,8 +119,8 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_accepted(tmp_path):
 )
 def test_a_bad_record_is_an_error_naming_file_and_line(tmp_path, record, message):
     path = write_lines(tmp_path, [{"question": "fine?", "answer": "yes"}, "", record])
-    with pytest.raises(EvalDataError) as error:
-        load_eval_questions(path)
+    with pytest.raises(DatasetError) as error:
+        load_questions(path, DEFAULT)
     assert str(error.value).startswith(f"{path}:3: ") and message in str(error.value)
 
 
@@ -128,35 +132,41 @@ def test_an_empty_answer_under_a_custom_field_name_names_that_field_and_line(tmp
             {"task_id": "b", "Question": "Q?", "Final answer": ""},
         ],
     )
-    with pytest.raises(EvalDataError, match=r":2: field 'Final answer' is empty$"):
-        load_eval_questions(path, GAIA)
+    with pytest.raises(DatasetError, match=r":2: field 'Final answer' is empty$"):
+        load_questions(path, GAIA)
 
 
 def test_non_utf8_bytes_are_an_error_naming_the_line(tmp_path):
     latin1 = '{"question": "Café?", "answer": "oui"}'.encode("latin-1")  # é as the single byte 0xe9
     path = write_lines(tmp_path, [{"question": "a?", "answer": "b"}, {"question": "c?", "answer": "d"}, latin1])
-    with pytest.raises(EvalDataError) as error:
-        load_eval_questions(path)
+    with pytest.raises(DatasetError) as error:
+        load_questions(path, DEFAULT)
     assert str(error.value) == f"{path}:3: not UTF-8 (byte 0xe9 at byte 18 of the line)"
 
 
 def test_invalid_json_is_an_error_naming_the_line(tmp_path):
     path = write_lines(tmp_path, [{"question": "a?", "answer": "b"}, '{"question": "c?", "answer": '])
-    with pytest.raises(EvalDataError, match=r":2: not valid JSON \("):
-        load_eval_questions(path)
+    with pytest.raises(DatasetError, match=r":2: not valid JSON \("):
+        load_questions(path, DEFAULT)
 
 
 def test_duplicate_ids_name_both_lines(tmp_path):
     path = write_lines(
         tmp_path, [{"id": 1, "question": "a?", "answer": "b"}, {"id": "1", "question": "c?", "answer": "d"}]
     )
-    with pytest.raises(EvalDataError, match=r":2: question id '1' already on line 1$"):
-        load_eval_questions(path)
+    with pytest.raises(DatasetError, match=r":2: question id '1' already on line 1$"):
+        load_questions(path, DEFAULT)
 
 
 def test_a_missing_or_empty_file_is_an_error(tmp_path):
-    with pytest.raises(EvalDataError, match="cannot open"):
-        load_eval_questions(tmp_path / "nope.jsonl")
+    with pytest.raises(DatasetError, match="cannot open"):
+        load_questions(tmp_path / "nope.jsonl", DEFAULT)
     empty = write_lines(tmp_path, ["", "  "])
-    with pytest.raises(EvalDataError, match="no questions"):
-        load_eval_questions(empty)
+    with pytest.raises(DatasetError, match="no questions"):
+        load_questions(empty, DEFAULT)
+
+
+def test_a_field_name_must_be_a_non_empty_string():
+    with pytest.raises(ValueError, match="the answer field's name must be a non-empty string"):
+        QuestionFields(answer=" ")
+    assert QuestionFields(aliases=None).aliases is None

@@ -1,0 +1,105 @@
+"""The controller's cursor and its step window (docs/architecture.md §One training step, steps 1 and 6): which
+steps are published and unfinished, which sides are done with each, when the next step may start, and the
+newest policy version each side announced. Plain data: the controller actor (actors/controller.py) keeps it
+in KV (bucket `state`, key `controller.cursor`) and publishes what it says is due.
+
+Sync mode: a step is due only when none is open. Async mode (docs/architecture.md, asynchronous mode): up to
+`pipeline.steps_ahead` (= max_staleness) steps beyond the oldest unfinished one. A side is ready with a step on
+its gate message (`gate`): its learner's StepDone, or its StepAligned for a side that does not train.
+
+Saved form: {"next": the next step to publish, "open": {step: [sides ready]} for the published, unfinished
+steps, "finished": bool, "versions": {side: newest policy version}}.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+
+from mgrpo_actors.config import NodeConfig
+from protocols import SIDES, StepAligned, StepDone
+
+__all__ = ["Readiness", "StepCursor", "gate"]
+
+
+class Readiness(enum.Enum):
+    """What a side's ready message did to the cursor."""
+
+    IGNORED = "ignored"  # an earlier step's, a repeat, or after the run finished: nothing changed to save
+    WAITING = "waiting"  # recorded; the step still waits for another side
+    FINISHED = "finished"  # the step's last side: the step is closed (and the run, if it was the last)
+
+
+def gate(config: NodeConfig, side: str) -> type[StepDone] | type[StepAligned]:
+    """What ends a step for a side: its learner's StepDone, or its StepAligned (an agent that does not train,
+    or `pipeline.advance_on: batches`)."""
+    trains = config.pipeline.advance_on == "learners" and config.trains(side)
+    return StepDone if trains else StepAligned
+
+
+@dataclass
+class StepCursor:
+    """The run's steps: `steps` in all, at most `steps_ahead` beyond the oldest open one, each finished once
+    every one of `sides` is ready with it. Only next/open/finished/versions are saved (`to_json`)."""
+
+    steps: int
+    steps_ahead: int
+    sides: tuple[str, ...]
+    next: int = 0
+    open: dict[int, list[str]] = field(default_factory=dict)  # insertion order = publishing order
+    finished: bool = False
+    versions: dict[str, int] = field(default_factory=lambda: {side: 0 for side in SIDES})
+
+    @classmethod
+    def for_config(cls, config: NodeConfig) -> StepCursor:
+        """A fresh cursor for the run `config` describes."""
+        return cls(config.pipeline.steps, config.pipeline.steps_ahead, tuple(config.sides))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str | None, steps: int, steps_ahead: int, sides: tuple[str, ...]) -> StepCursor:
+        """The cursor saved as `raw`, or a fresh one when nothing was saved (a new run)."""
+        cursor = cls(steps, steps_ahead, sides)
+        if raw:
+            saved = json.loads(raw)
+            cursor.next, cursor.finished = int(saved["next"]), bool(saved["finished"])
+            cursor.open = {int(step): list(ready) for step, ready in saved["open"].items()}
+            cursor.versions = {side: int(v) for side, v in saved["versions"].items()}
+        return cursor
+
+    def to_json(self) -> str:
+        """The saved form (JSON object keys are strings: steps as "0", "1", …)."""
+        open_steps = {str(step): ready for step, ready in self.open.items()}
+        return json.dumps({"next": self.next, "open": open_steps, "finished": self.finished, "versions": self.versions})
+
+    def open_steps(self) -> list[int]:
+        """The published, unfinished steps, oldest first."""
+        return sorted(self.open)
+
+    def due_steps(self) -> list[int]:
+        """The steps to publish now, in order: from `next` up to `steps_ahead` beyond the oldest open step
+        (the first one published becomes the oldest when none is open), never past the last step."""
+        oldest = min(self.open, default=self.next)
+        return list(range(self.next, min(self.steps, oldest + self.steps_ahead + 1)))
+
+    def open_step(self, step: int) -> None:
+        """`step` is published: open it with no side ready; the next one to publish follows it."""
+        self.open[step] = []
+        self.next = step + 1
+
+    def record_version(self, side: str, version: int) -> None:
+        """A version `side`'s learner produced: the newest one wins (a repeat or a late report is older)."""
+        self.versions[side] = max(version, self.versions[side])
+
+    def side_ready(self, side: str, step: int) -> Readiness:
+        """`side` is done with `step` (its gate message arrived). The last side closes the step; closing the
+        last open step after every step was published finishes the run."""
+        ready = self.open.get(step)
+        if self.finished or ready is None or side in ready:
+            return Readiness.IGNORED
+        self.open[step] = sorted({*ready, side})
+        if set(self.open[step]) != set(self.sides):
+            return Readiness.WAITING
+        del self.open[step]
+        self.finished = self.next >= self.steps and not self.open
+        return Readiness.FINISHED

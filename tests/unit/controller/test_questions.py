@@ -1,0 +1,49 @@
+"""The run's questions per step from its config (controller/questions.py step_schedule), docs/method.md
+§Training schedule: a JSONL dataset walked B at a time, stage 1's levels first, and a ValueError naming the key
+when the dataset cannot fill a step."""
+
+import json
+
+import pytest
+
+from mgrpo_actors.config import NodeConfig, load_config
+from mgrpo_actors.controller.questions import step_schedule
+
+LEVELS = {"a": 1, "b": 1, "c": 2, "d": 2}
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    lines = [json.dumps({"id": q, "question": f"What is {q}?", "answer": q, "level": lv}) for q, lv in LEVELS.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def config(dataset, *overrides):
+    return load_config(NodeConfig, None, [f"pipeline.dataset={dataset}", "pipeline.shuffle=false", *overrides])
+
+
+def ids(schedule, steps):
+    return [[q.id for q in schedule.step(n)] for n in range(steps)]
+
+
+def test_questions_in_file_order_b_per_step(dataset):
+    schedule = step_schedule(config(dataset, "pipeline.queries_per_step=3"))
+    assert ids(schedule, 3) == [["a", "b", "c"], ["d", "a", "b"], ["c", "d", "a"]]
+    assert schedule.stage(0) == 2  # no curriculum: every step is stage 2
+
+
+def test_stage_one_draws_its_levels_then_stage_two_starts_from_its_own_start(dataset):
+    schedule = step_schedule(
+        config(dataset, "pipeline.stage1_steps=2", "pipeline.stage1_levels=[1]", "pipeline.levels=[2]")
+    )
+    assert ids(schedule, 4) == [["a", "b"], ["a", "b"], ["c", "d"], ["c", "d"]]
+    assert [schedule.stage(n) for n in range(4)] == [1, 1, 2, 2]
+
+
+def test_a_dataset_too_small_for_a_step_names_the_key(dataset):
+    with pytest.raises(ValueError, match="queries_per_step is 5"):
+        step_schedule(config(dataset, "pipeline.queries_per_step=5"))
+    with pytest.raises(ValueError, match=r"pipeline.levels \[3\]"):
+        step_schedule(config(dataset, "pipeline.levels=[3]"))
