@@ -96,8 +96,8 @@ class LearnerActor(BusActor):
         elif self.state.get(f"learner.{self.side}") is None:
             # Every checkpoint follows a KV record in the same NATS store: this one is an earlier run's.
             raise RuntimeError(
-                f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, but this run's "
-                "NATS state is new: use another run.id or run.dir, or delete that directory"
+                f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, "
+                "but this run's NATS state is new: use another run.id or run.dir, or delete that directory"
             )
         self.trainer = PolicyTrainer(model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
         record = self.checkpoints.load(self.trainer)

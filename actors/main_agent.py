@@ -127,7 +127,8 @@ class MainAgentActor(AgentActor):
         )
 
     def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:
-        """Retry the batch's requests (JetStream redelivers them, maybe elsewhere); record them failed when out of retries."""
+        """Retry the batch's requests (JetStream redelivers them, maybe elsewhere); record them failed when out of
+        retries."""
         self.log.error("rollout batch failed", error=error, where=where, queries=len(batch))
         for request, delivery in batch:
             if delivery.num_delivered <= self.pipeline.call_retries:

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mgrpo-node",
         description="Start the actors of one or more roles of an M-GRPO run on a NATS bus.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"roles:\n{roles_help}\n  all           every role but the monitor in one process (embedded NATS unless --nats), until the run is finished",
+        epilog=f"roles:\n{roles_help}\n  all           every role but the monitor in one process "
+        "(embedded NATS unless --nats), until the run is finished",
     )
     parser.add_argument(
         "--role", action="append", default=[], metavar="ROLE", help="role to run; repeat for several (see below)"
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         action="append",
         metavar="FILE",
-        help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning (e.g. the run's config, then the role's rendered nats section)",
+        help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning "
+        "(e.g. the run's config, then the role's rendered nats section)",
     )
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
     parser.add_argument("--run-id", metavar="ID", help="run id (overrides run.id)")
@@ -85,17 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> (its NATS store, checkpoints) instead of starting it afresh",
+        help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> "
+        "(its NATS store, checkpoints) instead of starting it afresh",
     )
     parser.add_argument(
         "--until-finished",
         action="store_true",
-        help="stop gracefully once the controller reports the run finished (the default with --role all); with --role monitor: once the monitor has shown it and written its report",
+        help="stop gracefully once the controller reports the run finished (the default with --role all); "
+        "with --role monitor: once the monitor has shown it and written its report",
     )
     parser.add_argument(
         "--health-file",
         metavar="PATH",
-        help="while the node runs and is connected, write the time into PATH every 5 s (removed on stop): for liveness/readiness probes",
+        help="while the node runs and is connected, write the time into PATH every 5 s (removed on stop): "
+        "for liveness/readiness probes",
     )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--version", action="store_true", help="print versions and exit")
@@ -186,9 +191,8 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
             )
             raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
     if "controller" in roles:
-        from mgrpo_actors.controller.questions import (
-            step_schedule,
-        )  # loads the dataset (and the agents' set-up): only for controllers
+        # loads the dataset (and the agents' set-up): only for controllers
+        from mgrpo_actors.controller.questions import step_schedule
 
         step_schedule(config)
 
@@ -201,7 +205,8 @@ def follower_side(roles: list[str]) -> str | None:
         return None
     if len(roles) != 1 or not roles[0].endswith("-learner"):
         raise ValueError(
-            f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), not {', '.join(roles)}"
+            f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), "
+            f"not {', '.join(roles)}"
         )
     return roles[0].removesuffix("-learner") if int(os.environ.get("RANK", "0")) > 0 else None
 

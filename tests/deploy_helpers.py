@@ -15,7 +15,8 @@ __all__ = ["node_config", "render", "secure_server", "user_nats", "user_security
 
 
 def render(tmp: Path, run_id: str, **settings: object) -> Path:
-    """certs + nats-config for one loopback server and `run_id` (and description `settings`); returns the output directory."""
+    """certs + nats-config for one loopback server and `run_id` (and description `settings`); returns the output
+    directory."""
     out = tmp / "deploy"
     description = tmp / "deployment.yaml"
     description.write_text(

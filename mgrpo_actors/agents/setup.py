@@ -56,8 +56,8 @@ def check_chat_template(spec: str, tokenizer: PreTrainedTokenizerBase) -> None:
         ChatTurnWrapping.from_template(tokenizer, _PROBE_OPENING)
     except Exception as exc:  # jinja's TemplateError (raise_exception in a template), or the wrapping's ValueError
         raise ModelSpecError(
-            f"model directory {str(resolve_model_dir(spec))!r}: its chat template cannot render an agent's conversation "
-            f"(a system and a user message, then assistant and tool turns): {type(exc).__name__}: {exc}"
+            f"model directory {str(resolve_model_dir(spec))!r}: its chat template cannot render an agent's "
+            f"conversation (a system and a user message, then assistant and tool turns): {type(exc).__name__}: {exc}"
         ) from None
 
 
@@ -133,7 +133,8 @@ class TaskQuestions:
         if not questions:
             named = "" if levels is None else f" with {key} {levels}"
             raise ValueError(
-                f"pipeline.split {pipeline.split!r}{named} selects no questions of pipeline.dataset {pipeline.dataset!r}"
+                f"pipeline.split {pipeline.split!r}{named} selects no questions "
+                f"of pipeline.dataset {pipeline.dataset!r}"
             )
         return questions
 

@@ -41,7 +41,8 @@ def single_episode(
     rollout_index: int,
     episode_id: str | None = None,
 ) -> AgentEpisode:
-    """The single agent's episode for rollout `rollout_index` of `question`; its id is `episode_id` (default "r<rollout_index>")."""
+    """The single agent's episode for rollout `rollout_index` of `question`; its id is `episode_id`
+    (default "r<rollout_index>")."""
     names = single_tool_names(cfg)
     if not names:  # plain GRPO: nothing to demonstrate but the answer block, which the prompt states
         return question_episode(question, tokenizer, cfg, rollout_index, PLAIN_PROMPT, (), (), episode_id)

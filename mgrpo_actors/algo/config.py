@@ -120,7 +120,8 @@ class ObjectiveConfig:
     eps_high: float = 0.28
     """Upper clip range: ρ is clipped at 1 + eps_high, "clip-higher" (reference code: 0.28)."""
     ratio: RatioKind = "token"
-    """"token" (reference code), "sequence" (paper; needs seq-mean-token-mean), "sequence-mean" (GSPO) ([ours]: token)."""
+    """"token" (reference code), "sequence" (paper; needs seq-mean-token-mean), "sequence-mean" (GSPO)
+    ([ours]: token)."""
     aggregation: Aggregation = "token-mean"
     """How token losses become one number ([ours]: token-mean over the global batch)."""
     max_response_tokens: int | None = None

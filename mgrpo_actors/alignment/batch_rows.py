@@ -135,7 +135,8 @@ def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
     if len(sizes) and sizes.max() > budget:
         worst = int(sizes.argmax())
         raise ValueError(
-            f"sample {batch.sample_ids[worst]} alone needs ~{int(sizes[worst])} bytes; nats.max_message_bytes ({max_bytes}) is too small"
+            f"sample {batch.sample_ids[worst]} alone needs ~{int(sizes[worst])} bytes; "
+            f"nats.max_message_bytes ({max_bytes}) is too small"
         )
     bounds, start, used = [], 0, 0
     for i, size in enumerate(sizes.tolist()):

@@ -177,7 +177,8 @@ def build_sub_batch(
 def failed_and_lost(
     plan: StepPlan, stats: Mapping[RolloutKey, RewardStats], trajectories: Mapping[str, Trajectory]
 ) -> dict[str, float]:
-    """Rollouts of the plan that failed or never reported, and sub calls named by a rollout whose trajectory never came."""
+    """Rollouts of the plan that failed or never reported, and sub calls named by a rollout whose trajectory never
+    came."""
     failed = sum(
         1 for q in plan.query_ids for k in range(plan.num_rollouts) if (s := stats.get((q, k))) is None or s.failed
     )

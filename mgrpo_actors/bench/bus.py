@@ -252,7 +252,8 @@ def run(quick: bool = False, url: str | None = None, rounds: int | None = None) 
 def _print(results: dict[str, Any]) -> None:
     console = Console()
     table = Table(
-        title=f"bus: request/reply of {results['message_bytes']} B messages ({results['rounds']} rounds, window {results['window']})"
+        title=f"bus: request/reply of {results['message_bytes']} B messages "
+        f"({results['rounds']} rounds, window {results['window']})"
     )
     for col in ("topology", "path", "p50 µs", "p99 µs", "msg/s"):
         table.add_column(col, justify="right")
@@ -265,5 +266,6 @@ def _print(results: dict[str, Any]) -> None:
         r = results[topology]
         console.print(
             f"{topology}: runtime / raw nats-py: latency p50 x{r['ratio_latency_p50']:.2f} "
-            f"(x{r['ratio_latency_p50_vs_codec']:.2f} vs raw+codec), throughput cost x{r['ratio_throughput']:.2f} (target <= 1.20)"
+            f"(x{r['ratio_latency_p50_vs_codec']:.2f} vs raw+codec), "
+            f"throughput cost x{r['ratio_throughput']:.2f} (target <= 1.20)"
         )

@@ -115,7 +115,8 @@ def _print(results: dict[str, Any]) -> None:
     per_step = results["bytes_per_step"]
     stayed = per_step["main"] + per_step["sub"]
     table = Table(
-        title=f"bytes per step ({results['steps']} step(s), {'tiny models' if results['quick'] else 'SmolLM2'}, {results['seconds']:.0f} s)"
+        title=f"bytes per step ({results['steps']} step(s), {'tiny models' if results['quick'] else 'SmolLM2'}, "
+        f"{results['seconds']:.0f} s)"
     )
     for column in ("where", "bytes per step", "share"):
         table.add_column(column, justify="right" if column != "where" else "left")

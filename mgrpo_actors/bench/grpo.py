@@ -78,8 +78,8 @@ def run(composition: Composition, quick: bool = False) -> dict[str, Any]:
     console = Console(highlight=False)
     steps = QUICK_STEPS if quick else STEPS
     console.print(
-        f"grpo bench: plain single-turn GRPO for {steps} steps through the pipeline (controller, single agent, main aligner, "
-        "main learner; an embedded nats-server), in this process…",
+        f"grpo bench: plain single-turn GRPO for {steps} steps through the pipeline (controller, single agent, "
+        "main aligner, main learner; an embedded nats-server), in this process…",
         markup=False,
     )
     model_dir = bench_model_dir()  # the first time: the warm-up (~20 s on one core), then cached
@@ -101,16 +101,19 @@ def print_configuration(results: dict[str, Any], model_dir: Path, console: Conso
     shape = json.loads((model_dir / "config.json").read_text())
     console.print(
         f"model: {shape['architectures'][0]}, hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
-        f"{shape['num_attention_heads']} heads ({shape['num_key_value_heads']} KV), intermediate {shape['intermediate_size']}, "
-        f"{shape['vocab_size']} ids (byte-level BPE of {TINY_PRESETS['grpo'].vocab_size} trained locally + {len(FORMAT_TOKENS)} format tags), "
+        f"{shape['num_attention_heads']} heads ({shape['num_key_value_heads']} KV), "
+        f"intermediate {shape['intermediate_size']}, {shape['vocab_size']} ids "
+        f"(byte-level BPE of {TINY_PRESETS['grpo'].vocab_size} trained locally + {len(FORMAT_TOKENS)} format tags), "
         f"{agent.dtype} on {agent.device}, warmed up {WARMUP.steps} steps on the answer format",
         markup=False,
     )
     console.print(
-        f"step: {pipeline.queries_per_step} prompts × {pipeline.rollouts_per_query} completions × ≤ {agent.max_new_tokens_per_turn} "
-        f"new tokens, temperature {agent.temperature:g}, no tools, {agent.max_turns} turn, {config.agents.correct_judge} scoring; "
-        f"one AdamW step per batch (lr {learner.lr:g}, micro-batch {learner.micro_batch_samples}, {learner.device} {learner.dtype}), "
-        f"KL coefficient {config.algo.objective.kl_coef:g}, no checkpoints; {config.agents.torch_threads} torch thread(s) (agents.torch_threads; one process)",
+        f"step: {pipeline.queries_per_step} prompts × {pipeline.rollouts_per_query} completions "
+        f"× ≤ {agent.max_new_tokens_per_turn} new tokens, temperature {agent.temperature:g}, no tools, "
+        f"{agent.max_turns} turn, {config.agents.correct_judge} scoring; one AdamW step per batch "
+        f"(lr {learner.lr:g}, micro-batch {learner.micro_batch_samples}, {learner.device} {learner.dtype}), "
+        f"KL coefficient {config.algo.objective.kl_coef:g}, no checkpoints; "
+        f"{config.agents.torch_threads} torch thread(s) (agents.torch_threads; one process)",
         markup=False,
     )
 
@@ -158,10 +161,11 @@ def print_results(results: dict[str, Any], console: Console) -> None:
     table.add_row("share", "100%", "", "", *(f"{groups[g] / mean.wall:.1%}" if mean.wall else "" for g in GROUPS), "")
     console.print(table)
     console.print(
-        "tokens: the completions' tokens; tok/s: tokens / s/step; gen: rollout generation; score: judging the completions "
-        "(R_M); learner: forward, backward and optimizer step, new weights published, fetched and loaded, advantages and batch; "
-        "msg (messaging): the rest (NATS and JetStream round trips, serialisation, the actors' own work, waiting); trained: "
-        "samples the learner trained on",
+        "tokens: the completions' tokens; tok/s: tokens / s/step; gen: rollout generation; "
+        "score: judging the completions (R_M); learner: forward, backward and optimizer step, "
+        "new weights published, fetched and loaded, advantages and batch; msg (messaging): the rest "
+        "(NATS and JetStream round trips, serialisation, the actors' own work, waiting); "
+        "trained: samples the learner trained on",
         markup=False,
     )
     console.print(
@@ -171,6 +175,7 @@ def print_results(results: dict[str, Any], console: Console) -> None:
     which = "steps after step 0 (warm-up)" if results["mean"] is not None else "step 0 only, warm-up included"
     console.print(
         f"plain GRPO: {mean.wall:.3f} s/step, {tokens / mean.wall:.1f} generated tokens/s "
-        f"({tokens:.0f} tokens a step; generation alone {tokens / generation if generation else 0:.1f} tokens/s); mean of {which}",
+        f"({tokens:.0f} tokens a step; generation alone {tokens / generation if generation else 0:.1f} tokens/s); "
+        f"mean of {which}",
         markup=False,
     )

@@ -86,7 +86,8 @@ class HostileTraffic:
         self.sent["oversize"] += 1
 
     def flood(self) -> None:
-        """FLOOD_REQUESTS valid-shaped requests at once, then FLOOD_GARBAGE MiB of garbage to every node's ping subject."""
+        """FLOOD_REQUESTS valid-shaped requests at once, then FLOOD_GARBAGE MiB of garbage to every node's ping
+        subject."""
         for i in range(FLOOD_REQUESTS):
             self.bus.publish(self.tool_subject, self._request(f"flood {i}"), reply=self._inbox())
         garbage = bytes(FLOOD_GARBAGE_BYTES)

@@ -230,8 +230,9 @@ def _print(results: dict[str, Any]) -> None:
     console = Console()
     valid = results["valid"]
     console.print(
-        f"soak: {results['nodes']} tool nodes, {results['workers']} valid requests in flight for {results['duration_s']:g} s "
-        f"(per call {results['timeout_s']:g} s timeout, {results['retries']} retries), hostile traffic alongside"
+        f"soak: {results['nodes']} tool nodes, {results['workers']} valid requests in flight "
+        f"for {results['duration_s']:g} s (per call {results['timeout_s']:g} s timeout, {results['retries']} retries), "
+        "hostile traffic alongside"
     )
     table = Table(title="valid requests")
     for col in ("sent", "served", "lost", "retried", "extra attempts", "slowest s"):
@@ -259,5 +260,6 @@ def _print(results: dict[str, Any]) -> None:
         "met" if valid["lost"] == 0 and results["memory_bounded"] and not results["unfinished_workers"] else "NOT met"
     )
     console.print(
-        f"soak: {valid['lost']} of {valid['sent']} valid requests lost, memory bounded: {results['memory_bounded']} (target 0 lost, bounded: {verdict})"
+        f"soak: {valid['lost']} of {valid['sent']} valid requests lost, memory bounded: {results['memory_bounded']} "
+        f"(target 0 lost, bounded: {verdict})"
     )

@@ -161,7 +161,8 @@ def run(composition: Composition, quick: bool = False) -> dict[str, Any]:
         raise RuntimeError(f"the job failed (exit {results['exit_code']})")
     pipeline = results["config"].pipeline
     console.print(
-        f"B = {pipeline.queries_per_step} queries × K = {pipeline.rollouts_per_query} rollouts per step; both learners; a checkpoint per step"
+        f"B = {pipeline.queries_per_step} queries × K = {pipeline.rollouts_per_query} rollouts per step; "
+        "both learners; a checkpoint per step"
     )
     print_results(results, console)
     return results
@@ -200,9 +201,10 @@ def print_results(results: dict[str, Any], console: Console) -> None:
         )
     console.print(table)
     console.print(
-        "model compute: gen (rollout generation), learn (learner forward, backward, step); then weights (save, publish, "
-        "fetch, load), ckpt (checkpoints), align (batch building), score (judging rollouts); other: messaging, serialisation, JetStream/KV "
-        "round trips, the agents' and tools' Python work, waiting",
+        "model compute: gen (rollout generation), learn (learner forward, backward, step); "
+        "then weights (save, publish, fetch, load), ckpt (checkpoints), align (batch building), "
+        "score (judging rollouts); other: messaging, serialisation, JetStream/KV round trips, "
+        "the agents' and tools' Python work, waiting",
         markup=False,
     )
     if mean is not None:  # each kind's own busy time: kinds that overlap (weights and checkpoint do) show here in full
@@ -212,7 +214,8 @@ def print_results(results: dict[str, Any], console: Console) -> None:
         )
     if results.get("intervals_dropped"):
         console.print(
-            f"[yellow]the recorder dropped {results['intervals_dropped']} of its oldest intervals: the early steps are undercounted[/]"
+            f"[yellow]the recorder dropped {results['intervals_dropped']} of its oldest intervals: "
+            "the early steps are undercounted[/]"
         )
     trained = results.get("trained", {})
     if trained:
@@ -226,7 +229,8 @@ def print_results(results: dict[str, Any], console: Console) -> None:
         )
         if not any(n for sides in trained.values() for n in sides.values()):
             console.print(
-                "(0 everywhere: no sample had an advantage (the untrained tiny models earn the same reward on every rollout), "
+                "(0 everywhere: no sample had an advantage "
+                "(the untrained tiny models earn the same reward on every rollout), "
                 "so the learners ran no forward/backward and learn is ~0)",
                 markup=False,
             )
@@ -241,6 +245,7 @@ def print_results(results: dict[str, Any], console: Console) -> None:
         else f"[red bold]TARGET MISSED ({(share - TARGET_SHARE) * 100:.1f} percentage points over)[/]"
     )
     console.print(
-        f"not model compute: {share:.1%} of the step ({reference.wall - reference.compute:.3f} s of {reference.wall:.3f} s; {which}); "
+        f"not model compute: {share:.1%} of the step "
+        f"({reference.wall - reference.compute:.3f} s of {reference.wall:.3f} s; {which}); "
         f"target ≤ {TARGET_SHARE:.0%}: {verdict}"
     )

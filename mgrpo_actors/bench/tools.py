@@ -3,10 +3,10 @@
 The promise of docs/deployment.md is "start more `--role tool` processes to add tool throughput": every tool actor,
 in any process, joins one queue group per tool, and NATS spreads the requests. This bench checks it
 with real processes on one nats-server: for N = 1, 2, 4, 8 it runs N `mgrpo-node --role tool`
-subprocesses (adding to those of the previous N) with one actor each (so N servers, each answering one request at a time) serving the
-I/O-bound `delay` tool (tools/delay.py: waits LATENCY_S, like a remote search API), keeps a fixed
-number of requests in flight (4·N, then 16·N: see LOADS) from one Bus in this process for a fixed
-time, and times the replies.
+subprocesses (adding to those of the previous N) with one actor each (so N servers, each answering one
+request at a time) serving the I/O-bound `delay` tool (tools/delay.py: waits LATENCY_S, like a remote
+search API), keeps a fixed number of requests in flight (4·N, then 16·N: see LOADS) from one Bus in
+this process for a fixed time, and times the replies.
 
 Reported per N and load: requests/s, the ideal N / LATENCY_S, and the scaling ratio throughput(N) /
 (N · throughput(1)); the issue's target is a ratio >= 0.9 for every N, checked at 16·N in flight.
@@ -120,7 +120,8 @@ def run(quick: bool = False, url: str | None = None) -> dict[str, Any]:
 def _print(results: dict[str, Any]) -> None:
     console = Console()
     table = Table(
-        title=f"tools: `delay` tool ({results['latency_s'] * 1000:.0f} ms) served by N tool processes, 1 actor each ({results['measure_s']:g} s per row)"
+        title=f"tools: `delay` tool ({results['latency_s'] * 1000:.0f} ms) served by N tool processes, 1 actor each "
+        f"({results['measure_s']:g} s per row)"
     )
     for col in ("N", "in flight", "replies", "req/s", "ideal req/s", "of ideal", "ratio vs N·(N=1)"):
         table.add_column(col, justify="right")
@@ -139,5 +140,6 @@ def _print(results: dict[str, Any]) -> None:
     verdict = "met" if results["min_scaling_ratio"] >= results["target_ratio"] else "NOT met"
     console.print(
         f"tools: lowest scaling ratio at {SATURATED}·N in flight x{results['min_scaling_ratio']:.3f} "
-        f"(target >= {results['target_ratio']:.2f} for every N: {verdict}); at {LOADS[0]}·N some servers idle (random queue-group routing)"
+        f"(target >= {results['target_ratio']:.2f} for every N: {verdict}); "
+        f"at {LOADS[0]}·N some servers idle (random queue-group routing)"
     )

@@ -40,7 +40,8 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="a node config whose `nats` section (url; auth: user, password_file or password_env; tls) this command connects with",
+        help="a node config whose `nats` section (url; auth: user, password_file or password_env; tls) "
+        "this command connects with",
     )
 
 

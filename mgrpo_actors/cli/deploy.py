@@ -2,7 +2,8 @@
 
     mgrpo deploy certs --out deploy/nats/generated/certs --host nats-1.example --host 10.0.0.5
     mgrpo deploy nats-config --description deploy/nats/deployment.yaml --out deploy/nats/generated
-    mgrpo deploy provision --config deploy/nats/generated/nodes/admin-main.yaml --run-id r1   # and admin-sub, admin-tools, admin-monitor
+    mgrpo deploy provision --config deploy/nats/generated/nodes/admin-main.yaml --run-id r1
+                           # and admin-sub, admin-tools, admin-monitor
 
 `certs`: a development CA, a server certificate for the given hosts, client certificates on request.
 `nats-config`: one nats-server configuration per server (JetStream, TLS, cluster routes, the accounts
@@ -31,7 +32,8 @@ def _certs(args: argparse.Namespace) -> int:
 
     written = make_certificates(Path(args.out), args.host, args.client, days=args.days)
     print(
-        f"CA {written.ca} (its key {written.ca_key}: keep it off the servers), server certificate {written.server} for {', '.join(args.host)}"
+        f"CA {written.ca} (its key {written.ca_key}: keep it off the servers), "
+        f"server certificate {written.server} for {', '.join(args.host)}"
     )
     for name, (cert, _key) in written.clients.items():
         print(f"client {name}: {cert}")
@@ -49,7 +51,8 @@ def _nats_config(args: argparse.Namespace) -> int:
     for name, path in rendered.server_configs.items():
         print(f"server {name}: {path}   (nats-server -c {path})")
     print(
-        f"users: {', '.join(rendered.password_files)}; passwords in {Path(args.out) / description.secrets_dir} (mode 0600), node `nats` sections in {Path(args.out) / 'nodes'}"
+        f"users: {', '.join(rendered.password_files)}; passwords in {Path(args.out) / description.secrets_dir} "
+        f"(mode 0600), node `nats` sections in {Path(args.out) / 'nodes'}"
     )
     return 0
 
@@ -93,7 +96,8 @@ def _provision(args: argparse.Namespace) -> int:
         Exception
     ) as exc:  # a JetStream API call that timed out even after retries: usually a user that may not make streams
         print(
-            f"mgrpo deploy provision: error: {type(exc).__name__}: {exc} (is --config an admin's `nats` section, nodes/admin-<account>.yaml?)",
+            f"mgrpo deploy provision: error: {type(exc).__name__}: {exc} "
+            "(is --config an admin's `nats` section, nodes/admin-<account>.yaml?)",
             file=sys.stderr,
         )
         return 3
@@ -157,14 +161,15 @@ def add_parser(subparsers: Any) -> None:
         required=True,
         action="append",
         metavar="FILE",
-        help="the admin's node config (nodes/admin-main.yaml, …); repeat to merge the run's config first (its pipeline.ack_wait_s "
-        "and nats limits), later files winning",
+        help="the admin's node config (nodes/admin-main.yaml, …); repeat to merge the run's config first "
+        "(its pipeline.ack_wait_s and nats limits), later files winning",
     )
     provision.add_argument(
         "--account",
         default="auto",
         choices=["auto", "MAIN", "SUB", "TOOLS", "MONITOR"],
-        help="whose streams and buckets (default: the account of an admin-<account> user; else every one, for a server without accounts)",
+        help="whose streams and buckets (default: the account of an admin-<account> user; "
+        "else every one, for a server without accounts)",
     )
     provision.add_argument("--nats", metavar="URL", help="server URL(s) (default: nats.url of --config)")
     provision.add_argument("--run-id", required=True, metavar="ID", help="the run to provision")

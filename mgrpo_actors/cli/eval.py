@@ -48,7 +48,8 @@ def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "eval",
-        help="accuracy, format-valid rate, sub calls and turns of M+S (or the single agent) over a split or a JSONL file",
+        help="accuracy, format-valid rate, sub calls and turns of M+S (or the single agent) "
+        "over a split or a JSONL file",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -75,7 +75,8 @@ def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[st
     for entry in models:
         if entry.tag is None:
             out.print(
-                f"{entry.side}: no checkpoint in {args.checkpoints} (the agent does not train): keeps agents.{entry.side}.model {entry.model}",
+                f"{entry.side}: no checkpoint in {args.checkpoints} (the agent does not train): "
+                f"keeps agents.{entry.side}.model {entry.model}",
                 markup=False,
             )
     return with_models(config, models), {entry.side: entry.tag for entry in models}
@@ -157,7 +158,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     where = f"split {dataset['split']}" if "split" in dataset else dataset["file"]
     out.print(
-        f"{setup.mode}: {', '.join(f'{side} {model}' for side, model in setup.models.items())} · {len(questions)} of {available} questions of {where} · {args.runs} runs",
+        f"{setup.mode}: {', '.join(f'{side} {model}' for side, model in setup.models.items())} · "
+        f"{len(questions)} of {available} questions of {where} · {args.runs} runs",
         markup=False,
     )
     columns = (

@@ -2,11 +2,12 @@
 nats-server, with a live view of the run (mgrpo_actors/monitoring/run_view.py) and at the end a summary table and,
 in the run directory `<run.dir>/<run.id>/`, summary.json (per-step rows) and rewards.png.
 
-Every role (but the monitor: this command has its own view) runs in this one process, talking only over NATS (the same actors a multi-server
-run starts with `mgrpo-node --role …`): the controller publishes B rollout requests per step, the
-main agent (M on its own model) rolls each query out K times and delegates subtasks to the sub-agent
-(S on its own model), whose search/visit calls go to the tool actors; both aligners turn the step's
-trajectories into exactly B·K and B·K·D samples with advantages, on the learners' streams.
+Every role (but the monitor: this command has its own view) runs in this one process, talking only
+over NATS (the same actors a multi-server run starts with `mgrpo-node --role …`): the controller
+publishes B rollout requests per step, the main agent (M on its own model) rolls each query out K
+times and delegates subtasks to the sub-agent (S on its own model), whose search/visit calls go to
+the tool actors; both aligners turn the step's trajectories into exactly B·K and B·K·D samples with
+advantages, on the learners' streams.
 
     mgrpo run                                    # SmolLM2 as M and as S (separate instances)
     mgrpo run --main tiny:main --sub tiny:sub    # tiny models: seconds
@@ -15,8 +16,9 @@ trajectories into exactly B·K and B·K·D samples with advantages, on the learn
     mgrpo run --set algo.alignment.mode=none     # the alignment ablation: sub batches first-in-first-out
 
 Both agents' DeepSpeed learners run too (`--method main-only` keeps S fixed, the main-only baseline;
-`--method single-agent` trains one agent with every tool and no sub side): after each step every learner applies its side's batch and sends the new weights
-to its side's rollout engine, which rolls the next step out with them.
+`--method single-agent` trains one agent with every tool and no sub side): after each step every
+learner applies its side's batch and sends the new weights to its side's rollout engine, which rolls
+the next step out with them.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
             f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}"
         )
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
-    shape = f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × {config.pipeline.rollouts_per_query} rollouts"
+    shape = (
+        f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × "
+        f"{config.pipeline.rollouts_per_query} rollouts"
+    )
     if "sub" in config.sides:
         shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
     console.print(f"{shape}; loading models…")
@@ -119,7 +124,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--method",
         choices=METHODS,
-        help="run.method: m-grpo (default: both agents train), main-only (S frozen) or single-agent (one agent with every tool)",
+        help="run.method: m-grpo (default: both agents train), main-only (S frozen) "
+        "or single-agent (one agent with every tool)",
     )
     p.add_argument(
         "--resume",

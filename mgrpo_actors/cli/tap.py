@@ -114,7 +114,8 @@ async def run_tap(
     """Print messages until `count` were printed, `duration_s` passed, or the process is interrupted."""
     if not _valid_subject(subject):
         print(
-            f"mgrpo tap: error: {subject!r} is not a valid NATS subject (tokens separated by '.', no spaces; '*' and a final '>' as wildcards)",
+            f"mgrpo tap: error: {subject!r} is not a valid NATS subject "
+            "(tokens separated by '.', no spaces; '*' and a final '>' as wildcards)",
             file=sys.stderr,
         )
         return 2
@@ -145,7 +146,8 @@ async def run_tap(
             except nats.js.errors.NotFoundError:
                 print(f"mgrpo tap: error: stream {stream!r} not found", file=sys.stderr)
                 return 2
-            except Exception as exc:  # e.g. a user whose permissions do not cover the stream: the server's refusal looks like a timeout
+            except Exception as exc:
+                # e.g. a user whose permissions do not cover the stream: the server's refusal looks like a timeout
                 print(f"mgrpo tap: error: cannot read stream {stream!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 return 3
         else:

@@ -45,7 +45,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}", flush=True)
 
     print(
-        f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, {cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}",
+        f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, "
+        f"{cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}",
         flush=True,
     )
     try:
@@ -55,7 +56,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     sets = " ".join(f"--set agents.{side}.model={path}" for side, path in dirs.items())
     print(
-        f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} (settings and losses in {Path(args.out) / 'warmup.json'})"
+        f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} "
+        f"(settings and losses in {Path(args.out) / 'warmup.json'})"
     )
     print(f"use them: mgrpo run {sets}")
     return 0

@@ -56,7 +56,8 @@ class CompareConfig:
 
 
 def trained_sides(method: str) -> tuple[str, ...]:
-    """The agents a method trains (docs/method.md §Training schedule): both, or M only (main-only, and the single agent)."""
+    """The agents a method trains (docs/method.md §Training schedule): both, or M only (main-only, and the single
+    agent)."""
     return ("main", "sub") if method in ("m-grpo", "m-grpo-unaligned") else ("main",)
 
 

@@ -56,14 +56,17 @@ def markdown_table(results: Mapping[str, Mapping[str, Any]], last_steps: int = 2
     """One row per method: validation accuracy at the start and at the end (mean ± std over the eval
     runs), format-valid rate and sub calls at the end, training rewards over the last `last_steps` steps."""
     lines = [
-        f"| method | val. accuracy, start | val. accuracy, end | format valid, end | sub calls/question, end | R_M, last {last_steps} steps | R_S, last {last_steps} steps | minutes |",
+        "| method | val. accuracy, start | val. accuracy, end | format valid, end | sub calls/question, end "
+        f"| R_M, last {last_steps} steps | R_S, last {last_steps} steps | minutes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for method, result in results.items():
         first, last = result["evals"][0], result["evals"][-1]
         tail = result["rewards"][-last_steps:]
         lines.append(
-            f"| {method} | {_spread(first, 'accuracy')} | {_spread(last, 'accuracy')} (step {last['step']}) | {_spread(last, 'format_valid')} | "
-            f"{last['sub_calls']['mean']:.2f} | {_mean([r['main_reward_mean'] for r in tail])} | {_mean([r['sub_reward_mean'] for r in tail])} | {result['seconds'] / 60:.1f} |"
+            f"| {method} | {_spread(first, 'accuracy')} | {_spread(last, 'accuracy')} (step {last['step']}) "
+            f"| {_spread(last, 'format_valid')} | {last['sub_calls']['mean']:.2f} "
+            f"| {_mean([r['main_reward_mean'] for r in tail])} | {_mean([r['sub_reward_mean'] for r in tail])} "
+            f"| {result['seconds'] / 60:.1f} |"
         )
     return "\n".join(lines) + "\n"

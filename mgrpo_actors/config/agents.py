@@ -1,5 +1,6 @@
 """The `agents` section of the node config: one AgentConfig per agent (M's and S's models, engines,
-budgets and sampling; each agent is its own LLM), and the judges that score them (docs/method.md §The system being trained, §Rewards)."""
+budgets and sampling; each agent is its own LLM), and the judges that score them (docs/method.md
+§The system being trained, §Rewards)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ class AgentConfig:
     """open with the role's worked example exchange (prompts.py); small models need it"""
     tools: list[str] | None = None
     """The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS (search, visit,
-    reason); None = all of them; [] = none: plain GRPO, the question alone answered in an answer block (no demonstration; with max_turns 1 in
-    deploy/configs/grpo.yaml). M and S keep their own: agents.sub.tools must stay None (S's tools are search and visit)."""
+    reason); None = all of them; [] = none: plain GRPO, the question alone answered in an answer block (no
+    demonstration; with max_turns 1 in deploy/configs/grpo.yaml). M and S keep their own: agents.sub.tools must stay
+    None (S's tools are search and visit)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm") and ":" not in self.engine:
@@ -72,7 +74,8 @@ class AgentConfig:
         unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
         if unknown:
             raise ValueError(
-                f"agent tools names unknown tool(s) {unknown}: the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
+                f"agent tools names unknown tool(s) {unknown}: "
+                f"the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
             )
 
     def sampling_params(
@@ -120,7 +123,8 @@ class AgentsConfig:
             raise ValueError("agents.llm_judge (base_url, model) is required when a judge is 'llm'")
         if self.sub.tools is not None:
             raise ValueError(
-                "agents.sub.tools must stay null: S's tools are search and visit; only the single agent (agents.main under run.method single-agent) chooses its tools"
+                "agents.sub.tools must stay null: S's tools are search and visit; "
+                "only the single agent (agents.main under run.method single-agent) chooses its tools"
             )
         if self.torch_threads < 1:
             raise ValueError(f"agents.torch_threads must be >= 1, got {self.torch_threads}")

@@ -128,7 +128,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: '{'.'.join(parts[: i + 1])}' is not a section")
-            # A copy: YAML aliases (default.yaml's `sub: *agent`) share one mapping; setting main's key must leave sub's.
+            # A copy: YAML aliases (default.yaml's `sub: *agent`) share one mapping; setting main's key must leave
+            # sub's.
             node[part] = node = dict(child)
         node[parts[-1]] = value
     return data

@@ -49,7 +49,8 @@ class NatsAuthConfig:
             raise ValueError("nats.auth: a password needs nats.auth.user")
         if self.user and not (self.password_file or self.password_env):
             raise ValueError(
-                f"nats.auth.user {self.user!r} needs nats.auth.password_file or nats.auth.password_env (passwords never go on the command line)"
+                f"nats.auth.user {self.user!r} needs nats.auth.password_file or nats.auth.password_env "
+                "(passwords never go on the command line)"
             )
         if self.password_file:
             _readable_file("nats.auth.password_file", self.password_file)
@@ -59,11 +60,13 @@ class NatsAuthConfig:
             )
         if self.inbox_prefix != DEFAULT_INBOX_PREFIX and not self.inbox_prefix.startswith(f"{DEFAULT_INBOX_PREFIX}."):
             raise ValueError(
-                f"nats.auth.inbox_prefix must be {DEFAULT_INBOX_PREFIX} or start with '{DEFAULT_INBOX_PREFIX}.' (nodes answer only inboxes), got {self.inbox_prefix!r}"
+                f"nats.auth.inbox_prefix must be {DEFAULT_INBOX_PREFIX} or start with '{DEFAULT_INBOX_PREFIX}.' "
+                f"(nodes answer only inboxes), got {self.inbox_prefix!r}"
             )
         if any(c in self.inbox_prefix for c in " *>\t\r\n") or self.inbox_prefix.endswith("."):
             raise ValueError(
-                f"nats.auth.inbox_prefix {self.inbox_prefix!r} is not a subject prefix (no spaces or wildcards, no trailing dot)"
+                f"nats.auth.inbox_prefix {self.inbox_prefix!r} is not a subject prefix "
+                "(no spaces or wildcards, no trailing dot)"
             )
 
     def password(self) -> str:

@@ -200,7 +200,8 @@ class ToolsConfig:
         unknown = [name for name in self.serve if name not in BUILTIN_TOOLS and name not in extra_names]
         if unknown:
             raise ValueError(
-                f"tools.serve names unknown tool(s) {unknown}; built-in: {list(BUILTIN_TOOLS)}; add others under tools.extra"
+                f"tools.serve names unknown tool(s) {unknown}; built-in: {list(BUILTIN_TOOLS)}; "
+                "add others under tools.extra"
             )
         for name in self.serve:
             if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
@@ -256,8 +257,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if self.agents.main.tools is not None and self.run.method != "single-agent":
             raise ValueError(
-                f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} (M's tools are reason and delegate): "
-                "leave it null or set run.method: single-agent"
+                f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} "
+                "(M's tools are reason and delegate): leave it null or set run.method: single-agent"
             )
 
     @property

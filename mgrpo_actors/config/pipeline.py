@@ -83,7 +83,8 @@ class PipelineConfig:
                 raise ValueError(f"pipeline.{name} must be > 0, got {getattr(self, name)}")
         if self.rollouts_per_query < 2:
             raise ValueError(
-                f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), got {self.rollouts_per_query}"
+                f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), "
+                f"got {self.rollouts_per_query}"
             )
         if self.dataset != "synthetic" and not Path(self.dataset).is_file():
             raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
@@ -93,7 +94,8 @@ class PipelineConfig:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
         if self.stage1_steps < 0 or self.max_staleness < 0:
             raise ValueError(
-                f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, got {self.stage1_steps} and {self.max_staleness}"
+                f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, "
+                f"got {self.stage1_steps} and {self.max_staleness}"
             )
         if self.stage1_steps and not self.stage1_levels:
             raise ValueError("pipeline.stage1_levels must name at least one level when pipeline.stage1_steps > 0")
@@ -120,13 +122,15 @@ def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) 
     longest_subtask = sub_turns * longest_attempt_s(pipeline.tool_timeout_s) * attempts
     if longest_subtask > pipeline.subtask_timeout_s:
         warnings.append(
-            f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × (pipeline.tool_timeout_s + "
-            f"up to 5 s of resends while no tool listens) × (call_retries + 1) = {longest_subtask:g}: slow tools can make M give up on S"
+            f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × "
+            "(pipeline.tool_timeout_s + up to 5 s of resends while no tool listens) × (call_retries + 1) = "
+            f"{longest_subtask:g}: slow tools can make M give up on S"
         )
     longest_rollout = main_turns * longest_attempt_s(pipeline.subtask_timeout_s) * attempts
     if longest_rollout > pipeline.rollout_timeout_s:
         warnings.append(
-            f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × (pipeline.subtask_timeout_s + "
-            f"up to 5 s of resends while no sub-agent listens) × (call_retries + 1) = {longest_rollout:g}: slow sub-agents can time whole steps out"
+            f"pipeline.rollout_timeout_s ({pipeline.rollout_timeout_s:g}) is below agents.main.max_turns × "
+            "(pipeline.subtask_timeout_s + up to 5 s of resends while no sub-agent listens) × (call_retries + 1) = "
+            f"{longest_rollout:g}: slow sub-agents can time whole steps out"
         )
     return warnings

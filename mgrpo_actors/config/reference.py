@@ -166,34 +166,30 @@ def _none_section(cls: type, pad: str) -> list[str]:
     return lines
 
 
-def _anchor(cls: type) -> str:
-    return cls.__name__.removesuffix("Config").lower()
-
-
-def _yaml_lines(obj: Any, pad: str = "") -> list[str]:
-    """The YAML of config instance `obj`: each field's doc as a comment above it, twins by anchor and alias."""
+def _yaml_lines(obj: Any, pad: str = "", documented: bool = True) -> list[str]:
+    """The YAML of config instance `obj`: each field's doc as a comment above it (`documented`). Of twin
+    blocks (agents.main and agents.sub, learners.main and learners.sub) the first carries the docs and the
+    others only their values: each block is written in full, so editing one never edits another."""
     cls, lines = type(obj), []
     twins = _twins(cls)
     for f in _fields(cls):
         value, held = getattr(obj, f.name), _held(cls, f.name)
         keys = twins.get(f.name, ())
         first = keys[0] if keys else f.name
-        alias = bool(keys) and any(getattr(obj, k) == getattr(obj, first) for k in keys if k != first)
         if not pad and lines:
             lines.append("")
-        lines += _comment(field_docs(cls)[f.name], pad)
+        if documented:
+            lines += _comment(field_docs(cls)[f.name], pad)
         if held is not None and value is None:
-            lines += [*_none_section(held, pad), f"{pad}{f.name}: null"]
-        elif alias and f.name != first and value == getattr(obj, first):
-            lines += _comment(
-                f"*{_anchor(held)} repeats {first}'s block: {f.name} has the same fields and, by default, the same values"
-                f" (editing {first} here edits {f.name} too); to give {f.name} values of its own, write its keys here",
-                pad,
-            )
-            lines.append(f"{pad}{f.name}: *{_anchor(held)}")
+            lines += [*(_none_section(held, pad) if documented else []), f"{pad}{f.name}: null"]
         elif held is not None:
-            lines.append(f"{pad}{f.name}:" + (f" &{_anchor(held)}" if alias and f.name == first else ""))
-            lines += _yaml_lines(value, pad + "  ")
+            lines.append(f"{pad}{f.name}:")
+            twin = f.name != first
+            if twin and documented:
+                lines += _comment(
+                    f"the same keys as {first} (documented there), with {f.name}'s own values", pad + "  "
+                )
+            lines += _yaml_lines(value, pad + "  ", documented=documented and not twin)
         else:
             lines.append(f"{pad}{f.name}: {_flow(value)}")
     return lines

@@ -62,6 +62,12 @@ class StepCursor:
         cursor = cls(steps, steps_ahead, sides)
         if raw:
             saved = json.loads(raw)
+            missing = [key for key in ("next", "open", "finished", "versions") if key not in saved]
+            if missing:
+                raise ValueError(
+                    f"the saved controller cursor lacks {', '.join(missing)}: it is not this version's form "
+                    "(start the run afresh under another run.id)"
+                )
             cursor.next, cursor.finished = int(saved["next"]), bool(saved["finished"])
             cursor.open = {int(step): list(ready) for step, ready in saved["open"].items()}
             cursor.versions = {side: int(v) for side, v in saved["versions"].items()}

@@ -100,7 +100,8 @@ def _durable_api(stream: str, durable: str) -> list[str]:
 
 
 def replay_api(stream: str) -> list[str]:
-    """Reading `stream` by direct gets (runtime/stream_reader.py), one message gets where the stream has no direct gets."""
+    """Reading `stream` by direct gets (runtime/stream_reader.py), one message gets where the stream has no direct
+    gets."""
     return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}"]
 
 

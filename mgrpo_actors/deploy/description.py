@@ -64,7 +64,9 @@ class DeploymentDescription:
     jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)
     max_payload: int = DEFAULT_MAX_BYTES  # = nats.max_message_bytes of the nodes
     secrets_dir: str = "secrets"  # one password file per user (mode 0600), relative to the output
-    reply_window_s: float = 3600.0  # how long an answer to a request may take (service exports' response_threshold, allow_responses' expiry): above the longest pipeline.subtask_timeout_s
+    # how long an answer to a request may take (service exports' response_threshold, allow_responses' expiry):
+    # above the longest pipeline.subtask_timeout_s
+    reply_window_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not self.servers:

@@ -2,9 +2,9 @@
 provision`), as the admin user of an account: under the rendered permissions no role may create any of
 them (a user that may create a stream can create one that sources another and read it; one that may
 create a consumer can have the server deliver messages onto any subject of its account), so nodes
-only look them up and bind to them. With accounts (deploy/accounts.py) each account keeps its own, so each account's admin provisions
-what the roles of that account use (`account_resources`). The limits and replicas are the node
-config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
+only look them up and bind to them. With accounts (deploy/accounts.py) each account keeps its own, so
+each account's admin provisions what the roles of that account use (`account_resources`). The limits
+and replicas are the node config's (nats.stream_max_msgs, stream_max_age_s, replicas)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def weights_buckets() -> list[str]:
 
 
 def everything(bus: Bus) -> AccountResources:
-    """Every stream, KV bucket, object store and durable of the bus's run (a server without accounts keeps them all in one)."""
+    """Every stream, KV bucket, object store and durable of the bus's run (a server without accounts keeps them all
+    in one)."""
     return AccountResources(STREAM_NAMES, RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
 
 

@@ -116,7 +116,8 @@ def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAcces
 
 
 def _password(path: Path) -> str:
-    """The user's password: that of its existing file (kept, so re-rendering changes no password), else a new random one."""
+    """The user's password: that of its existing file (kept, so re-rendering changes no password), else a new random
+    one."""
     if path.exists():
         os.chmod(path, 0o600)  # also when the file was left with wider permissions
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -164,7 +165,8 @@ def security_sections(
         parts.append(
             f"tls {{\n  cert_file: {json.dumps(tls_files['cert'])}\n  key_file: {json.dumps(tls_files['key'])}\n"
             f"  ca_file: {json.dumps(tls_files['ca'])}\n  timeout: {tls_timeout_s:g}{verify}\n"
-            # Clients start TLS before anything else (nats.tls.handshake_first): no credentials to a plain-text impostor.
+            # Clients start TLS before anything else (nats.tls.handshake_first):
+            # no credentials to a plain-text impostor.
             "  handshake_first: true\n}"
         )
     by_account = {
@@ -186,7 +188,10 @@ def _server_config(
         f"http: {json.dumps(f'127.0.0.1:{server.monitor_port}')}",
         f"max_payload: {description.max_payload}",
         'write_deadline: "10s"',
-        f"jetstream {{ store_dir: {json.dumps(description.jetstream.store_dir)}, max_file_store: {json.dumps(description.jetstream.max_file_store)} }}",
+        (
+            f"jetstream {{ store_dir: {json.dumps(description.jetstream.store_dir)}, "
+            f"max_file_store: {json.dumps(description.jetstream.max_file_store)} }}"
+        ),
     ]
     if len(description.servers) > 1:
         routes = [f"nats-route://{s.host}:{s.cluster_port}" for i, s in enumerate(description.servers) if i != index]
@@ -197,7 +202,8 @@ def _server_config(
                 f"ca_file: {json.dumps(tls_files['ca'])}, verify: true, timeout: {description.tls.timeout_s:g} }}"
             )
         lines.append(
-            f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}"
+            f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n"
+            f"  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}"
         )
     return "\n".join(lines) + "\n" + security
 
@@ -218,7 +224,8 @@ def render_deployment(
     certs = home / description.tls.certs_dir
     if description.tls.enabled and not install_dir and not (out / description.tls.certs_dir / "ca.pem").exists():
         raise FileNotFoundError(
-            f"{out / description.tls.certs_dir / 'ca.pem'} is missing: run `mgrpo deploy certs` first (or set tls.enabled: false)"
+            f"{out / description.tls.certs_dir / 'ca.pem'} is missing: "
+            "run `mgrpo deploy certs` first (or set tls.enabled: false)"
         )
     tls_files = (
         {"cert": str(certs / "server.pem"), "key": str(certs / "server-key.pem"), "ca": str(certs / "ca.pem")}
@@ -240,7 +247,8 @@ def render_deployment(
         description.run_ids,
         description.reply_window_s,
     )
-    # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it: deploy/k8s/nats/values.yaml).
+    # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it:
+    # deploy/k8s/nats/values.yaml).
     (out / "accounts.conf").write_text(
         security_sections(
             users, hashes, None, False, description.tls.timeout_s, description.run_ids, description.reply_window_s
@@ -267,8 +275,8 @@ def render_deployment(
             nats["replicas"] = description.jetstream.replicas
         node_configs[user.name] = out / "nodes" / f"{user.name}.yaml"
         header = (
-            f"# The `nats` section of {user.name}, a user of account {user.account} (rendered by `mgrpo deploy nats-config`); "
-            "merge it into the config of a node that runs as it.\n"
+            f"# The `nats` section of {user.name}, a user of account {user.account} "
+            "(rendered by `mgrpo deploy nats-config`); merge it into the config of a node that runs as it.\n"
         )
         node_configs[user.name].write_text(header + yaml.safe_dump({"nats": nats}, sort_keys=False))
     return RenderedDeployment(server_configs, node_configs, password_files, security)

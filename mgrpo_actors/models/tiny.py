@@ -85,7 +85,8 @@ class TinyModelConfig:
     # Far above HF's 0.02 so next-token distributions are peaked rather than uniform: top-k/top-p then
     # cut something, and stop tokens get sampled at realistic rates.
     initializer_range: float = 0.3
-    vocab_size: int = 1024  # BPE target size (the corpus may yield slightly fewer), special tokens included; the format tags come on top
+    # BPE target size (the corpus may yield slightly fewer), special tokens included; the format tags come on top
+    vocab_size: int = 1024
     architecture: Literal["llama", "qwen2"] = "llama"  # the HF model class: LlamaForCausalLM or Qwen2ForCausalLM
 
 

@@ -68,7 +68,8 @@ class RunView:
     def _query_done(self, done: QueryDone) -> None:
         failed = f", {done.failed_rollouts} failed" if done.failed_rollouts else ""
         self._print(
-            f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)"
+            f"  query {done.query_id}: {done.num_rollouts} rollouts, "
+            f"{done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)"
         )
 
     def _event(self, event: Event, sent_at: float) -> None:
@@ -81,8 +82,9 @@ class RunView:
             self._print(_batch_line(event.kind.split(".")[0], data))
         elif event.kind in ("main.learned", "sub.learned"):
             self._print(
-                f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, clip fraction "
-                f"{_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, {_f(data.get('seconds'), 1)} s"
+                f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, "
+                f"clip fraction {_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, "
+                f"{_f(data.get('seconds'), 1)} s"
             )
         elif event.kind == "step.finished":
             self._print(event.message, style="bold")
@@ -149,12 +151,13 @@ def step_line(record: StepRecord) -> str:
     """A finished step in three lines of about 80 characters (figures not published show as -)."""
     r = record.row()
     return (
-        f"  step {r['step']}: R_M {_f(r['main_reward_mean'], d='-')}, R_S {_f(r['sub_reward_mean'], d='-')}, M correct {_f(r['main_correct'], d='-')}; "
-        f"d_k {_f(r['dk_mean'], 2, '-')}, D {_i(r['d'], '-')}\n"
-        f"    clip M {_f(r['main_clip_fraction'], d='-')}, S {_f(r['sub_clip_fraction'], d='-')}; tokens/s: M generated "
-        f"{_f(r['main_gen_tokens_per_s'], 1, '-')}, learners M {_f(r['main_learner_tokens_per_s'], 0, '-')}, S {_f(r['sub_learner_tokens_per_s'], 0, '-')}\n"
-        f"    seconds: rollout {_f(r['rollout_s'], 1, '-')}, alignment {_f(r['align_s'], 1, '-')}, learners {_f(r['learn_s'], 1, '-')}, "
-        f"step {_f(r['seconds'], 1, '-')}"
+        f"  step {r['step']}: R_M {_f(r['main_reward_mean'], d='-')}, R_S {_f(r['sub_reward_mean'], d='-')}, "
+        f"M correct {_f(r['main_correct'], d='-')}; d_k {_f(r['dk_mean'], 2, '-')}, D {_i(r['d'], '-')}\n"
+        f"    clip M {_f(r['main_clip_fraction'], d='-')}, S {_f(r['sub_clip_fraction'], d='-')}; "
+        f"tokens/s: M generated {_f(r['main_gen_tokens_per_s'], 1, '-')}, "
+        f"learners M {_f(r['main_learner_tokens_per_s'], 0, '-')}, S {_f(r['sub_learner_tokens_per_s'], 0, '-')}\n"
+        f"    seconds: rollout {_f(r['rollout_s'], 1, '-')}, alignment {_f(r['align_s'], 1, '-')}, "
+        f"learners {_f(r['learn_s'], 1, '-')}, step {_f(r['seconds'], 1, '-')}"
     )
 
 
@@ -177,10 +180,12 @@ def _batch_line(side: str, data: dict[str, Any]) -> str:
     if side == "main":
         return (
             f"  main batch: {_i(data.get('samples'))} samples, R_M mean {_f(data.get('reward_mean'))}, "
-            f"correct {_f(data.get('r_correct_mean'))}, format ok {_f(data.get('format_ok_rate'))}, failed {_i(data.get('failed'))}"
+            f"correct {_f(data.get('r_correct_mean'))}, format ok {_f(data.get('format_ok_rate'))}, "
+            f"failed {_i(data.get('failed'))}"
         )
     return (
-        f"  sub batch: {_i(data.get('samples'))} samples (D = {_i(data.get('d'))}), R_S mean {_f(data.get('reward_mean'))} over "
-        f"{_i(data.get('calls'))} calls, d_k mean {_f(data.get('dk_mean'))}, duplicates {_i(data.get('duplicates'))}, "
+        f"  sub batch: {_i(data.get('samples'))} samples (D = {_i(data.get('d'))}), "
+        f"R_S mean {_f(data.get('reward_mean'))} over {_i(data.get('calls'))} calls, "
+        f"d_k mean {_f(data.get('dk_mean'))}, duplicates {_i(data.get('duplicates'))}, "
         f"placeholders {_i(data.get('placeholders'))}, dropped {_i(data.get('dropped'))}"
     )

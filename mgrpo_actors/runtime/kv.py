@@ -32,7 +32,8 @@ async def open_kv(js: Any, bucket: str, history: int, replicas: int = 1, denials
 
 @dataclass
 class KvBucket:
-    """Small shared state of a run (docs/architecture.md §Delivery and state): reward statistics, versions, run state."""
+    """Small shared state of a run (docs/architecture.md §Delivery and state): reward statistics, versions, run
+    state."""
 
     loop: BusLoop
     name: str

@@ -95,7 +95,8 @@ async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any) ->
     expected = base64.urlsafe_b64decode((info.digest or "").removeprefix("SHA-256=").removeprefix("sha-256="))
     if size != info.size or digest.digest() != expected:
         raise ValueError(
-            f"object {name!r} in bucket {bucket!r}: read {size} of {info.size} bytes, digest {'matches' if digest.digest() == expected else 'differs'}"
+            f"object {name!r} in bucket {bucket!r}: read {size} of {info.size} bytes, "
+            f"digest {'matches' if digest.digest() == expected else 'differs'}"
         )
     return size
 

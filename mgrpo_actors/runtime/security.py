@@ -29,7 +29,10 @@ class ConnectSecurity:
     cert_file: str = ""
 
     def __repr__(self) -> str:  # never print the password
-        return f"ConnectSecurity(user={self.user!r}, password={'***' if self.password else ''!r}, tls={self.tls is not None}, inbox_prefix={self.inbox_prefix!r})"
+        return (
+            f"ConnectSecurity(user={self.user!r}, password={'***' if self.password else ''!r}, "
+            f"tls={self.tls is not None}, inbox_prefix={self.inbox_prefix!r})"
+        )
 
     def nats_options(self) -> dict[str, Any]:
         """Keyword arguments of `nats.connect` for this security."""
@@ -54,7 +57,10 @@ def explain_connect_error(exc: BaseException, security: ConnectSecurity | None) 
     if "certificate has expired" in lowered:
         return f"TLS: the server's certificate has expired (renew it) [{text}]"
     if "hostname mismatch" in lowered:
-        return f"TLS: the server's certificate is not valid for the host in the URL (use a name it carries, or nats.tls.hostname) [{text}]"
+        return (
+            "TLS: the server's certificate is not valid for the host in the URL "
+            f"(use a name it carries, or nats.tls.hostname) [{text}]"
+        )
     if "certificate verify failed" in lowered:
         ca = (
             f"nats.tls.ca_file ({security.ca_file})"
@@ -65,7 +71,10 @@ def explain_connect_error(exc: BaseException, security: ConnectSecurity | None) 
     if "wrong_version_number" in lowered or "wrong version number" in lowered:
         return f"TLS: this server does not speak TLS (a plain-text server): nothing was sent to it [{text}]"
     if "empty response from server when expecting info" in lowered:
-        return f"TLS: this server starts with a TLS handshake (handshake_first): connect with a tls:// URL and nats.tls.ca_file [{text}]"
+        return (
+            "TLS: this server starts with a TLS handshake (handshake_first): "
+            f"connect with a tls:// URL and nats.tls.ca_file [{text}]"
+        )
     if "certificate required" in lowered or "certificate_required" in lowered:
         return f"TLS: the server wants a client certificate (set nats.tls.cert_file and nats.tls.key_file) [{text}]"
     if "authorization violation" in lowered:
@@ -95,4 +104,7 @@ def plaintext_refusal(nc: Any, security: ConnectSecurity | None) -> str:
     info = getattr(nc, "_server_info", None) or {}  # the server's INFO; nats-py keeps it there
     if info.get("tls_required"):
         return ""
-    return "TLS was asked for (a tls:// URL or nats.tls) but this server does not speak TLS: refusing a plain-text connection (set nats.tls.handshake_first so credentials are never sent to such a server)"
+    return (
+        "TLS was asked for (a tls:// URL or nats.tls) but this server does not speak TLS: "
+        "refusing a plain-text connection (set nats.tls.handshake_first so credentials are never sent to such a server)"
+    )

@@ -129,7 +129,8 @@ class StreamFollower:
                 await asyncio.sleep(self.poll_s)  # caught up: wait for more
 
     async def _check_reset(self) -> None:
-        """Every RESET_CHECK_EVERY empty polls: a stream recreated meanwhile numbers from 1 again; read it from its start."""
+        """Every RESET_CHECK_EVERY empty polls: a stream recreated meanwhile numbers from 1 again; read it from its
+        start."""
         self._empty_polls += 1
         if self._empty_polls % RESET_CHECK_EVERY:
             return

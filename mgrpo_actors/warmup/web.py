@@ -36,7 +36,9 @@ class WebWarmupConfig:
     """The warm-up's size ([ours]: sized for SmolLM2-135M on 2 CPU cores, minutes per agent)."""
 
     questions: int = 48  # stage-1 train questions the oracle works through (one episode each for M and for S)
-    steps: int = 8  # optimizer steps per agent (SmolLM2 copies the format from its prompt almost at once: the loss falls from ~0.3 to ~0.01 within 6 steps)
+    # optimizer steps per agent (SmolLM2 copies the format from its prompt almost at once: the loss falls from ~0.3
+    # to ~0.01 within 6 steps)
+    steps: int = 8
     batch_size: int = 4  # episodes per step (token-mean loss over them)
     lr: float = 2e-5  # AdamW learning rate (a pretrained model: small; the tiny models' demo uses 3e-3)
     seed: int = 0  # seeds the episode draws
@@ -91,7 +93,8 @@ def warm_up_agents(
         trajectories = episodes[side]
         if not trajectories:
             raise ValueError(
-                f"the oracle produced no valid {side} episode: check the agents' budgets (max_turns, max_context_tokens)"
+                f"the oracle produced no valid {side} episode: "
+                "check the agents' budgets (max_turns, max_context_tokens)"
             )
         log.info(
             "warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories)

@@ -1,5 +1,5 @@
-"""`mgrpo compare` for real on the tiny models: a format warm-up and a stage-1 warm start per layout, two methods from it,
-each evaluated at the start and after its step, the results written (tiny random models score 0: this
+"""`mgrpo compare` for real on the tiny models: a format warm-up and a stage-1 warm start per layout, two methods
+from it, each evaluated at the start and after its step, the results written (tiny random models score 0: this
 checks the wiring, docs/results/ holds a real comparison)."""
 
 from __future__ import annotations

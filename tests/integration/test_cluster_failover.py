@@ -1,7 +1,8 @@
 """A 3-server NATS cluster on loopback with every stream, KV bucket and object store in 3 replicas
 (`nats.replicas: 3`), every role its own process, learners included, and the nodes given all three
-URLs. The NATS server leading the steps stream is killed (SIGKILL) once the first step is done; the run still completes with
-each side's steps done exactly once each, in order, and every batch applied once (issue 11)."""
+URLs. The NATS server leading the steps stream is killed (SIGKILL) once the first step is done; the run
+still completes with each side's steps done exactly once each, in order, and every batch applied once
+(issue 11)."""
 
 from __future__ import annotations
 

@@ -145,7 +145,8 @@ def test_two_ranks_give_the_same_update_as_one(batches, tmp_path, stage):
     initial = {k: v for k, v in load_model(SPEC)[0].state_dict().items() if k in one[0]["state"]}
     moved = [_max_diff(s["state"], prev) for s, prev in zip(one, [initial, *(s["state"] for s in one)])]
     print(
-        f"\nZeRO-{stage}: max |w(2 ranks) - w(1 rank)| after each step {diffs}; max |Δw| per step {moved}; 1 rank {one_s:.1f} s, 2 ranks {two_s:.1f} s"
+        f"\nZeRO-{stage}: max |w(2 ranks) - w(1 rank)| after each step {diffs}; max |Δw| per step {moved}; "
+        f"1 rank {one_s:.1f} s, 2 ranks {two_s:.1f} s"
     )
     assert max(diffs) <= 1e-5, diffs
     assert moved[0] > LR / 2 and moved[1] > LR / 2 and moved[2] == 0, moved  # the batch with no signal took no step

@@ -47,9 +47,9 @@ def test_main_only_keeps_the_sub_agent_frozen(tmp_path):
     out, summary, types = _run(tmp_path, "--method", "main-only")
     assert "run 'methods' (main-only): M tiny:main, S tiny:sub" in out
     assert (
-        "roles on an embedded nats-server: tool, sub-agent, sub-aligner, main-aligner, main-agent, main-learner, controller 2 steps"
-        in out
-    )
+        "roles on an embedded nats-server: tool, sub-agent, sub-aligner, main-aligner, main-agent, main-learner, "
+        "controller 2 steps"
+    ) in out
     assert out.count(f"sub batch: {B * K * D} samples") == 2  # S's batches are still aligned, just not trained on
     assert "trained: main; frozen: sub" in out
     assert [row["main_version"] for row in summary["steps"]] == [1.0, 2.0]

@@ -139,7 +139,8 @@ def test_durable_consumer_stopped_and_restarted_loses_nothing(bus, make_bus, act
         lambda: union() == set(range(n)),
         timeout_s=10,
         what=lambda: (
-            f"missing jobs {sorted(set(range(n)) - union())}; first handled {len(handled1)}, settled {dict(consumer1.settled)}"
+            f"missing jobs {sorted(set(range(n)) - union())}; first handled {len(handled1)}, "
+            f"settled {dict(consumer1.settled)}"
         ),
     )
     counts = collections.Counter(handled1 + [step for step, _ in seen2])

@@ -21,10 +21,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 RUN_ID = "resend"
 S = Subjects(RUN_ID)
+# A backslash at a line's end joins it with the next: each account stays one line of the config.
 ACCOUNTS = f"""
 accounts {{
-  MAIN: {{ jetstream: enabled, users: [{{user: main, password: main}}], exports: [{{stream: "{S.reward_stats}", accounts: ["SUB"]}}] }}
-  SUB: {{ jetstream: enabled, users: [{{user: sub, password: sub}}], imports: [{{stream: {{account: "MAIN", subject: "{S.reward_stats}"}}}}] }}
+  MAIN: {{ jetstream: enabled, users: [{{user: main, password: main}}], \
+exports: [{{stream: "{S.reward_stats}", accounts: ["SUB"]}}] }}
+  SUB: {{ jetstream: enabled, users: [{{user: sub, password: sub}}], \
+imports: [{{stream: {{account: "MAIN", subject: "{S.reward_stats}"}}}}] }}
 }}
 """
 

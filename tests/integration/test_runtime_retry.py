@@ -106,7 +106,8 @@ def test_killing_one_of_two_tool_nodes_mid_load_loses_no_call(nats_server, bus):
         assert [o.reply.content for o in outcomes] == [str(i) for i in range(calls)]
         resent = sum(o.sends - 1 for o in outcomes)
         print(
-            f"{calls} calls, one of two tool nodes killed: 0 lost, {resent} resends, slowest {max(o.seconds for o in outcomes):.1f} s"
+            f"{calls} calls, one of two tool nodes killed: 0 lost, {resent} resends, "
+            f"slowest {max(o.seconds for o in outcomes):.1f} s"
         )
         assert resent > 0  # the killed node's share was sent again, to the other node
     finally:

@@ -22,7 +22,10 @@ PASSWORD = "correct horse battery staple"
 
 
 def _tls_server(certs, users: bool = True) -> EmbeddedNats:  # noqa: ANN001
-    tls = f"tls {{ cert_file: {json.dumps(str(certs.server))}, key_file: {json.dumps(str(certs.server_key))}, timeout: 2, handshake_first: true }}\n"
+    tls = (
+        f"tls {{ cert_file: {json.dumps(str(certs.server))}, key_file: {json.dumps(str(certs.server_key))}, "
+        f"timeout: 2, handshake_first: true }}\n"
+    )
     auth = f"authorization {{ users: [ {{ user: tool, password: {json.dumps(PASSWORD)} }} ] }}\n" if users else ""
     return EmbeddedNats(extra_config=tls + auth).start()
 

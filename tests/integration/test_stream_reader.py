@@ -63,7 +63,8 @@ async def _fill(url: str, stream: str, n: int, allow_direct: bool = True, size: 
 
 
 def test_every_message_in_order_across_batches_then_new_ones_live(server):
-    """1,200 stored messages (three batches) in stream order with their subjects and sequences, then 3 published after the reader started."""
+    """1,200 stored messages (three batches) in stream order with their subjects and sequences, then 3 published
+    after the reader started."""
     asyncio.run(_fill(server.url, "s1", 1200))
     live = [("s1.even", b"live-1"), ("s1.odd", b"live-2"), ("s1.even", b"live-3")]
     got = asyncio.run(_read(server.url, "s1", None, 1203, live))

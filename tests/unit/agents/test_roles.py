@@ -60,7 +60,8 @@ def test_s_reads_only_the_task_and_context_and_is_named_by_the_call_id():
     sub = sub_episode(REQUEST, tiny_tokenizer(), web_tools(small_web()), AgentConfig())
     assert (sub.episode_id, sub.rollout_index) == ("r1.t2", 1)
     assert prompt_text(sub).endswith(
-        "<|im_start|>user\nTask: Who designed Skurfor 9?\n\nContext: It is a product.<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>user\nTask: Who designed Skurfor 9?\n\nContext: It is a product.<|im_end|>\n"
+        "<|im_start|>assistant\n"
     )
 
 

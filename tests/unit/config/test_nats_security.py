@@ -193,7 +193,8 @@ _WRONG_CA = ssl.SSLCertVerificationError(
     "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate (_ssl.c:1006)"
 )
 _WRONG_HOST = ssl.SSLCertVerificationError(
-    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not valid for 'x'. (_ssl.c:1006)"
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, "
+    "certificate is not valid for 'x'. (_ssl.c:1006)"
 )
 _NO_CLIENT_CERT = ssl.SSLError(
     "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required (_ssl.c:2580)"

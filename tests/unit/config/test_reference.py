@@ -5,6 +5,7 @@ the per-agent block is documented once."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -57,19 +58,27 @@ def test_the_agent_block_is_documented_once():
         assert markdown.count(f"| `{name}` |") == 1, name
 
 
-def test_sub_is_written_as_an_alias_of_main_while_their_defaults_are_equal():
+def test_twin_blocks_are_written_in_full_and_documented_once():
+    """agents.sub (and learners.sub) carry their own values, no YAML alias: editing main in a copy of the
+    file never edits sub; the keys' docs appear once, above main's block."""
     text = render_yaml()
-    assert "  main: &agent\n" in text and "  sub: *agent\n" in text
-    assert text.count("max_new_tokens_per_turn:") == 1
+    assert not re.search(r":\s+[&*]\w+\s*$", text, flags=re.MULTILINE)  # no anchor, no alias
+    assert text.count("max_new_tokens_per_turn:") == 2
+    assert text.count("# generation budget of one turn") == 1
+    edited = yaml.safe_load(text)
+    edited["agents"]["main"]["model"] = "tiny:main"
+    assert edited["agents"]["sub"]["model"] == NodeConfig().agents.sub.model
 
 
-def test_sub_is_written_in_full_once_its_defaults_differ():
+def test_each_twin_keeps_its_own_value():
     config = NodeConfig()
     agents = dataclasses.replace(config.agents, sub=dataclasses.replace(config.agents.sub, max_turns=5))
     changed = dataclasses.replace(config, agents=agents)
-    text = render_yaml(changed)
-    assert "*agent" not in text and text.count("max_new_tokens_per_turn:") == 2
-    assert yaml.safe_load(text)["agents"]["sub"]["max_turns"] == 5
+    loaded = yaml.safe_load(render_yaml(changed))
+    assert (loaded["agents"]["main"]["max_turns"], loaded["agents"]["sub"]["max_turns"]) == (
+        config.agents.main.max_turns,
+        5,
+    )
 
 
 def test_a_section_that_defaults_to_none_is_null_with_its_keys_in_comments():

@@ -152,3 +152,10 @@ def test_the_cursor_for_a_config():
 def test_the_gate_of_each_side(overrides, main, sub):
     config = load_config(NodeConfig, None, overrides)
     assert (gate(config, "main"), gate(config, "sub")) == (main, sub)
+
+
+def test_a_cursor_saved_in_another_form_is_refused_by_name():
+    with pytest.raises(ValueError, match="lacks next, open"):
+        StepCursor.from_json(
+            '{"step": 3, "published": true, "ready": [], "finished": false, "versions": {}}', 4, 0, ("main",)
+        )

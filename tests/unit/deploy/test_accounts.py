@@ -85,7 +85,8 @@ def test_every_crossing_has_a_source_in_its_account_and_a_user_in_each_importer(
 
 
 def test_no_trajectory_batch_weights_or_store_subject_crosses():
-    """docs/architecture.md §Sides and what crosses them: no trajectories, tokens, logprobs, gradients or weights cross sides."""
+    """docs/architecture.md §Sides and what crosses them: no trajectories, tokens, logprobs, gradients or weights
+    cross sides."""
     for crossing in CROSSINGS:
         head = crossing.subject.split(".")[0]
         assert head not in ("traj", "batch", "weights", "dlq", "node") and not crossing.subject.startswith("$"), (
@@ -94,7 +95,8 @@ def test_no_trajectory_batch_weights_or_store_subject_crosses():
 
 
 def test_what_crosses_between_the_two_sides_is_the_design_list():
-    """MAIN -> SUB: the scalar stats, step plans and events; SUB -> MAIN: the subtask service and the sub step events."""
+    """MAIN -> SUB: the scalar stats, step plans and events; SUB -> MAIN: the subtask service and the sub step
+    events."""
     main_to_sub = sorted(c.subject for c in crossings_out_of("MAIN") if "SUB" in c.into)
     sub_to_main = sorted(c.subject for c in crossings_out_of("SUB") if "MAIN" in c.into)
     assert main_to_sub == ["events", "stats", "step.start"]
@@ -213,7 +215,8 @@ def test_provision_takes_the_account_of_an_admin_user_unless_told(flag, user, ex
 
 
 def test_everything_is_every_stream_and_bucket_of_the_run():
-    """What provision makes without an account: every stream of Subjects.streams, every KV bucket and both object stores."""
+    """What provision makes without an account: every stream of Subjects.streams, every KV bucket and both object
+    stores."""
     from types import SimpleNamespace
 
     from mgrpo_actors.deploy.provision import RUN_BUCKETS, everything

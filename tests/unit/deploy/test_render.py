@@ -190,7 +190,8 @@ def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
 
 
 def test_a_role_without_a_known_account_is_refused():
-    """Every role's user lives in one of the accounts; a role declared without one is an error, not a user of nowhere."""
+    """Every role's user lives in one of the accounts; a role declared without one is an error, not a user of
+    nowhere."""
     from mgrpo_actors.deploy.access import RoleAccess
 
     with pytest.raises(ValueError, match="role odd: account 'SIDEWAYS'"):
@@ -208,8 +209,8 @@ def test_user_specs_allow_each_run_of_the_description():
 
 
 def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
-    """Restricted users get allow lists and `allow_responses` (once, within the reply window); admin gets no permissions block;
-    each user sits in its account's block."""
+    """Restricted users get allow lists and `allow_responses` (once, within the reply window); admin gets no
+    permissions block; each user sits in its account's block."""
     users = [
         UserSpec(
             "tool", "_INBOX.tool", Permissions(["mgrpo.r1.events"], ["_INBOX.tool.>", "mgrpo.r1.tool.*"]), "TOOLS"
@@ -243,7 +244,8 @@ def test_security_sections_tls_block_names_the_files_and_verify():
     files = {"cert": "/c/server.pem", "key": "/c/server-key.pem", "ca": "/c/ca.pem"}
     plain = security_sections(users, {ADMIN_USER: "h"}, files, False, 2.5, ["r1"])
     assert plain.startswith(
-        'tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n  timeout: 2.5\n  handshake_first: true\n}'
+        'tls {\n  cert_file: "/c/server.pem"\n  key_file: "/c/server-key.pem"\n  ca_file: "/c/ca.pem"\n'
+        "  timeout: 2.5\n  handshake_first: true\n}"
     )
     assert "verify" not in plain
     assert "  timeout: 2.5\n  verify: true\n  handshake_first: true\n}" in security_sections(

@@ -88,9 +88,9 @@ def test_the_plain_prompt_is_the_instruction_and_the_question_without_tools_or_d
     tokenizer = tiny_tokenizer()
     episode = single_episode("What is 12 + 13?", tokenizer, web_tools(small_web()), PLAIN, rollout_index=0)
     prompt = tokenizer.decode(episode.next_prompt_ids())
-    assert (
-        prompt
-        == f"<|im_start|>system\n{PLAIN_PROMPT}<|im_end|>\n<|im_start|>user\nWhat is 12 + 13?<|im_end|>\n<|im_start|>assistant\n"
+    assert prompt == (
+        f"<|im_start|>system\n{PLAIN_PROMPT}<|im_end|>\n"
+        "<|im_start|>user\nWhat is 12 + 13?<|im_end|>\n<|im_start|>assistant\n"
     )
     assert episode.tool_names == ()
     everything = single_episode(
