@@ -110,7 +110,7 @@ def run(quick: bool = False) -> dict:
     """Run the benchmark, print a table, return the figures."""
     cfg = _config(quick)
     model, tokenizer = load_model(cfg.model)
-    engine = HFEngine(model, tokenizer)
+    engine = HFEngine(model, tokenizer, use_generate=True)  # like with like: the same sampling calls
     prompts = _prompts(tokenizer, cfg.batch_size)
     runs: dict[str, list[tuple[int, float]]] = {"engine": [], "generate": []}
     for repeat in range(-1, cfg.repeats):  # repeat -1 warms both sides up and is not counted

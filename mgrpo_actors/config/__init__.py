@@ -1,4 +1,5 @@
-"""Typed configuration: dataclasses with a one-line doc per field, loaded from YAML, `--set a.b=v` overrides."""
+"""Typed configuration: dataclasses with a docstring per field (the one source of deploy/configs/default.yaml and
+docs/reference/config.md: reference.py), loaded from YAML, `--set a.b=v` overrides."""
 
 from mgrpo_actors.config.loader import ConfigError, apply_overrides, from_dict, load_config, to_dict
 from mgrpo_actors.config.node import LogConfig, NatsConfig, NodeConfig, RunConfig, ToolsConfig

@@ -25,7 +25,9 @@ class AgentConfig:
     model: str = "smollm2"
     """model spec: tiny:main, tiny:sub, smollm2, or a local HF model directory"""
     engine: str = "hf"
-    """rollout engine: hf, vllm (GPU hosts, optional extra) or "package.module:factory" (a factory of your own)"""
+    """rollout engine: hf (our decoding loop on a key/value cache kept across turns, for Llama- and Qwen-style
+    models; others fall back to generate), hf-generate (transformers' generate), vllm (GPU hosts, optional extra)
+    or "package.module:factory" (a factory of your own)"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """dtype the rollout model is loaded in"""
     device: str = "cpu"
@@ -57,8 +59,10 @@ class AgentConfig:
     None (S's tools are search and visit)."""
 
     def __post_init__(self) -> None:
-        if self.engine not in ("hf", "vllm") and ":" not in self.engine:
-            raise ValueError(f"agent engine must be hf, vllm or 'package.module:factory', got {self.engine!r}")
+        if self.engine not in ("hf", "hf-generate", "vllm") and ":" not in self.engine:
+            raise ValueError(
+                f"agent engine must be hf, hf-generate, vllm or 'package.module:factory', got {self.engine!r}"
+            )
         if self.max_turns < 1:
             raise ValueError(f"agent max_turns must be >= 1, got {self.max_turns!r}")
         if self.max_new_tokens_per_turn < 1:

@@ -1,11 +1,16 @@
-"""The `hf` rollout engine: batched, left-padded `model.generate` on CPU or GPU.
+"""The `hf` rollout engine: a transformers model sampled in batches, on CPU or GPU, weights reloaded in
+place.
 
-Sampling goes through `sampling_warpers(params)` (logprobs.py) passed as the logits processors, with
-transformers' own temperature/top-k/top-p switched off, so there is one definition of the sampling
-distribution. A last processor records log-softmax of exactly the scores sampled from and, one step
-later, picks out the logprob of the token that was sampled: memory stays O(batch x vocab) instead of
-keeping every step's logits (`output_logits=True`), which for a real vocabulary and long rollouts
-would not fit.
+Two decoding paths, one sampling distribution (`sampling_warpers(params)`, logprobs.py):
+- `hf` (models of the families in ROW_CACHE_MODELS): our own loop (decode.py) on a key/value cache kept
+  across calls (kv_cache.py): each prompt starts from the longest prefix of it the cache holds (the
+  episode's history, or a shared system prompt), so a multi-turn episode's next turn costs its new
+  tokens, not its whole history; attention through attention.py (grouped-query heads packed, not
+  copied). Loading new weights empties the cache: keys computed by old weights are never reused.
+- `hf-generate` (and any other model family): left-padded `model.generate` with the warpers as logits
+  processors and transformers' own temperature/top-k/top-p switched off; a last processor records
+  log-softmax of exactly the scores sampled from and, one step later, picks out the logprob of the token
+  that was sampled (memory O(batch x vocab), not every step's logits).
 """
 
 from __future__ import annotations
@@ -17,14 +22,22 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
 
+from mgrpo_actors.engines import attention
 from mgrpo_actors.engines.base import EngineConfig, Generation, SamplingParams, WeightsSource
+from mgrpo_actors.engines.decode import decode, feeder, row_generators
 from mgrpo_actors.engines.eos import eos_token_ids
+from mgrpo_actors.engines.kv_cache import CacheShape, RowCache
 from mgrpo_actors.engines.logprobs import sampling_warpers
+from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import GENERATE, timed
 from mgrpo_actors.weights.files import check_fits, read_weights
 
-__all__ = ["HFEngine", "left_pad"]
+__all__ = ["ROW_CACHE_MODELS", "HFEngine", "left_pad", "supports_row_cache"]
+
+# Model families whose decoder layers take our cache and rotary positions as they are (tested on tiny Llama- and
+# Qwen2-style models and SmolLM2); others decode through `generate`.
+ROW_CACHE_MODELS = ("llama", "qwen2", "qwen3")
 
 log = get_logger("mgrpo.engines.hf")
 
@@ -85,10 +98,38 @@ def _trim(ids: list[int], logprobs: np.ndarray, stop_ids: set[int], version: int
     return Generation(token_ids=ids[:end], logprobs=logprobs[:end].copy(), finish_reason=reason, policy_version=version)
 
 
-class HFEngine:
-    """Rollouts with transformers `generate`; weights reload in place with `load_state_dict`."""
+def supports_row_cache(model: PreTrainedModel) -> bool:
+    """Whether `model` can decode on a RowCache: a family of ROW_CACHE_MODELS without sliding-window layers."""
+    config = model.config
+    sliding = (
+        getattr(config, "use_sliding_window", False)
+        or getattr(config, "layer_types", None)
+        and any(kind != "full_attention" for kind in config.layer_types)
+    )
+    return config.model_type in ROW_CACHE_MODELS and not sliding
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: EngineConfig | None = None):
+
+def _cache_shape(model: PreTrainedModel) -> CacheShape:
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    parameter = next(model.parameters())
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return CacheShape(config.num_hidden_layers, kv_heads, head_dim, parameter.dtype, parameter.device)
+
+
+class HFEngine:
+    """Rollouts of a transformers model; weights reload in place with `load_state_dict`.
+
+    `use_generate` forces transformers' `generate` (engine name `hf-generate`); otherwise a model of
+    ROW_CACHE_MODELS decodes on the engine's own cache."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        cfg: EngineConfig | None = None,
+        use_generate: bool = False,
+    ):
         cfg = cfg or EngineConfig()
         if cfg.device is not None or cfg.dtype is not None:
             model.to(device=cfg.device, dtype=getattr(torch, cfg.dtype) if cfg.dtype else None)
@@ -101,6 +142,11 @@ class HFEngine:
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.bos_token_id, eos_token_id=sorted(self.eos_token_ids), pad_token_id=self.pad_token_id
         )
+        self.row_cache = not use_generate and supports_row_cache(model)
+        if self.row_cache:
+            model.config._attn_implementation = attention.register()
+        self.cache: RowCache | None = None  # what the last call left: the next starts from its prefixes
+        self.rng = torch.Generator().manual_seed(0)  # rows of unseeded calls draw their seeds from here
 
     @property
     def device(self) -> torch.device:
@@ -126,6 +172,38 @@ class HFEngine:
             return []
         if any(len(prompt) == 0 for prompt in prompts):
             raise ValueError("every prompt needs at least one token")
+        if self.row_cache:
+            return self._generate_cached(prompts, params)
+        return self._generate_with_generate(prompts, params)
+
+    def _generate_cached(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Each prompt from what the cache holds of it, its shared parts fed once (prefill.py); the cache then
+        holds this call's rows."""
+        with torch.inference_mode():
+            cache, keep = prepared_cache(
+                self.cache,
+                _cache_shape(self.model),
+                prompts,
+                params.max_new_tokens,
+                feeder(self.model, self.pad_token_id),
+            )
+        self.cache = None  # a failure below must not leave a half-written cache to start from
+        generators = row_generators(len(prompts), params.seed, self.rng)
+        stop_ids = self.eos_token_ids | set(params.stop_token_ids)
+        with torch.inference_mode():
+            rows = decode(
+                self.model,
+                cache,
+                [prompt[n:] for prompt, n in zip(prompts, keep, strict=True)],
+                params,
+                stop_ids,
+                generators,
+                self.pad_token_id,
+            )
+        self.cache = cache
+        return [Generation(r.token_ids, r.logprobs, r.finish_reason, self.policy_version) for r in rows]
+
+    def _generate_with_generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id, self.device)
         recorder = _SampledLogprobRecorder()
         processors = sampling_warpers(params)
@@ -147,6 +225,7 @@ class HFEngine:
         """Copy new weights into the model's existing tensors and adopt `version`."""
         state = read_weights(weights)
         check_fits(self.model, state)  # before copying anything: a bad state dict must not half-load
+        self.cache = None  # keys and values of the old weights
         with torch.no_grad():
             self.model.load_state_dict(state, strict=False)
         log.info("weights_loaded", previous_version=self.policy_version, version=version, tensors=len(state))

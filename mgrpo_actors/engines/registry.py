@@ -13,7 +13,7 @@ from mgrpo_actors.plugins import import_object
 
 __all__ = ["ENGINE_NAMES", "make_engine"]
 
-ENGINE_NAMES = ("hf", "vllm")
+ENGINE_NAMES = ("hf", "hf-generate", "vllm")
 
 
 def make_engine(
@@ -22,12 +22,13 @@ def make_engine(
     tokenizer: PreTrainedTokenizerBase,
     cfg: EngineConfig | None = None,
 ) -> RolloutEngine:
-    """Build engine `name`: "hf" takes a loaded model; "vllm" a local model directory (or a model loaded
+    """Build engine `name`: "hf" (our decoding loop on a cache kept across calls) and "hf-generate"
+    (transformers' generate) take a loaded model; "vllm" a local model directory (or a model loaded
     from one); "package.module:factory" calls factory(model, tokenizer, cfg) (a custom engine)."""
-    if name == "hf":
+    if name in ("hf", "hf-generate"):
         if not isinstance(model, PreTrainedModel):
-            raise TypeError(f"engine 'hf' needs a loaded transformers model, got {type(model).__name__}")
-        return HFEngine(model, tokenizer, cfg)
+            raise TypeError(f"engine {name!r} needs a loaded transformers model, got {type(model).__name__}")
+        return HFEngine(model, tokenizer, cfg, use_generate=name == "hf-generate")
     if name == "vllm":
         return VLLMEngine(model, tokenizer, cfg)
     if ":" in name:

@@ -16,9 +16,9 @@ def model_and_tokenizer():
 
 def test_unknown_engine_name_lists_the_known_ones(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    with pytest.raises(ValueError, match="unknown rollout engine 'sglang': known engines are hf, vllm"):
+    with pytest.raises(ValueError, match="unknown rollout engine 'sglang': known engines are hf, hf-generate, vllm"):
         make_engine("sglang", model, tokenizer)
-    assert ENGINE_NAMES == ("hf", "vllm")
+    assert ENGINE_NAMES == ("hf", "hf-generate", "vllm")
 
 
 def test_hf_engine_satisfies_the_protocol(model_and_tokenizer):
