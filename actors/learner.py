@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -44,8 +44,11 @@ from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from mgrpo_actors.runtime.crossing import publish_crossing
-from mgrpo_actors.weights.files import read_weights
-from mgrpo_actors.weights.store import WeightsStore, save_weights
+from mgrpo_actors.weights.chain import rebuild
+from mgrpo_actors.weights.delta import wire_dtype
+from mgrpo_actors.weights.encoder import WeightsEncoder
+from mgrpo_actors.weights.files import tied_aliases
+from mgrpo_actors.weights.store import WeightsStore
 from mgrpo_actors.weights.sync import latest_key
 from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
 from protocols.durables import DURABLES
@@ -65,6 +68,9 @@ class _Fatal:
 class LearnerActor(BusActor):
     """One agent's learner."""
 
+    # The sides whose learners run in this process (--role all: both), so they share its cores (torch_threads 0).
+    running_here: ClassVar[set[str]] = set()
+
     def __init__(self, bus: Bus, config: NodeConfig, side: str) -> None:
         self.role = f"{side}-learner"  # before the base class binds its logger to it
         super().__init__(bus, name=f"{side}-learner-{bus.node}")
@@ -82,12 +88,19 @@ class LearnerActor(BusActor):
 
     def on_start(self) -> None:
         super().on_start()
-        torch.set_num_threads(self.config.agents.torch_threads)
+        # torch threads: learners.<side>.torch_threads, set by the trainer while it applies a batch
+        LearnerActor.running_here.add(self.side)
         subjects = self.bus.subjects
         self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
         self.versions = self.bus.kv(subjects.bucket(f"versions-{self.side}"))
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
-        model, self.tokenizer = load_model(getattr(self.config.agents, self.side).model)
+        agent = getattr(self.config.agents, self.side)
+        model, self.tokenizer = load_model(agent.model)
+        # Each version a full snapshot or a delta, in the dtype the side's engines run (bf16) or the learner's;
+        # the first this process writes is full (docs/architecture.md §Weights: full snapshots and deltas).
+        self.weights = WeightsEncoder(
+            wire_dtype(agent.dtype, self.cfg.dtype), self.config.learners.weights.full_every, tied_aliases(model)
+        )
         self.checkpoints = Checkpoints(Path(self.config.run.dir) / self.bus.run_id / "checkpoints" / self.side)
         # learners.<side>.export_every
         self.exports = Path(self.config.run.dir) / self.bus.run_id / "exports" / self.side
@@ -115,10 +128,12 @@ class LearnerActor(BusActor):
 
     def on_stop(self) -> None:
         super().on_stop()
+        LearnerActor.running_here.discard(self.side)
         stop_followers(getattr(self, "trainer", None))  # the learner's other ranks, if any, exit with it
 
     def on_failure(self, *exc_info: Any) -> None:
         super().on_failure(*exc_info)
+        LearnerActor.running_here.discard(self.side)
         stop_followers(getattr(self, "trainer", None))  # a failed learner's other ranks must not wait for it
 
     def _resume(self, model: torch.nn.Module) -> None:
@@ -132,10 +147,16 @@ class LearnerActor(BusActor):
         latest = decode(announced)
         assert isinstance(latest, WeightsVersion)
         self.applied = resumed_record(saved, (latest.step, latest.version))
-        path = self.store.fetch(latest)
-        model.load_state_dict(read_weights(path), strict=False)
-        self.store.release(path)
+        model.load_state_dict(rebuild(self.store, latest), strict=False)  # its full snapshot and the deltas after
         self.log.info("learner resumed", version=latest.version, step=self.applied["step"])
+        if self.weights.dtype != getattr(torch, self.cfg.dtype):
+            # Without a checkpoint the announced weights are all there is, in the engines' dtype.
+            self.log.warning(
+                "learner resumed from weights rounded to the engines' dtype: no checkpoint to resume exactly from "
+                "(learners.<side>.checkpoint_every >= 1 keeps one)",
+                wire_dtype=str(self.weights.dtype).removeprefix("torch."),
+                learner_dtype=self.cfg.dtype,
+            )
 
     def on_chunk(self, chunk: AlignedBatch, delivery: Delivery) -> Any:
         if chunk.side != self.side:
@@ -205,14 +226,25 @@ class LearnerActor(BusActor):
         batch, stale = drop_stale(
             batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None
         )
+        self.trainer.learners_here = len(LearnerActor.running_here)
         stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
         self.stepped = True
         version = self.applied["version"] + 1
         state = self.trainer.full_state_dict()
-        path = save_weights(state, self.trainer.module, self.scratch / f"v{version}.safetensors")
+        written = self.weights.write(state, version, self.scratch / f"v{version}.safetensors")
         if batch.step + 1 in self.cfg.export_steps(self.config.pipeline.steps):
             export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{batch.step + 1}")
-        announced = self._after_step("weights", lambda: self.store.publish(path, version, batch.step))
+        announced = self._after_step(
+            "weights",
+            lambda: self.store.publish(written.path, version, batch.step, base=written.base, sha256=written.sha256),
+        )
+        self.log.info(
+            "weights published",
+            version=version,
+            base=written.base,
+            mb=round(written.nbytes / 1e6, 3),
+            changed=round(written.changed / max(1, written.elements), 6),
+        )
         self._after_step("weights version", lambda: self.versions.put(latest_key(self.side), encode(announced)))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)
         self.applied = {

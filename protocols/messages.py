@@ -295,7 +295,7 @@ class StepAligned(Message):
 @_message
 class WeightsVersion(Message):
     """Learner -> rollout engines of its side on `weights.<side>` (and KV `versions-<side>`): a new policy
-    version is available at `uri`."""
+    version is available at `uri`, a full snapshot or a delta against version `base` (mgrpo_actors/weights/wire.py)."""
 
     run_id: str
     side: str = field(metadata=_SIDE)
@@ -303,6 +303,7 @@ class WeightsVersion(Message):
     step: int
     uri: str
     sha256: str = ""
+    base: int | None = None  # a delta against this version (always the one before); None: a full snapshot
 
 
 @_message

@@ -2,11 +2,12 @@
 connected Bus per test, a unique run id per test, and paths to the venv's console scripts.
 
 No mock of NATS anywhere (docs/architecture.md §Tests). Hypothesis runs derandomized (fixed seeds) so every run
-of the suite draws the same examples.
+of the suite draws the same examples. tests/vllm/ is collected only under `make test-vllm` (MGRPO_TEST_VLLM=1).
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,9 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("mgrpo")
+
+# tests/vllm/ needs vLLM (its CPU build, in a venv of its own: `make test-vllm`); the main run never collects it.
+collect_ignore = [] if os.environ.get("MGRPO_TEST_VLLM") else ["vllm"]
 
 
 @pytest.fixture

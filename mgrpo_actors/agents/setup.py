@@ -23,7 +23,7 @@ from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFormatError
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
-from mgrpo_actors.models.loader import ModelSpecError, load_model, resolve_model_dir
+from mgrpo_actors.models.loader import ModelSpecError, load_model, load_tokenizer, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
 from mgrpo_actors.tools.reason import ReasonTool
@@ -34,6 +34,7 @@ __all__ = [
     "TaskQuestions",
     "agent_tools",
     "check_chat_template",
+    "engine_config",
     "load_agent",
     "load_task_questions",
     "make_judges",
@@ -61,14 +62,29 @@ def check_chat_template(spec: str, tokenizer: PreTrainedTokenizerBase) -> None:
         ) from None
 
 
+def engine_config(cfg: AgentConfig) -> EngineConfig:
+    """The engine settings of an agent's config."""
+    return EngineConfig(
+        device=cfg.device,
+        dtype=cfg.dtype,
+        gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
+        max_model_len=cfg.vllm.max_model_len,
+        enforce_eager=cfg.vllm.enforce_eager,
+    )
+
+
 def load_agent(cfg: AgentConfig) -> AgentModel:
-    """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`); a model
-    whose directory or chat template cannot serve an agent is a ModelSpecError here, before any rollout."""
+    """The agent's model on its rollout engine (`cfg.model`, `cfg.engine`, `cfg.dtype`, `cfg.device`, `cfg.vllm`); a
+    model whose directory or chat template cannot serve an agent is a ModelSpecError here, before any rollout. The
+    vllm engine gets the model's directory (vLLM loads it itself): no transformers copy is loaded onto the device."""
+    if cfg.engine == "vllm":
+        model_dir = resolve_model_dir(cfg.model)
+        tokenizer = load_tokenizer(model_dir)
+        check_chat_template(cfg.model, tokenizer)
+        return AgentModel(make_engine(cfg.engine, model_dir, tokenizer, engine_config(cfg)), tokenizer)
     model, tokenizer = load_model(cfg.model, dtype=getattr(torch, cfg.dtype), device=cfg.device)
     check_chat_template(cfg.model, tokenizer)
-    return AgentModel(
-        make_engine(cfg.engine, model, tokenizer, EngineConfig(device=cfg.device, dtype=cfg.dtype)), tokenizer
-    )
+    return AgentModel(make_engine(cfg.engine, model, tokenizer, engine_config(cfg)), tokenizer)
 
 
 def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:

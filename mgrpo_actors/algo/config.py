@@ -135,6 +135,17 @@ class ObjectiveConfig:
     advantage_sign: int = 1
     """1 trains towards the reward; -1 flips every advantage, a control run that must not learn (catches
     sign, masking and weight-sync errors; [ours]: 1)."""
+    recompute_old_logprobs: bool = False
+    """π_old of the ratio is the learner's own logprobs at the pre-step weights instead of the engine's, for
+    an engine that samples in another precision or kernel (agents.<side>.dtype bfloat16 against a float32
+    learner, or vllm). With one optimizer step per batch these are the current forward's logprobs, detached:
+    no extra forward pass; ρ is then 1 in value, so the clip and the ratio no longer correct for the
+    engine's logprobs or a sample's age (tis_cap does) (verl recomputes them; [ours]: off, the engine's)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling: each token's policy-gradient loss × min(π_learner_old / π_engine, C),
+    detached, C = tis_cap (verl's rollout correction, TIS); π_learner_old is the learner's pre-step
+    logprob, so it needs recompute_old_logprobs (refused without: the ratio would correct for the engine
+    twice). None = off ([ours]: off)."""
 
     def __post_init__(self) -> None:
         _require(0.0 < self.eps_low < 1.0, f"objective.eps_low must be in (0, 1), got {self.eps_low!r}")
@@ -162,6 +173,27 @@ class ObjectiveConfig:
         _require_weight("objective.kl_coef", self.kl_coef)
         _require_choice("objective.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         _require(self.log_ratio_clamp > 0.0, f"objective.log_ratio_clamp must be > 0, got {self.log_ratio_clamp!r}")
+        _require(
+            isinstance(self.recompute_old_logprobs, bool),
+            f"objective.recompute_old_logprobs must be true or false, got {self.recompute_old_logprobs!r}",
+        )
+        _require(
+            self.tis_cap is None
+            or (
+                isinstance(self.tis_cap, (int, float))
+                and not isinstance(self.tis_cap, bool)
+                and math.isfinite(self.tis_cap)
+                and self.tis_cap > 0
+            ),
+            f"objective.tis_cap must be a finite number > 0 or null (off), got {self.tis_cap!r}",
+        )
+        # Without recompute, ρ = π_θ / π_engine already carries the engine's logprobs: the TIS weight
+        # π_learner_old / π_engine would apply the same correction a second time (a factor (π/π_engine)²).
+        _require(
+            self.tis_cap is None or self.recompute_old_logprobs,
+            "objective.tis_cap needs objective.recompute_old_logprobs: true (without it the ratio already "
+            "divides by the engine's logprobs, and the TIS weight would correct for them twice)",
+        )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,13 @@ the denominator belongs to the *global* batch: pass `global_denominator=loss_den
 to every micro-batch and the micro-batch losses add up to the full-batch loss, so gradient
 accumulation never changes the loss scale. Everything is computed in fp32 (fp64 if the log-probs are
 fp64) whatever the model's dtype, token counts in fp64 (docs/method.md §Objective).
+
+Engine/learner mismatch [ours]: `old_logprobs` are the engine's (the behaviour policy as sampled);
+the learner's own logprobs at the pre-step weights, π_learner_old, are with one optimizer step per
+batch the current forward's, detached (`learner_old_logprobs` overrides them). `recompute_old_logprobs`
+takes π_learner_old as π_old; `tis_cap` multiplies each token's policy-gradient loss by
+min(π_learner_old / π_engine, tis_cap), detached (truncated importance sampling, as verl's rollout
+correction); the mean |log π_learner_old − log π_engine| over the loss tokens is always reported.
 """
 
 from __future__ import annotations
@@ -44,6 +51,12 @@ class PolicyLossStats:
     entropy: float | None = None
     # Mean KL(π_θ ‖ π_ref) on loss tokens with the configured estimator, when a reference is given.
     kl_ref: float | None = None
+    # Mean |log π_learner_old − log π_engine| on loss tokens: how far the learner's logprobs are from the engine's.
+    mismatch: float = 0.0
+    # Mean truncated importance weight min(π_learner_old / π_engine, tis_cap) on loss tokens, when tis_cap is on.
+    tis_weight_mean: float | None = None
+    # Fraction of loss tokens whose importance weight was cut at tis_cap, when tis_cap is on.
+    tis_clip_fraction: float | None = None
 
     def as_dict(self) -> dict[str, float | None]:
         return asdict(self)
@@ -75,7 +88,7 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
     return torch.exp(log_r) - 1.0 - log_r
 
 
-def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy) -> None:
+def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy, learner_old) -> None:
     if logprobs.ndim != 2:
         raise ValueError(f"logprobs must be 2-D (sequences, tokens), got shape {tuple(logprobs.shape)}")
     for name, tensor in (
@@ -83,6 +96,7 @@ def _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, 
         ("loss_mask", loss_mask),
         ("ref_logprobs", ref_logprobs),
         ("entropy", entropy),
+        ("learner_old_logprobs", learner_old),
     ):
         if tensor is not None and tensor.shape != logprobs.shape:
             raise ValueError(
@@ -152,23 +166,36 @@ def clipped_policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     global_denominator: float | None = None,
+    learner_old_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """PPO-clip loss over a (micro-)batch and its statistics (docs/method.md §Objective).
 
     logprobs: (N, T) log π_θ of the sampled tokens, with grad. old_logprobs: (N, T) behaviour log-probs.
     advantages: (N,) per sequence or (N, T) per token. loss_mask: (N, T), 1 on the agent's own tokens
     (it may carry weights; alignment placeholders have an all-zero row). global_denominator: the
-    global batch's `loss_denominator`; None means this batch is the global batch. The loss is fp32
-    (fp64 for fp64 log-probs) whatever the dtype of logprobs; gradients still reach logprobs.
+    global batch's `loss_denominator`; None means this batch is the global batch. learner_old_logprobs:
+    (N, T) the learner's logprobs at the pre-step weights; None: `logprobs` detached (one optimizer step
+    per batch). The loss is fp32 (fp64 for fp64 log-probs) whatever the dtype of logprobs; gradients
+    still reach logprobs.
     """
-    _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy)
+    _validate(logprobs, old_logprobs, advantages, loss_mask, cfg, ref_logprobs, entropy, learner_old_logprobs)
     dtype = _compute_dtype(logprobs)
     logprobs = logprobs.to(dtype)  # differentiable: the gradient flows back to the model's dtype
     mask = loss_mask.to(dtype)
     on_loss = loss_mask > 0
     advantages = advantages.detach().to(dtype)
-    # Zero the log-ratio off the loss tokens first, so padding garbage can never reach exp() or grads.
-    token_log_ratio = torch.where(on_loss, logprobs - old_logprobs.detach().to(dtype), torch.zeros_like(logprobs))
+    zeros = torch.zeros_like(logprobs)
+    engine_logprobs = old_logprobs.detach().to(dtype)
+    learner_old = (logprobs if learner_old_logprobs is None else learner_old_logprobs).detach().to(dtype)
+    # log π_learner_old / π_engine on the loss tokens (docs/method.md §Objective: the engine/learner mismatch).
+    # Clamped like the ratio: a token outside the learner's top-k/top-p (log π_learner_old = −inf, which a bf16
+    # or vLLM engine can sample at the boundary) counts as the largest mismatch, never as inf.
+    mismatch_log = torch.where(on_loss, learner_old - engine_logprobs, zeros)
+    mismatch_log = torch.clamp(mismatch_log, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+    behaviour = learner_old if cfg.recompute_old_logprobs else engine_logprobs
+    # Zero the log-ratio off the loss tokens first, so padding garbage can never reach exp() or grads; and where
+    # π_old is −inf (recomputed, such a token), since −inf − (−inf) is NaN: that token adds no gradient.
+    token_log_ratio = torch.where(on_loss & torch.isfinite(behaviour), logprobs - behaviour, zeros)
     token_log_ratio = torch.clamp(token_log_ratio, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
     ratio, token_advantages = _ratio_and_advantages(token_log_ratio, on_loss, advantages, cfg)
 
@@ -176,6 +203,11 @@ def clipped_policy_loss(
     unclipped = ratio * token_advantages
     clipped = torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * token_advantages
     pg_per_token = -torch.minimum(unclipped, clipped)
+    tis_raw = tis_weight = None
+    if cfg.tis_cap is not None:  # truncated importance sampling: detached, so it only scales the gradient
+        tis_raw = torch.exp(mismatch_log)
+        tis_weight = torch.clamp(tis_raw, max=cfg.tis_cap)
+        pg_per_token = pg_per_token * tis_weight
     kl_per_token = None if ref_logprobs is None else _kl_per_token(logprobs, ref_logprobs, on_loss, cfg)
     kl_on = kl_per_token is not None and cfg.kl_coef > 0
     per_token = pg_per_token + cfg.kl_coef * kl_per_token if kl_on else pg_per_token
@@ -201,6 +233,9 @@ def clipped_policy_loss(
             num_tokens=float(loss_mask.to(torch.float64).sum()),
             entropy=None if entropy is None else _masked_mean(entropy, mask),
             kl_ref=None if kl_per_token is None else _masked_mean(kl_per_token, mask),
+            mismatch=_masked_mean(mismatch_log.abs(), mask),
+            tis_weight_mean=None if tis_weight is None else _masked_mean(tis_weight, mask),
+            tis_clip_fraction=None if tis_raw is None else _masked_mean(tis_raw > cfg.tis_cap, mask),
         )
     return loss, stats
 

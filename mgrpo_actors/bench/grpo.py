@@ -17,11 +17,19 @@ categories: generation = `generate`; scoring = `score`; learner = `learn` (forwa
 step) + `weights` (publish, fetch and load the new weights) + `align` (advantages, the batch) +
 `checkpoint`; messaging = the rest (NATS and JetStream round trips, serialisation, the actors' own
 Python work, waiting). Generated tokens are the completions' tokens (the main batch's loss tokens).
+
+Beside it, TRL's GRPOTrainer on identical work (mgrpo_actors/bench/trl_peer.py, in a virtual environment
+of its own, installed on first use; skipped, saying why, when it cannot be installed; with `--quick`
+only when it is installed already): the same model directory, prompts, reward rule, stop ids,
+generation budget, temperature, batch shape, lr and optimizer, one optimizer step per batch, the same
+torch thread count. Both figures are medians of s/step without the warm-up step (ours: the step
+windows; TRL's: one step's end to the next); target ours / TRL ≤ 1.0×, aim 0.7×.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,7 @@ from rich.table import Table
 from mgrpo_actors.bench.grpo_model import WARMUP, bench_model_dir
 from mgrpo_actors.bench.step_split import OTHER, StepSplit
 from mgrpo_actors.bench.steps import measure
+from mgrpo_actors.bench.trl_peer import PeerSpec, run_peer, trl_python, venv_dir
 from mgrpo_actors.cli.composition import Composition
 from mgrpo_actors.envs.arithmetic import arithmetic_questions
 from mgrpo_actors.envs.dataset import write_questions
@@ -56,7 +65,9 @@ GRPO_JOB = (
 )
 BENCH_ONLY = ("learners.main.checkpoint_every=0",)
 RUN_ID = "bench-grpo"
-STEPS, QUICK_STEPS = 6, 2
+STEPS, QUICK_STEPS = 9, 2  # 9: the median of 8 steps after the warm-up step
+TRL_QUICK_STEPS = 3
+TARGET_RATIO, AIM_RATIO = 1.0, 0.7  # ours / TRL, s/step
 # The step's categories (bench/step_split.py), grouped as the issue names them.
 GROUPS = {
     "generation": ("generate",),
@@ -88,11 +99,92 @@ def run(composition: Composition, quick: bool = False) -> dict[str, Any]:
         write_questions(dataset, arithmetic_questions(200))  # the same questions as deploy/data/arithmetic.jsonl
         overrides = [f"agents.main.model={model_dir}", f"pipeline.dataset={dataset}", *BENCH_ONLY]
         results = measure(composition, steps, overrides, job=GRPO_JOB, run_id=RUN_ID)
-    if results["exit_code"] != 0:
-        raise RuntimeError(f"the job failed (exit {results['exit_code']})")
-    print_configuration(results, Path(model_dir), console)
-    print_results(results, console)
+        if results["exit_code"] != 0:
+            raise RuntimeError(f"the job failed (exit {results['exit_code']})")
+        print_configuration(results, Path(model_dir), console)
+        print_results(results, console)
+        results["trl"] = _trl(results, Path(model_dir), Path(data_dir), quick, console)
+    print_comparison(results, console)
     return results
+
+
+def _median_s_per_step(results: dict[str, Any]) -> float | None:
+    splits: list[StepSplit] = results["splits"]
+    steady = splits[1:] or splits
+    return statistics.median(s.wall for s in steady) if steady else None
+
+
+def peer_spec(results: dict[str, Any], model_dir: Path, steps: int) -> PeerSpec:
+    """The work of our job, for TRL: its model, prompts, stop ids, sampling, batch shape and optimizer."""
+    from transformers import GenerationConfig
+
+    from mgrpo_actors.agents.episode import action_stop_ids
+    from mgrpo_actors.agents.prompts import PLAIN_PROMPT
+    from mgrpo_actors.engines.eos import eos_token_ids
+    from mgrpo_actors.models.loader import load_tokenizer
+
+    config = results["config"]
+    agent, learner, pipeline = config.agents.main, config.learners.main, config.pipeline
+    tokenizer = load_tokenizer(model_dir)
+    stop = eos_token_ids(tokenizer, GenerationConfig.from_pretrained(model_dir))  # what our engine stops on
+    if agent.stop_after_action:
+        stop |= set(action_stop_ids(tokenizer))
+    return PeerSpec(
+        model_dir=str(model_dir),
+        system_prompt=agent.system_prompt or PLAIN_PROMPT,
+        questions=[{"question": q.question, "answer": str(q.answer)} for q in arithmetic_questions(200)],
+        prompts_per_step=pipeline.queries_per_step,
+        completions_per_prompt=pipeline.rollouts_per_query,
+        max_new_tokens=agent.max_new_tokens_per_turn,
+        stop_token_ids=sorted(stop),
+        temperature=agent.temperature,
+        top_p=agent.top_p,
+        top_k=agent.top_k,
+        lr=learner.lr,
+        weight_decay=learner.weight_decay,
+        max_grad_norm=learner.max_grad_norm,
+        steps=steps,
+        # The most threads any part of ours computes with (the learner: learners.main.torch_threads, by default
+        # every core; the engine: agents.torch_threads), so TRL is never given fewer cores than we use.
+        threads=max(config.agents.torch_threads, learner.threads()),
+    )
+
+
+def _trl(results: dict[str, Any], model_dir: Path, work: Path, quick: bool, console: Console) -> dict[str, Any]:
+    """TRL's GRPOTrainer on the same work: its figures, or {"skipped": why}."""
+    if quick and not (venv_dir() / ".complete").exists():
+        return {"skipped": f"--quick does not install TRL (run `mgrpo bench grpo` once: it builds {venv_dir()})"}
+    if trl_python(lambda text: console.print(text, markup=False))[0] is None:
+        return {"skipped": trl_python()[1]}
+    steps = TRL_QUICK_STEPS if quick else results["steps"]
+    console.print(f"TRL: GRPOTrainer on the same work for {steps} steps, in its own environment…", markup=False)
+    return run_peer(peer_spec(results, model_dir, steps), work / "trl-spec.json", say=console.print)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    return "?" if value is None else format(value, spec)
+
+
+def print_comparison(results: dict[str, Any], console: Console) -> None:
+    ours, trl = _median_s_per_step(results), results.get("trl") or {"skipped": "not run"}
+    if ours is None:
+        return
+    steady = len(results["splits"]) - 1 or 1
+    console.print(f"ours: {ours:.3f} s/step (median of {steady} steps after the warm-up step)", markup=False)
+    if "skipped" in trl:
+        console.print(f"[yellow]TRL comparison skipped: {trl['skipped']}[/]")
+        return
+    ratio = ours / trl["s_per_step"]
+    verdict = "[green]OK[/]" if ratio <= TARGET_RATIO else "[red bold]MISS[/]"
+    aim = "met" if ratio <= AIM_RATIO else "not met"
+    tokens, reward = trl.get("mean_completion_tokens"), trl.get("mean_reward")
+    console.print(
+        f"TRL {trl['trl']} GRPOTrainer (transformers {trl['transformers']}, torch {trl['torch']}, "
+        f"{trl['threads']} thread(s)): {trl['s_per_step']:.3f} s/step (median of {len(trl['steps']) - 1} steps after "
+        f"the first; {_figure(tokens, '.1f')} completion tokens a row, mean reward {_figure(reward, '.3f')})",
+        markup=False,
+    )
+    console.print(f"ours / TRL: {ratio:.2f}× s/step; target ≤ {TARGET_RATIO:g}×: {verdict}; aim {AIM_RATIO:g}×: {aim}")
 
 
 def print_configuration(results: dict[str, Any], model_dir: Path, console: Console) -> None:
@@ -113,7 +205,8 @@ def print_configuration(results: dict[str, Any], model_dir: Path, console: Conso
         f"{agent.max_turns} turn, {config.agents.correct_judge} scoring; one AdamW step per batch "
         f"(lr {learner.lr:g}, micro-batch {learner.micro_batch_samples}, {learner.device} {learner.dtype}), "
         f"KL coefficient {config.algo.objective.kl_coef:g}, no checkpoints; "
-        f"{config.agents.torch_threads} torch thread(s) (agents.torch_threads; one process)",
+        f"{config.agents.torch_threads} torch thread(s) generating (agents.torch_threads), "
+        f"{learner.threads()} learning (learners.main.torch_threads); one process",
         markup=False,
     )
 

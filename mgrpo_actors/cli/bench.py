@@ -21,6 +21,8 @@ BENCHMARKS = {
     "soak": "mgrpo_actors.bench.soak",
     "steps": "mgrpo_actors.bench.steps",
     "grpo": "mgrpo_actors.bench.grpo",
+    "weights": "mgrpo_actors.bench.weights",
+    "learner": "mgrpo_actors.bench.learner",
 }
 
 

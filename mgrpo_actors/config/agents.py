@@ -10,12 +10,32 @@ from typing import Literal
 
 from mgrpo_actors.algo.config import JudgeConfig
 from mgrpo_actors.engines.base import SamplingParams
+from mgrpo_actors.engines.vllm_limits import vllm_temperature_error
 
-__all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig", "AgentsConfig", "cpu_agent"]
+__all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig", "AgentsConfig", "VLLMConfig", "cpu_agent"]
 
 
 # The tools a single agent may be given (docs/method.md §Training schedule: the single-agent baseline has all of them).
 SINGLE_AGENT_TOOLS = ("search", "visit", "reason")
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """Settings of an agent's vllm engine (unused by the other engines); docs/deployment.md §GPU hosts."""
+
+    gpu_memory_utilization: float = 0.3
+    """share of the whole GPU vLLM takes for weights and KV cache; it must be free when the engine starts (a learner
+    or another agent on the same GPU holds the rest)"""
+    max_model_len: int | None = None
+    """longest prompt + generation vLLM plans KV cache for; None = the model's maximum"""
+    enforce_eager: bool = False
+    """skip CUDA-graph capture: a faster start, slower decoding"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"vllm.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"vllm.max_model_len must be >= 1 or null, got {self.max_model_len!r}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,8 @@ class AgentConfig:
     reason); None = all of them; [] = none: plain GRPO, the question alone answered in an answer block (no
     demonstration; with max_turns 1 in deploy/configs/grpo.yaml). M and S keep their own: agents.sub.tools must stay
     None (S's tools are search and visit)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """the vllm engine's GPU memory share, context length and CUDA graphs (engine vllm only)"""
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "hf-generate", "vllm") and ":" not in self.engine:
@@ -75,6 +97,9 @@ class AgentConfig:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"agent temperature must be a finite number >= 0, got {self.temperature!r}")
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # same checks as the engine
+        problem = vllm_temperature_error(self.temperature) if self.engine == "vllm" else None
+        if problem:
+            raise ValueError(f"agent {problem}")
         unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
         if unknown:
             raise ValueError(
@@ -120,7 +145,8 @@ class AgentsConfig:
     llm_judge: JudgeConfig | None = None
     """the OpenAI-compatible endpoint used where a judge is "llm" (correct_judge or expert_judge); None = none"""
     torch_threads: int = 1
-    """torch CPU threads per process (more is often slower on shared cores)"""
+    """torch CPU threads of the agents' engines (more is often slower on shared cores); a learner's are
+    learners.<side>.torch_threads"""
 
     def __post_init__(self) -> None:
         if "llm" in (self.correct_judge, self.expert_judge) and self.llm_judge is None:

@@ -3,10 +3,23 @@ and how new weights reach that agent's rollout engines (§One training step, ste
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = ["LearnerConfig", "LearnersConfig", "WeightsConfig"]
+
+
+def _local_ranks() -> int:
+    """Ranks of this learner on this host: torchrun's LOCAL_WORLD_SIZE, the deepspeed launcher's LOCAL_SIZE,
+    else WORLD_SIZE when the group's address is this host's loopback (every rank here), else 1."""
+    env = os.environ
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE"):
+        if env.get(name, "").isdigit():
+            return max(1, int(env[name]))
+    if env.get("MASTER_ADDR") in ("127.0.0.1", "localhost", "::1") and env.get("WORLD_SIZE", "").isdigit():
+        return max(1, int(env["WORLD_SIZE"]))
+    return 1
 
 
 @dataclass(frozen=True)
@@ -16,7 +29,8 @@ class LearnerConfig:
     frozen: bool = False
     """this agent does not train (main-only baseline: a frozen sub-agent); its batches go unread"""
     zero_stage: int = 2
-    """DeepSpeed ZeRO stage 0-3 (partitions optimizer state, gradients, parameters over ranks)"""
+    """DeepSpeed ZeRO stage 0-3 (partitions optimizer state, gradients, parameters over ranks); a one-rank
+    learner runs stage 0 whatever this says: nothing to partition, and ZeRO's copies cost time ([ours])"""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """training dtype of the model (the loss is always computed in fp32)"""
     device: str = "cpu"
@@ -29,6 +43,20 @@ class LearnerConfig:
     """gradient clipping by global norm; 0 = off"""
     micro_batch_samples: int = 4
     """samples per forward/backward; gradients accumulate over the whole batch"""
+    torch_threads: int = 0
+    """torch CPU threads while this learner applies a batch; 0 = every core the process may use
+    (len(os.sched_getaffinity(0)), shared out among the ranks a launcher starts on the host and the learners
+    of one process) ([ours]; the agents' engines keep agents.torch_threads)"""
+    logprob_chunk_tokens: int = 1024
+    """loss positions per chunk of the lm_head and log-softmax: the logits [positions, vocab] never exist
+    whole, and with more positions than one chunk each chunk is recomputed in backward
+    (mgrpo_actors/learner/forward.py); 0 = the model's own logits at every position at once ([ours])"""
+    activation_checkpointing: bool = False
+    """recompute each transformer layer's activations in backward instead of keeping them all (transformers'
+    activation checkpointing): a micro-batch's activations shrink to the layers' inputs and one layer's at a
+    time, for about one more forward pass of compute; long samples need it: SmolLM2, 4 × 2,600 tokens,
+    15 GiB without, 3.9 GiB with (docs/benchmarks.md §`learner`: a learner step beside plain torch) ([ours]:
+    off)"""
     export_every: int = 0
     """also save the model as a plain HF directory every N steps and after the last, under <run
     dir>/exports/<side>/step<N>, all kept (for evaluation along the run: mgrpo compare); 0 = never"""
@@ -43,10 +71,25 @@ class LearnerConfig:
             raise ValueError(f"learner lr must be > 0, got {self.lr}")
         if self.micro_batch_samples < 1:
             raise ValueError(f"learner micro_batch_samples must be >= 1, got {self.micro_batch_samples}")
+        if self.torch_threads < 0 or self.logprob_chunk_tokens < 0:
+            raise ValueError(
+                "learner torch_threads and logprob_chunk_tokens must be >= 0, "
+                f"got {self.torch_threads} and {self.logprob_chunk_tokens}"
+            )
         if self.max_grad_norm < 0 or self.weight_decay < 0 or self.checkpoint_every < 0 or self.export_every < 0:
             raise ValueError("learner max_grad_norm, weight_decay, checkpoint_every and export_every must be >= 0")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
+
+    def threads(self, learners_here: int = 1) -> int:
+        """The torch threads this learner computes with: torch_threads, or for 0 the cores this process may
+        use (its CPU affinity), divided among the learner's ranks on this host (_local_ranks) and among the
+        `learners_here` learners of this process (--role all runs both: their steps overlap, and OpenMP's
+        thread count is per calling thread, so each would otherwise take every core)."""
+        if self.torch_threads:
+            return self.torch_threads
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, cores // (_local_ranks() * max(1, learners_here)))
 
     def export_steps(self, total_steps: int) -> list[int]:
         """After how many applied steps the learner exports its model (export_every): every N and the last."""
@@ -64,7 +107,19 @@ class WeightsConfig:
     directory: str = "runs/weights"
     """where "directory" writes <run>/<side>/v<version>.safetensors (shared by learner and agents)"""
     keep_versions: int = 2
-    """versions kept in the store or directory; older ones are deleted"""
+    """the newest versions kept in the store or directory, besides every version from the newest full snapshot on
+    (what an engine that missed some needs to catch up); older ones are deleted"""
+    full_every: int = 10
+    """a full snapshot every N versions, and always the first after a learner starts, restarts or resumes; the
+    versions between are deltas against the one before (the changed tensors, or only their changed elements:
+    docs/architecture.md §Delivery and state); 1 = every version a full snapshot ([ours])"""
+
+    def __post_init__(self) -> None:
+        if self.keep_versions < 1 or self.full_every < 1:
+            raise ValueError(
+                f"learners.weights keep_versions and full_every must be >= 1, got {self.keep_versions} and "
+                f"{self.full_every}"
+            )
 
 
 @dataclass(frozen=True)

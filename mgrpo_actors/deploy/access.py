@@ -116,10 +116,11 @@ def _kv_read_api(bucket: str) -> list[str]:
 
 
 def _objects_read_api(bucket: str) -> list[str]:
-    # runtime/objects.read_object: the object's meta entry and its chunks by message get, no consumer
-    # (a user that may create consumers can have the server deliver a stream's messages anywhere).
+    # runtime/objects.read_object: the object's meta entry by message get, its chunks by batched direct gets
+    # (message gets where those do not answer), no consumer (a user that may create consumers can have the
+    # server deliver a stream's messages anywhere).
     stream = f"OBJ_{bucket}"
-    return [*_stream_api(stream), f"$JS.API.STREAM.MSG.GET.{stream}"]
+    return [*_stream_api(stream), f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}"]
 
 
 def permissions(access: RoleAccess, run_id: str, inbox_prefix: str, until_finished: bool = True) -> Permissions:

@@ -15,8 +15,9 @@ Two decoding paths, one sampling distribution (`sampling_warpers(params)`, logpr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,7 +32,8 @@ from mgrpo_actors.engines.logprobs import sampling_warpers
 from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import GENERATE, timed
-from mgrpo_actors.weights.files import check_fits, read_weights
+from mgrpo_actors.weights.delta import SparseChange, WeightsDelta, check_delta_fits, set_elements
+from mgrpo_actors.weights.files import StoredTensor, check_fits, read_into, safetensors_files, safetensors_header
 
 __all__ = ["ROW_CACHE_MODELS", "HFEngine", "left_pad", "supports_row_cache"]
 
@@ -118,10 +120,12 @@ def _cache_shape(model: PreTrainedModel) -> CacheShape:
 
 
 class HFEngine:
-    """Rollouts of a transformers model; weights reload in place with `load_state_dict`.
+    """Rollouts of a transformers model; weights reload in place (whole tensors copied, a delta's elements set).
 
     `use_generate` forces transformers' `generate` (engine name `hf-generate`); otherwise a model of
     ROW_CACHE_MODELS decodes on the engine's own cache."""
+
+    loads_deltas = True  # load_weights takes a WeightsDelta against the version it holds (weights/sync.py)
 
     def __init__(
         self,
@@ -221,12 +225,44 @@ class HFEngine:
         rows = new_ids.cpu().tolist()
         return [_trim(ids, row_lp, stop_ids, self.policy_version) for ids, row_lp in zip(rows, logprobs, strict=True)]
 
-    def load_weights(self, weights: WeightsSource, version: int) -> None:
-        """Copy new weights into the model's existing tensors and adopt `version`."""
-        state = read_weights(weights)
-        check_fits(self.model, state)  # before copying anything: a bad state dict must not half-load
+    def load_weights(self, weights: WeightsSource | WeightsDelta, version: int) -> None:
+        """Copy new weights into the model's existing tensors and adopt `version`: safetensors files (every
+        tensor, read one at a time), a state dict of some or all tensors, or a delta against the version the
+        engine holds (weights/delta.py). Unknown names, wrong shapes, a file that lacks a tensor and a delta
+        against another version are refused before anything is copied."""
+        params = self.model.state_dict()
+        whole: Mapping[str, torch.Tensor] = {}
+        sparse: Mapping[str, SparseChange] = {}
+        files: dict[Path, dict[str, StoredTensor]] = {}
+        if isinstance(weights, WeightsDelta):
+            if weights.base != self.policy_version:
+                raise ValueError(
+                    f"delta {weights.version} is against version {weights.base}, "
+                    f"but the engine holds version {self.policy_version}"
+                )
+            check_delta_fits({name: t.shape for name, t in params.items()}, weights)
+            whole, sparse = weights.whole, weights.sparse
+        elif isinstance(weights, Mapping):
+            check_fits(self.model, weights, partial=True)
+            whole = weights
+        else:
+            files = {path: safetensors_header(path)[1] for path in safetensors_files(weights)}
+            check_fits(
+                self.model, {n: torch.empty(t.shape, device="meta") for s in files.values() for n, t in s.items()}
+            )
         self.cache = None  # keys and values of the old weights
         with torch.no_grad():
-            self.model.load_state_dict(state, strict=False)
-        log.info("weights_loaded", previous_version=self.policy_version, version=version, tensors=len(state))
+            for path, stored in files.items():
+                read_into(path, stored, params)
+            for name, tensor in whole.items():
+                params[name].copy_(tensor)
+            for name, change in sparse.items():
+                set_elements(params[name], change)
+        log.info(
+            "weights_loaded",
+            previous_version=self.policy_version,
+            version=version,
+            tensors=len(whole) + len(sparse) + sum(len(stored) for stored in files.values()),
+            delta=isinstance(weights, WeightsDelta),
+        )
         self.policy_version = version

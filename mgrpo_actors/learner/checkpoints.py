@@ -5,6 +5,7 @@ vLLM) beside it. Only the newest `keep` checkpoints stay on disk."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,26 @@ __all__ = ["Checkpoints", "export_hf"]
 log = get_logger(__name__)
 
 _LATEST = "latest"  # DeepSpeed's file naming the newest tag
+_LAYOUT = "mgrpo-layout.json"  # the ZeRO stage and ranks a checkpoint was saved with
+
+
+def _check_layout(tag_dir: Path, trainer: PolicyTrainer) -> None:
+    """ValueError, before DeepSpeed reads anything, if the checkpoint in `tag_dir` was saved under another ZeRO
+    stage or rank count than `trainer` runs: DeepSpeed cannot load one into the other (its optimizer state is
+    laid out per stage and rank), and would fail deep inside with no word of why. A one-rank learner runs
+    ZeRO-0 whatever learners.<side>.zero_stage says (trainer.zero_stage). No layout file: not checked."""
+    path = tag_dir / _LAYOUT
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    now = {"zero_stage": trainer.zero_stage, "world_size": trainer.world_size}
+    if saved != now:
+        raise ValueError(
+            f"checkpoint {tag_dir} was saved with ZeRO stage {saved.get('zero_stage')} on "
+            f"{saved.get('world_size')} rank(s); this learner runs stage {now['zero_stage']} on "
+            f"{now['world_size']} (one rank always runs stage 0): resume it with the same ranks, or start from its "
+            f"model ({tag_dir / 'hf'}) as a new run"
+        )
 
 
 def export_hf(module: Any, state: dict[str, Any], tokenizer: Any, directory: Path) -> Path:
@@ -53,6 +74,8 @@ class Checkpoints:
         self.directory.mkdir(parents=True, exist_ok=True)
         # every rank of the learner saves its part
         trainer.save_checkpoint(str(self.directory), tag, {"record": record})
+        layout = {"zero_stage": trainer.zero_stage, "world_size": trainer.world_size}
+        (self.directory / tag / _LAYOUT).write_text(json.dumps(layout))
         hf = export_hf(trainer.module, trainer.full_state_dict(), tokenizer, self.hf_dir(tag))
         self._prune(keep=tag)
         return hf
@@ -62,6 +85,7 @@ class Checkpoints:
         tag = self.latest()
         if tag is None:
             return None
+        _check_layout(self.directory / tag, trainer)
         _, client_state = trainer.engine.load_checkpoint(str(self.directory), tag=tag)
         if client_state is None or "record" not in client_state:
             raise ValueError(f"checkpoint {self.directory / tag} has no learner record")

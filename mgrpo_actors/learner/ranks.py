@@ -25,7 +25,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from mgrpo_actors.config import NodeConfig
@@ -127,7 +126,7 @@ def run_follower(config: NodeConfig, side: str) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    torch.set_num_threads(config.agents.torch_threads)
+    # torch threads: learners.<side>.torch_threads, set by the trainer while it applies a batch
     model, tokenizer = load_model(getattr(config.agents, side).model)
     trainer = PolicyTrainer(model, tokenizer.pad_token_id, getattr(config.learners, side), config.algo.objective)
     Checkpoints(Path(config.run.dir) / config.run.id / "checkpoints" / side).load(trainer)

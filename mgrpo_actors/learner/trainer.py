@@ -14,6 +14,14 @@ batch, which every rank has, so all ranks agree without talking; the statistics 
 On CPU the process group is gloo (MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK; set to a one-rank
 group here when absent) and the optimizer is a client `torch.optim.AdamW` (DeepSpeed's own CPU Adam
 compiles for ~45 s on first use).
+
+One rank runs ZeRO stage 0 whatever `zero_stage` says, with no gradient all-reduce: ZeRO-1/2/3 over one
+rank partition nothing, yet copy every gradient into buckets, keep a flat fp32 copy of the weights and
+copy it back after each step (SmolLM2, one sample of 128 tokens: 5× plain torch's step; `mgrpo bench
+learner`). Under ZeRO-0 in fp32 the trainer clips the gradients itself (torch's clip_grad_norm_, the
+norm it reports), since DeepSpeed reports no norm there. Logprobs come from the last hidden states and
+the lm_head per chunk of loss positions (forward.py), and the learner computes with
+`learners.<side>.torch_threads` threads while it applies a batch.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +39,7 @@ import torch
 from mgrpo_actors.algo.config import ObjectiveConfig
 from mgrpo_actors.algo.objective import clipped_policy_loss, loss_denominator
 from mgrpo_actors.config.learner import LearnerConfig
-from mgrpo_actors.engines.logprobs import token_log_probs
+from mgrpo_actors.learner.forward import chunkable, micro_batch_log_probs, no_dropout
 from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches, target_mask_sums, trainable_rows
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import LEARN, timed
@@ -66,9 +75,13 @@ class StepStats:
     micro_batches: int
     seconds: float
     grad_norm: float
+    mismatch: float = 0.0  # mean |logprob_learner − logprob_engine| per loss token (docs/method.md §Objective)
+    tis_weight_mean: float | None = None  # mean truncated importance weight, when algo.objective.tis_cap is on
+    tis_clip_fraction: float | None = None  # fraction of loss tokens whose weight was cut at tis_cap, when on
 
     def as_dict(self) -> dict[str, float]:
-        return {name: float(getattr(self, name)) for name in self.__dataclass_fields__}
+        values = ((name, getattr(self, name)) for name in self.__dataclass_fields__)
+        return {name: float(value) for name, value in values if value is not None}
 
 
 def ensure_process_group_env() -> bool:
@@ -107,17 +120,45 @@ def init_process_group(backend: str, attempts: int = 3) -> None:
         return
 
 
-def deepspeed_config(cfg: LearnerConfig) -> dict[str, Any]:
+def zero_stage(cfg: LearnerConfig, world_size: int) -> int:
+    """The ZeRO stage the learner runs: the config's with several ranks; 0 on one rank, where there is
+    nothing to partition or reduce and ZeRO's flat fp32 copies, gradient buckets and reductions over one
+    rank only cost time and memory (mgrpo bench learner)."""
+    return cfg.zero_stage if world_size > 1 else 0
+
+
+def own_clipping(cfg: LearnerConfig, stage: int) -> bool:
+    """Whether the trainer clips (and measures) the gradient norm itself rather than DeepSpeed: under
+    ZeRO-0 in fp32, whose gradients are whole on every rank once reduced (DeepSpeed would clip them
+    there too, but reports no norm). In bf16 DeepSpeed's own optimizer wrapper holds the gradients: it clips."""
+    return stage == 0 and cfg.dtype != "bfloat16"
+
+
+def deepspeed_config(cfg: LearnerConfig, world_size: int = 1) -> dict[str, Any]:
     """DeepSpeed's config for this learner (micro-batches are ours: DeepSpeed sees batches of 1 step)."""
+    stage = zero_stage(cfg, world_size)
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_samples,
         "gradient_accumulation_steps": 1,
-        "gradient_clipping": cfg.max_grad_norm,
-        "zero_optimization": {"stage": cfg.zero_stage},
+        "gradient_clipping": 0.0 if own_clipping(cfg, stage) else cfg.max_grad_norm,
+        "zero_optimization": {"stage": stage},
         "bf16": {"enabled": cfg.dtype == "bfloat16"},
         "steps_per_print": 1_000_000_000,
         "wall_clock_breakdown": False,
     }
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to `threads` inside (the process may share them with agents: --role all)."""
+    previous = torch.get_num_threads()
+    if threads != previous:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if threads != previous:
+            torch.set_num_threads(previous)
 
 
 class PolicyTrainer:
@@ -132,10 +173,28 @@ class PolicyTrainer:
         self.objective = objective
         self.pad_id = pad_id
         model = model.to(dtype=torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32).train()
+        dropped = no_dropout(model)  # the engines sample without dropout: so does the learner score
+        if dropped:
+            log.info("learner dropout set to 0", layers=dropped)
+        if cfg.activation_checkpointing:  # learners.<side>.activation_checkpointing
+            model.activation_checkpointing_enable({"use_reentrant": False})
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(cfg))
+        world_size = torch.distributed.get_world_size()
+        self.zero_stage = zero_stage(cfg, world_size)
+        self._own_clipping = own_clipping(cfg, self.zero_stage)
+        config = deepspeed_config(cfg, world_size)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.world_size = self.engine.world_size
         self.rank = torch.distributed.get_rank()
+        if self.world_size == 1:
+            self.engine.enable_backward_allreduce = False  # an all-reduce over one rank: copies, nothing else
+        # learners.<side>.logprob_chunk_tokens: logprobs from the last hidden states, a chunk at a time (forward.py)
+        chunk = cfg.logprob_chunk_tokens
+        self.logprob_chunk = (
+            chunk if chunk > 0 and chunkable(self.engine, self.engine.module, self.engine.device) else None
+        )
+        # Learners in this process (the learner actor says: --role all runs two), sharing its cores.
+        self.learners_here = 1
         # Set on rank 0 of several (ranks.lead): called with a command and its payload before each collective call.
         self.announce: Callable[[str, Any], None] | None = None
 
@@ -146,7 +205,7 @@ class PolicyTrainer:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights (ZeRO-3 partitions them over ranks: gathered here, by every rank,
         and only rank 0 gets them)."""
-        if self.cfg.zero_stage == 3:
+        if self.zero_stage == 3:
             if self.announce is not None:
                 self.announce(CMD_STATE, None)
             return self.engine._zero3_consolidated_16bit_state_dict()
@@ -162,10 +221,8 @@ class PolicyTrainer:
         """Forward and backward of one micro-batch; `weight` 0 makes it a stand-in that adds no gradient."""
         device = self.engine.device
         self.engine.set_gradient_accumulation_boundary(last)
-        logits = self.engine(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device)).logits[
-            :, :-1
-        ]
-        logprobs = token_log_probs(logits, mb.targets.to(device), mb.sampling)  # fp32, under the sampling distribution
+        # fp32, under the sampling distribution; off the loss positions 0 when chunked
+        logprobs = micro_batch_log_probs(self.engine, self.engine.module, mb, self.logprob_chunk, device)
         loss, stats = clipped_policy_loss(
             logprobs,
             mb.old_logprobs.to(device),
@@ -177,6 +234,11 @@ class PolicyTrainer:
         # docs/method.md §Objective: the global denominator already scales the loss; undo DeepSpeed's rank averaging.
         self.engine.backward(loss * (self.world_size * weight), scale_wrt_gas=False)
         return stats
+
+    @property
+    def _tis_names(self) -> tuple[str, ...]:
+        """The truncated importance sampling statistics, when algo.objective.tis_cap is on."""
+        return ("tis_weight_mean", "tis_clip_fraction") if self.objective.tis_cap is not None else ()
 
     def _rounds(self, mine: int) -> int:
         """Micro-batches every rank runs: the most any rank has (ZeRO's reductions are collective)."""
@@ -208,7 +270,7 @@ class PolicyTrainer:
         # docs/method.md §Objective: the global batch's
         denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0
         rows = trainable_rows(batch, skip_zero_advantage=self.objective.kl_coef == 0)
-        names = ("loss", "clip_fraction", "approx_kl", "ratio_mean", "tokens")
+        names = ("loss", "clip_fraction", "approx_kl", "ratio_mean", "mismatch", *self._tis_names, "tokens")
         totals = dict.fromkeys(names, 0.0)
         if denominator <= 0 or not rows:
             return totals, 0, 0
@@ -224,11 +286,18 @@ class PolicyTrainer:
             if not real:
                 continue
             totals["loss"] += stats.loss  # micro-batch losses add up to the batch's loss
-            for name in ("clip_fraction", "approx_kl", "ratio_mean"):
+            for name in ("clip_fraction", "approx_kl", "ratio_mean", "mismatch", *self._tis_names):
                 totals[name] += getattr(stats, name) * stats.num_tokens
             totals["tokens"] += stats.num_tokens
         *summed, num_micro, samples = self._summed([*totals.values(), len(mbs), sum(len(mb.sample_ids) for mb in mbs)])
         return dict(zip(names, summed)), int(num_micro), int(samples)
+
+    def _clip_gradients(self) -> float:
+        """The gradients' global norm, clipped to learners.<side>.max_grad_norm (0: only measured)."""
+        params = [p for p in self.engine.module.parameters() if p.grad is not None]
+        if self.cfg.max_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
+        return float(torch.nn.utils.get_total_norm([p.grad for p in params]))
 
     @timed(LEARN)
     def apply(self, batch: AlignedBatch) -> StepStats:
@@ -237,12 +306,16 @@ class PolicyTrainer:
         started = time.perf_counter()
         if self.announce is not None:
             self.announce(CMD_APPLY, batch)
-        totals, num_micro, samples = self.accumulate(batch)
-        if num_micro == 0:
-            return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)
-        self.engine.step()
-        grad_norm = self.engine.get_global_grad_norm()
+        with _torch_threads(self.cfg.threads(self.learners_here)):  # learners.<side>.torch_threads
+            totals, num_micro, samples = self.accumulate(batch)
+            if num_micro == 0:
+                return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)
+            grad_norm = self._clip_gradients() if self._own_clipping else None
+            self.engine.step()
+        if grad_norm is None:
+            grad_norm = self.engine.get_global_grad_norm()
         tokens = totals["tokens"]
+        tis = {name: totals[name] / tokens if tokens else 0.0 for name in self._tis_names}
         return StepStats(
             loss=totals["loss"],
             clip_fraction=totals["clip_fraction"] / tokens if tokens else 0.0,
@@ -253,4 +326,6 @@ class PolicyTrainer:
             micro_batches=num_micro,
             seconds=time.perf_counter() - started,
             grad_norm=float(grad_norm) if grad_norm is not None else 0.0,
+            mismatch=totals["mismatch"] / tokens if tokens else 0.0,
+            **tis,
         )

@@ -108,6 +108,18 @@ TINY_PRESETS: dict[str, TinyModelConfig] = {
         vocab_size=512,
         architecture="qwen2",
     ),
+    # Head dims 32 and 64 (main's and sub's are 16 and 12): sizes FlashAttention and vLLM's CPU attention take, for
+    # the vllm engine's tests (tests/vllm/) and the first GPU check (deploy/gpu/check.sh).
+    "main32": TinyModelConfig(name="main32", seed=3, hidden_size=128, intermediate_size=256),
+    "sub64": TinyModelConfig(
+        name="sub64",
+        seed=4,
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        architecture="qwen2",
+    ),
 }
 
 _WORDS = (

@@ -10,10 +10,13 @@ import signal
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from mgrpo_actors.config.learner import WeightsConfig
 from mgrpo_actors.models.loader import load_model
-from protocols import StepDone, Trajectory
+from mgrpo_actors.weights.chain import rebuild
+from mgrpo_actors.weights.store import WeightsStore
+from mgrpo_actors.weights.sync import latest_key
+from protocols import StepDone, Trajectory, WeightsVersion, decode
 from tests.helpers import wait_until
 from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream
 
@@ -69,10 +72,12 @@ def test_three_synchronous_steps_train_both_agents_on_their_own_side_only(nats_s
         trajectories = [t for t in read_stream(bus, bus.subjects.stream(f"traj-{side}")) if isinstance(t, Trajectory)]
         assert {(t.step, t.policy_version) for t in trajectories} == {(s, s) for s in range(STEPS)}, side
 
-    # The weights changed: the last version differs from the initial model on both sides.
+    # The weights changed: the last version (a delta: version 1 was the full snapshot) rebuilt from the side's
+    # object store differs from the initial model on both sides.
     for side, spec in (("main", "tiny:main"), ("sub", "tiny:sub")):
-        store = bus.object_store(bus.subjects.bucket(f"weights-{side}"))
-        final = load_file(str(store.get_file(f"v{STEPS}.safetensors", tmp_path / f"{side}-final.safetensors")))
+        latest = decode(bus.kv(bus.subjects.bucket(f"versions-{side}")).get(latest_key(side)))
+        assert isinstance(latest, WeightsVersion) and (latest.version, latest.base) == (STEPS, STEPS - 1), latest
+        final = rebuild(WeightsStore(bus, side, WeightsConfig(), tmp_path / f"{side}-final"), latest)
         initial = load_model(spec)[0].state_dict()
         moved = [name for name, tensor in final.items() if not torch.allclose(tensor, initial[name])]
         assert len(moved) > len(final) // 2, (side, len(moved), len(final))

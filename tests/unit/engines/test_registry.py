@@ -34,7 +34,7 @@ def test_vllm_module_imports_without_vllm_and_selecting_it_says_how_to_install(m
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError, installed or not
     module = importlib.reload(importlib.import_module("mgrpo_actors.engines.vllm"))
     assert hasattr(module, "VLLMEngine")
-    with pytest.raises(EngineUnavailable, match=r"pip install \.\[vllm\]"):
+    with pytest.raises(EngineUnavailable, match=r"pip install -r deploy/gpu/requirements\.txt"):
         make_engine("vllm", resolve_model_dir("tiny:main"), tokenizer)
     with pytest.raises(EngineUnavailable, match="select engine 'hf'"):
         make_engine("vllm", model, tokenizer)

@@ -1,0 +1,137 @@
+"""What changed between two policy versions, exactly (docs/architecture.md §Weights: full snapshots and
+deltas): per tensor nothing, its changed elements (flat indices and their new values) or the
+whole tensor, whichever is smallest on the wire. Elements compare by their bits, so a delta rebuilds the
+learner's wire weights bit for bit (-0.0 is not 0.0, a NaN is itself).
+
+The wire dtype is bf16 where the side's engine runs bf16, else the learner's own: bf16 holds about 3
+significant digits, so an AdamW step at a small learning rate leaves most bf16 weights as they were,
+while in fp32 every weight that had a gradient moves (`mgrpo bench weights` measures both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["SparseChange", "WeightsDelta", "apply_delta", "change_of", "check_delta_fits", "set_elements", "wire_dtype"]
+
+_INDEX_BYTES = 2  # what an index costs in a delta file (wire.py); in memory int32, so tensors of < 2**31 elements
+_SPARSE_EXTRA = 200  # bytes a sparse change adds to a file's header (two entries more than a whole tensor), about
+_CHUNK = 1 << 18  # elements compared at a time
+
+
+def wire_dtype(engine_dtype: str, learner_dtype: str) -> torch.dtype:
+    """The dtype a side's weights travel in: bf16 when its engine runs bf16 (what the engine would round them
+    to anyway), else the learner's (the engine casts, element by element)."""
+    return torch.bfloat16 if engine_dtype == "bfloat16" else getattr(torch, learner_dtype)
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` viewed as integers of its element size: equal bits, equal values."""
+    kind = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.view(kind)
+
+
+@dataclass(frozen=True)
+class SparseChange:
+    """Some elements of one tensor set: `values` at the flat positions `indices` of a tensor of `shape`."""
+
+    shape: tuple[int, ...]
+    indices: torch.Tensor  # int32, 1-D, strictly increasing
+    values: torch.Tensor  # 1-D, as many as indices
+
+    def __post_init__(self) -> None:
+        n, numel = self.indices.numel(), torch.Size(self.shape).numel()
+        if self.indices.dtype != torch.int32 or self.indices.dim() != 1 or self.values.dim() != 1:
+            raise ValueError(f"a sparse change needs 1-D int32 indices and 1-D values, got {self.indices.dtype}")
+        if self.values.numel() != n:
+            raise ValueError(f"a sparse change of {n} indices has {self.values.numel()} values")
+        indices = self.indices.numpy()
+        if n and (int(indices[0]) < 0 or int(indices[-1]) >= numel):
+            raise ValueError(f"a sparse change's indices leave a tensor of {numel} elements")
+        if n > 1 and not bool((indices[1:] > indices[:-1]).all()):
+            raise ValueError("a sparse change's indices are not strictly increasing")
+
+
+@dataclass(frozen=True)
+class WeightsDelta:
+    """Policy version `version` as changes to version `base` (whose file has sha256 `base_sha256`): `whole`
+    tensors replaced, `sparse` ones' elements set, every other tensor as it was."""
+
+    version: int
+    base: int
+    base_sha256: str
+    whole: dict[str, torch.Tensor]
+    sparse: dict[str, SparseChange]
+
+    def shapes(self) -> dict[str, torch.Size]:
+        """Name -> shape of every tensor this delta changes."""
+        return {
+            **{name: t.shape for name, t in self.whole.items()},
+            **{name: torch.Size(c.shape) for name, c in self.sparse.items()},
+        }
+
+
+def change_of(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | SparseChange | None:
+    """How `new` differs from `old` (same dtype) at the least cost on the wire: None (not at all), its changed
+    elements, or `new` itself (when indices and values would take more bytes than the tensor). Compared in
+    numpy, a cache-sized chunk at a time: no mask of the whole tensor, no thread pool woken per chunk."""
+    if old is None or old.shape != new.shape or old.dtype != new.dtype or new.numel() >= 2**31:
+        return new
+    a, b = _bits(old).reshape(-1).numpy(), _bits(new).reshape(-1).numpy()
+    # From this many changed elements on, the tensor costs less whole (the two more header entries counted).
+    size = new.element_size()
+    whole_at = max(0, new.numel() * size - _SPARSE_EXTRA - 4 * -(-new.numel() >> 16)) // (_INDEX_BYTES + size)
+    parts, count = [], 0
+    for start in range(0, a.size, _CHUNK):
+        changed = a[start : start + _CHUNK] != b[start : start + _CHUNK]
+        here = int(np.count_nonzero(changed))
+        if here:
+            count += here
+            if count >= whole_at:
+                return new
+            parts.append(np.flatnonzero(changed).astype(np.int32) + np.int32(start))
+    if not count:
+        return None
+    indices = np.concatenate(parts)
+    values = torch.from_numpy(b[indices]).view(new.dtype)
+    return SparseChange(tuple(new.shape), torch.from_numpy(indices), values)
+
+
+def set_elements(target: torch.Tensor, change: SparseChange) -> None:
+    """Write a sparse change into `target` in place (cast to its dtype)."""
+    target = target.detach()
+    if target.device.type == "cpu" and target.is_contiguous() and change.values.dtype == target.dtype:
+        _bits(target).reshape(-1).numpy()[change.indices.numpy()] = _bits(change.values).numpy()
+        return
+    index = change.indices.to(device=target.device, dtype=torch.long)
+    values = change.values.to(device=target.device, dtype=target.dtype)
+    if target.is_contiguous():
+        target.view(-1)[index] = values
+    else:
+        flat = target.reshape(-1).clone()
+        flat[index] = values
+        target.copy_(flat.view(target.shape))
+
+
+def check_delta_fits(shapes: Mapping[str, torch.Size], delta: WeightsDelta) -> None:
+    """ValueError unless every tensor `delta` changes is one of `shapes` (name -> shape), with its shape."""
+    unexpected = sorted(set(delta.shapes()) - set(shapes))
+    misshapen = sorted(n for n, s in delta.shapes().items() if n in shapes and torch.Size(shapes[n]) != s)
+    if unexpected or misshapen:
+        raise ValueError(
+            f"delta {delta.version} does not fit: unexpected {unexpected[:5]}, wrong shape {misshapen[:5]}"
+        )
+
+
+def apply_delta(state: MutableMapping[str, torch.Tensor], delta: WeightsDelta) -> None:
+    """Make `state` (name -> tensor, version `delta.base`) version `delta.version`: whole tensors replace
+    their entries, sparse changes are written into them in place. Checked before anything changes."""
+    check_delta_fits({name: t.shape for name, t in state.items()}, delta)
+    for name, tensor in delta.whole.items():
+        state[name] = tensor
+    for name, change in delta.sparse.items():
+        set_elements(state[name], change)

@@ -1,0 +1,166 @@
+"""The file of one policy version (docs/architecture.md §Weights: full snapshots and
+deltas): a safetensors file, written and read tensor by tensor.
+
+A full snapshot holds every tensor of the model (tied aliases left out) under its own name, so any
+safetensors reader (transformers, vLLM, an engine's `load_weights`) loads it. A delta holds what changed
+since its base version: a tensor under its own name is replaced whole; a tensor changed element by element
+has its new values in `<name>@values` (the wire dtype) at flat indices in increasing order, which travel as
+`<name>@counts` (int32: how many fall in each block of 65,536 elements) and `<name>@offsets` (uint16 bits:
+each one's offset in its block): 2 bytes an index instead of 4; a tensor it does not name is unchanged. The
+header's metadata says which:
+
+    mgrpo.kind         "full" or "delta"
+    mgrpo.version      this version
+    mgrpo.base         (delta) the version it changes: always the one before
+    mgrpo.base_sha256  (delta) sha256 of the base version's file. A delta names exactly one base, and as
+                       every file names its base's digest, a file's digest stands for its whole chain
+    mgrpo.shapes       (delta) JSON {name: shape} of the tensors changed element by element
+
+`write_version` writes the header, then each tensor's bytes straight from its storage (safetensors'
+own save_file first makes a bytes copy of every tensor), hashing them as they go out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+
+from mgrpo_actors.weights.delta import SparseChange, WeightsDelta
+from mgrpo_actors.weights.files import SAFETENSORS_DTYPES, safetensors_header
+
+__all__ = ["VersionHeader", "delta_entries", "read_delta", "read_header", "write_version"]
+
+_DTYPES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+_COUNTS, _OFFSETS, _VALUES = "@counts", "@offsets", "@values"
+_BLOCK_BITS = 16  # blocks of 65,536 elements: an offset in one is a uint16
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes without a copy (a contiguous CPU tensor's storage), little-endian as stored."""
+    flat = tensor.detach().reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    return memoryview(flat.contiguous().view(torch.uint8).numpy())
+
+
+def delta_entries(name: str, change: SparseChange) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a delta file that carry one sparse change."""
+    indices = change.indices.numpy()
+    blocks = -(-torch.Size(change.shape).numel() >> _BLOCK_BITS)
+    counts = np.bincount(indices >> _BLOCK_BITS, minlength=blocks).astype(np.int32)
+    offsets = (indices & ((1 << _BLOCK_BITS) - 1)).astype(np.uint16).view(np.int16)
+    return [
+        (f"{name}{_COUNTS}", torch.from_numpy(counts)),
+        (f"{name}{_OFFSETS}", torch.from_numpy(offsets)),
+        (f"{name}{_VALUES}", change.values),
+    ]
+
+
+def _indices(shape: tuple[int, ...], counts: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Flat int32 indices from per-block counts and in-block offsets; ValueError if they cannot be a tensor's."""
+    blocks = -(-torch.Size(shape).numel() >> _BLOCK_BITS)
+    if counts.dtype != torch.int32 or offsets.dtype != torch.int16 or counts.shape != (blocks,):
+        raise ValueError(f"{blocks} int32 block counts and int16 offsets expected, got {counts.dtype} {offsets.dtype}")
+    per_block = counts.numpy()
+    if per_block.min(initial=0) < 0 or int(per_block.sum()) != offsets.numel():
+        raise ValueError(f"block counts that add up to {int(per_block.sum())}, not {offsets.numel()}")
+    starts = np.repeat(np.arange(blocks, dtype=np.int64) << _BLOCK_BITS, per_block)
+    return torch.from_numpy((starts + offsets.numpy().view(np.uint16)).astype(np.int32))
+
+
+def write_version(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dict[str, str]) -> tuple[str, int]:
+    """Write (name, tensor) pairs as a safetensors file with `metadata`; returns (sha256 hex, size in bytes)."""
+    entries = [(name, tensor) for name, tensor in tensors]
+    header: dict[str, object] = {"__metadata__": metadata}
+    offset = 0
+    for name, tensor in entries:
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": _DTYPES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # tensor data 8-byte aligned, as safetensors writes it
+    digest = hashlib.sha256()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for block in (struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)):
+            f.write(block)
+            digest.update(block)
+    return digest.hexdigest(), 8 + len(encoded) + offset
+
+
+@dataclass(frozen=True)
+class VersionHeader:
+    """What a version's file says about itself."""
+
+    kind: str  # "full" or "delta"
+    version: int | None  # None: a plain safetensors file (a full snapshot that records no version)
+    base: int | None = None  # delta: the version it changes
+    base_sha256: str = ""  # delta: the sha256 of that version's file
+    shapes: dict[str, tuple[int, ...]] | None = None  # delta: shapes of the tensors changed element by element
+
+
+def _malformed(path: Path, why: str) -> ValueError:
+    return ValueError(f"weights file {str(path)!r} is not a policy version: {why}")
+
+
+def read_header(path: Path) -> VersionHeader:
+    """The version header of the file at `path`; ValueError if it is not one (a plain safetensors file is a full
+    snapshot of no recorded version)."""
+    try:
+        meta, _ = safetensors_header(path)
+    except ValueError as exc:
+        raise _malformed(path, str(exc)) from None
+    kind = meta.get("mgrpo.kind", "full")
+    if kind not in ("full", "delta"):
+        raise _malformed(path, f"kind {kind!r}")
+    try:
+        if kind == "full":
+            return VersionHeader("full", int(meta["mgrpo.version"]) if "mgrpo.version" in meta else None)
+        version = int(meta["mgrpo.version"])
+        base, base_sha = int(meta["mgrpo.base"]), meta["mgrpo.base_sha256"]
+        shapes = {name: tuple(int(n) for n in shape) for name, shape in json.loads(meta["mgrpo.shapes"]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _malformed(path, f"bad metadata ({type(exc).__name__}: {exc})") from None
+    if not 1 <= base < version or not isinstance(base_sha, str) or not _SHA256.fullmatch(base_sha):
+        raise _malformed(path, f"delta {version} names base {base} ({str(base_sha)[:16]!r})")
+    return VersionHeader("delta", version, base, base_sha, shapes)
+
+
+def read_delta(path: Path, header: VersionHeader) -> WeightsDelta:
+    """The delta in the file at `path` (its header read before); ValueError if its tensors do not add up."""
+    assert header.kind == "delta" and header.base is not None and header.shapes is not None
+    whole: dict[str, torch.Tensor] = {}
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    with safe_open(str(path), framework="pt") as f:
+        for key in f.keys():
+            name, at, part = key.partition("@")
+            if not at:
+                whole[name] = f.get_tensor(key)
+            elif f"@{part}" in (_COUNTS, _OFFSETS, _VALUES) and name in header.shapes:
+                parts.setdefault(name, {})[f"@{part}"] = f.get_tensor(key)
+            else:
+                raise _malformed(path, f"unexpected tensor {key!r}")
+    sparse = {}
+    for name, shape in header.shapes.items():
+        got = parts.get(name, {})
+        if len(got) != 3 or name in whole:
+            raise _malformed(path, f"{name!r} needs exactly {name}{_COUNTS}, {name}{_OFFSETS} and {name}{_VALUES}")
+        try:
+            sparse[name] = SparseChange(shape, _indices(shape, got[_COUNTS], got[_OFFSETS]), got[_VALUES])
+        except ValueError as exc:
+            raise _malformed(path, f"{name!r}: {exc}") from None
+    return WeightsDelta(header.version, header.base, header.base_sha256, whole, sparse)
