@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -68,9 +68,6 @@ class _Fatal:
 class LearnerActor(BusActor):
     """One agent's learner."""
 
-    # The sides whose learners run in this process (--role all: both), so they share its cores (torch_threads 0).
-    running_here: ClassVar[set[str]] = set()
-
     def __init__(self, bus: Bus, config: NodeConfig, side: str) -> None:
         self.role = f"{side}-learner"  # before the base class binds its logger to it
         super().__init__(bus, name=f"{side}-learner-{bus.node}")
@@ -89,7 +86,6 @@ class LearnerActor(BusActor):
     def on_start(self) -> None:
         super().on_start()
         # torch threads: learners.<side>.torch_threads, set by the trainer while it applies a batch
-        LearnerActor.running_here.add(self.side)
         subjects = self.bus.subjects
         self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
         self.versions = self.bus.kv(subjects.bucket(f"versions-{self.side}"))
@@ -128,12 +124,10 @@ class LearnerActor(BusActor):
 
     def on_stop(self) -> None:
         super().on_stop()
-        LearnerActor.running_here.discard(self.side)
         stop_followers(getattr(self, "trainer", None))  # the learner's other ranks, if any, exit with it
 
     def on_failure(self, *exc_info: Any) -> None:
         super().on_failure(*exc_info)
-        LearnerActor.running_here.discard(self.side)
         stop_followers(getattr(self, "trainer", None))  # a failed learner's other ranks must not wait for it
 
     def _resume(self, model: torch.nn.Module) -> None:
@@ -226,7 +220,6 @@ class LearnerActor(BusActor):
         batch, stale = drop_stale(
             batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None
         )
-        self.trainer.learners_here = len(LearnerActor.running_here)
         stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
         self.stepped = True
         version = self.applied["version"] + 1

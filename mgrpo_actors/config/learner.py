@@ -46,7 +46,7 @@ class LearnerConfig:
     torch_threads: int = 0
     """torch CPU threads while this learner applies a batch; 0 = every core the process may use
     (len(os.sched_getaffinity(0)), shared out among the ranks a launcher starts on the host and the learners
-    of one process) ([ours]; the agents' engines keep agents.torch_threads)"""
+    of one process applying a batch at the same time) ([ours]; the agents' engines keep agents.torch_threads)"""
     logprob_chunk_tokens: int = 1024
     """loss positions per chunk of the lm_head and log-softmax: the logits [positions, vocab] never exist
     whole, and with more positions than one chunk each chunk is recomputed in backward
@@ -81,15 +81,15 @@ class LearnerConfig:
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
 
-    def threads(self, learners_here: int = 1) -> int:
+    def threads(self, applying_here: int = 1) -> int:
         """The torch threads this learner computes with: torch_threads, or for 0 the cores this process may
         use (its CPU affinity), divided among the learner's ranks on this host (_local_ranks) and among the
-        `learners_here` learners of this process (--role all runs both: their steps overlap, and OpenMP's
-        thread count is per calling thread, so each would otherwise take every core)."""
+        `applying_here` learners of this process applying a batch now, this one included (--role all runs
+        both; OpenMP's thread count is per calling thread, so each would otherwise take every core)."""
         if self.torch_threads:
             return self.torch_threads
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, cores // (_local_ranks() * max(1, learners_here)))
+        return max(1, cores // (_local_ranks() * max(1, applying_here)))
 
     def export_steps(self, total_steps: int) -> list[int]:
         """After how many applied steps the learner exports its model (export_every): every N and the last."""

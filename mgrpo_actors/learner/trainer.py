@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -148,6 +149,24 @@ def deepspeed_config(cfg: LearnerConfig, world_size: int = 1) -> dict[str, Any]:
     }
 
 
+_applying_lock = threading.Lock()
+_applying = 0  # trainers of this process inside apply() now (--role all: the main and the sub learner)
+
+
+@contextmanager
+def _applying_here() -> Iterator[int]:
+    """Counts this trainer among those applying a batch in this process; yields how many are (itself included)."""
+    global _applying
+    with _applying_lock:
+        _applying += 1
+        count = _applying
+    try:
+        yield count
+    finally:
+        with _applying_lock:
+            _applying -= 1
+
+
 @contextmanager
 def _torch_threads(threads: int) -> Iterator[None]:
     """torch's CPU threads set to `threads` inside (the process may share them with agents: --role all)."""
@@ -193,8 +212,6 @@ class PolicyTrainer:
         self.logprob_chunk = (
             chunk if chunk > 0 and chunkable(self.engine, self.engine.module, self.engine.device) else None
         )
-        # Learners in this process (the learner actor says: --role all runs two), sharing its cores.
-        self.learners_here = 1
         # Set on rank 0 of several (ranks.lead): called with a command and its payload before each collective call.
         self.announce: Callable[[str, Any], None] | None = None
 
@@ -306,7 +323,8 @@ class PolicyTrainer:
         started = time.perf_counter()
         if self.announce is not None:
             self.announce(CMD_APPLY, batch)
-        with _torch_threads(self.cfg.threads(self.learners_here)):  # learners.<side>.torch_threads
+        # learners.<side>.torch_threads; 0: the cores, shared with the learners of this process applying now
+        with _applying_here() as applying, _torch_threads(self.cfg.threads(applying)):
             totals, num_micro, samples = self.accumulate(batch)
             if num_micro == 0:
                 return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)

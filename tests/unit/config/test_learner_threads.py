@@ -53,6 +53,19 @@ def test_the_learners_of_one_process_share_its_cores(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    assert LearnerConfig().threads(learners_here=2) == 2  # --role all: main and sub learner step at once
-    assert LearnerConfig().threads(learners_here=8) == 1
-    assert LearnerConfig(torch_threads=3).threads(learners_here=2) == 3  # a set count is the user's
+    assert LearnerConfig().threads(applying_here=1) == 4  # alone: every core
+    assert LearnerConfig().threads(applying_here=2) == 2  # --role all: main and sub learner step at once
+    assert LearnerConfig().threads(applying_here=8) == 1
+    assert LearnerConfig(torch_threads=3).threads(applying_here=2) == 3  # a set count is the user's
+
+
+def test_trainers_applying_at_once_are_counted_and_uncounted():
+    from mgrpo_actors.learner.trainer import _applying_here
+
+    with _applying_here() as first:
+        with _applying_here() as second:
+            assert (first, second) == (1, 2)
+        with _applying_here() as again:
+            assert again == 2
+    with _applying_here() as alone:
+        assert alone == 1
