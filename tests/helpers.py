@@ -97,3 +97,23 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"nats://127.0.0.1:{port}"
+
+
+def learned_samples(out: str) -> dict[str, int]:
+    """Side -> samples its learner trained on over a run, summed from the run view's learner lines
+    ("main learner: version 1, loss …, 4 samples, 0.3 s") of `out` (spaces collapsed or not)."""
+    import re
+
+    totals: dict[str, int] = {}
+    for side, samples in re.findall(
+        r"\b(main|sub) learner: version \d+, loss [^,]*, clip fraction [^,]*, (\d+) samples", out
+    ):
+        totals[side] = totals.get(side, 0) + int(samples)
+    return totals
+
+
+def expected_trained_line(out: str, sides: tuple[str, ...], learners: tuple[str, ...]) -> str:
+    """The run's closing "trained: …" line as it must read given what its learners reported in `out`."""
+    from mgrpo_actors.cli.run import trained_line
+
+    return trained_line(sides, [f"{side}-learner" for side in learners], learned_samples(out))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -71,10 +72,23 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
             console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
     learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:
-        frozen = [side for side in config.sides if f"{side}-learner" not in learners]
-        trained = ", ".join(role.removesuffix("-learner") for role in learners) or "no agent"
-        console.print(f"trained: {trained}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""))
+        console.print(trained_line(config.sides, learners, view.trained_samples))
     return code
+
+
+def trained_line(sides: Sequence[str], learners: Sequence[str], samples: Mapping[str, int]) -> str:
+    """What the run trained, as it did: a learner that applied no sample (no group's rewards differed)
+    trained nothing, and is said so; a side without a learner is frozen."""
+    ran = [role.removesuffix("-learner") for role in learners]
+    trained = [side for side in ran if samples.get(side, 0) > 0]
+    idle = [side for side in ran if side not in trained]
+    frozen = [side for side in sides if side not in ran]
+    parts = [f"trained: {', '.join(f'{side} ({samples[side]} samples)' for side in trained) or 'no agent'}"]
+    if idle:
+        parts.append(f"trained on nothing: {', '.join(idle)} (no sample had an advantage)")
+    if frozen:
+        parts.append(f"frozen: {', '.join(frozen)}")
+    return "; ".join(parts)
 
 
 def _single_agent(config: NodeConfig) -> str:

@@ -34,6 +34,7 @@ class RunView:
         self.console = console
         self.config = config
         self.log = StepLog()
+        self.trained_samples: dict[str, int] = {}  # side -> samples its learner trained on, over the run
         self._lock = threading.Lock()
 
     def attach(self, bus: Bus) -> None:
@@ -81,6 +82,8 @@ class RunView:
         elif event.kind in ("main.batch", "sub.batch"):
             self._print(_batch_line(event.kind.split(".")[0], data))
         elif event.kind in ("main.learned", "sub.learned"):
+            side = event.kind.split(".")[0]
+            self.trained_samples[side] = self.trained_samples.get(side, 0) + int(data.get("samples") or 0)
             self._print(
                 f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, "
                 f"clip fraction {_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, "
