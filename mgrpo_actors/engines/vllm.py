@@ -58,10 +58,10 @@ from mgrpo_actors.engines.base import (
 from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.vllm_limits import vllm_temperature_error
 from mgrpo_actors.engines.vllm_sampling import warper_args
-from mgrpo_actors.engines.vllm_weights import check_weights_fit, checkpoint_shapes, file_shapes, tied_names, write_state
+from mgrpo_actors.engines.vllm_weights import checkpoint_shapes, file_shapes, tied_names, write_state
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import GENERATE, timed
-from mgrpo_actors.weights.files import safetensors_files
+from mgrpo_actors.weights.files import check_shapes_fit, safetensors_files
 
 __all__ = ["LOGITS_PROCESSOR", "WORKER_EXTENSION", "VLLMEngine", "cuda_visible_devices", "import_vllm", "memory_error"]
 
@@ -328,11 +328,11 @@ class VLLMEngine:
         with tempfile.TemporaryDirectory(prefix="mgrpo-vllm-weights-") as scratch:
             if isinstance(weights, Mapping):
                 shapes = {name: tuple(tensor.shape) for name, tensor in weights.items()}
-                check_weights_fit(self._expected, shapes, self._optional, partial=True)
+                check_shapes_fit(self._expected, shapes, self._optional, partial=True)
                 files = [str(write_state(weights, Path(scratch) / "state.safetensors"))]
             else:
                 files = [str(file) for file in safetensors_files(weights)]
-                check_weights_fit(self._expected, file_shapes(files), self._optional)
+                check_shapes_fit(self._expected, file_shapes(files), self._optional)
             if not self._reset_prefix_cache():
                 raise RuntimeError(
                     f"weights of version {version} not loaded: vLLM could not empty its prefix cache (KV blocks "

@@ -18,24 +18,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
-from mgrpo_actors.weights.files import safetensors_files
+from mgrpo_actors.weights.files import safetensors_files, safetensors_header
 
-__all__ = ["checkpoint_shapes", "check_weights_fit", "file_shapes", "tied_names", "write_state"]
+__all__ = ["checkpoint_shapes", "file_shapes", "tied_names", "write_state"]
 
 Shapes = dict[str, tuple[int, ...]]
 
 
 def file_shapes(files: Iterable[str | os.PathLike[str]]) -> Shapes:
     """Tensor name -> shape of safetensors files, read from their headers (no tensor is loaded)."""
-    shapes: Shapes = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            for name in handle.keys():
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes
+    return {name: t.shape for file in files for name, t in safetensors_header(Path(file))[1].items()}
 
 
 def checkpoint_shapes(model_dir: Path) -> Shapes:
@@ -60,19 +54,6 @@ def tied_names(model_dir: Path) -> set[str]:
     text = config.get("text_config") or {}
     tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
     return {"lm_head.weight"} if tied else set()
-
-
-def check_weights_fit(expected: Shapes, incoming: Shapes, optional: set[str], partial: bool = False) -> None:
-    """ValueError unless `incoming` names exactly `expected`'s tensors (those of `optional` may be given or not;
-    `partial`: only some of them), each of the same shape."""
-    unexpected = sorted(set(incoming) - set(expected) - optional)
-    missing = [] if partial else sorted(set(expected) - set(incoming) - optional)
-    misshapen = sorted(name for name in set(incoming) & set(expected) if incoming[name] != expected[name])
-    if unexpected or missing or misshapen:
-        raise ValueError(
-            f"weights do not fit the model: unexpected {unexpected[:5]}, missing {missing[:5]}, "
-            f"wrong shape {misshapen[:5]}; nothing was loaded"
-        )
 
 
 def write_state(state: Mapping[str, torch.Tensor], path: Path) -> Path:

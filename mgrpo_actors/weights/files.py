@@ -19,6 +19,7 @@ __all__ = [
     "SAFETENSORS_DTYPES",
     "StoredTensor",
     "check_fits",
+    "check_shapes_fit",
     "read_into",
     "read_weights",
     "safetensors_files",
@@ -128,15 +129,30 @@ def tied_aliases(model: torch.nn.Module) -> set[str]:
     return every_name - {name for name, _ in model.named_parameters()}
 
 
-def check_fits(model: torch.nn.Module, state: Mapping[str, torch.Tensor], partial: bool = False) -> None:
-    """Raise ValueError unless `state` names exactly the model's tensors (tied aliases optional; `partial`: only
-    some of them), shapes equal."""
-    expected = model.state_dict()
-    unexpected = sorted(set(state) - set(expected))
-    missing = [] if partial else sorted(set(expected) - set(state) - tied_aliases(model))
-    misshapen = sorted(name for name in set(state) & set(expected) if state[name].shape != expected[name].shape)
+def check_shapes_fit(
+    expected: Mapping[str, tuple[int, ...]],
+    incoming: Mapping[str, tuple[int, ...]],
+    optional: set[str] = frozenset(),
+    partial: bool = False,
+) -> None:
+    """Raise ValueError unless `incoming` (name -> shape) names exactly `expected`'s tensors (those of `optional`
+    may be given or not; `partial`: only some of them), each of the same shape. Nothing is loaded yet."""
+    unexpected = sorted(set(incoming) - set(expected) - optional)
+    missing = [] if partial else sorted(set(expected) - set(incoming) - optional)
+    misshapen = sorted(name for name in set(incoming) & set(expected) if incoming[name] != expected[name])
     if unexpected or missing or misshapen:
         raise ValueError(
             f"weights do not fit the model: unexpected {unexpected[:5]}, missing {missing[:5]}, "
-            f"wrong shape {misshapen[:5]}"
+            f"wrong shape {misshapen[:5]}; nothing was loaded"
         )
+
+
+def check_fits(model: torch.nn.Module, state: Mapping[str, torch.Tensor], partial: bool = False) -> None:
+    """Raise ValueError unless `state` names exactly the model's tensors (tied aliases optional; `partial`: only
+    some of them), shapes equal."""
+    check_shapes_fit(
+        {name: tuple(t.shape) for name, t in model.state_dict().items()},
+        {name: tuple(t.shape) for name, t in state.items()},
+        tied_aliases(model),
+        partial,
+    )

@@ -41,6 +41,29 @@ def _micro_batch(model, temperature: float, top_k: int, top_p: float):  # noqa: 
     return mb
 
 
+def _compare_with_full_logits(model, mb, chunk, weights):
+    """The weighted sum of `mb`'s logprobs backpropagated through two copies of `model`: the model's own full
+    logits and `micro_batch_log_probs` with `chunk`; asserts values (where finite) and every parameter's
+    gradient equal. Returns (full, ours, finite, ours_model)."""
+    on = mb.loss_mask > 0
+    full_model = copy.deepcopy(model)
+    logits = full_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
+    full = token_log_probs(logits, mb.targets, mb.sampling)
+    # targets are random ids: outside top-k/top-p some are -inf; compare where both are finite
+    finite = torch.isfinite(full) & on
+    (torch.where(finite, full, 0.0) * weights).sum().backward()
+
+    ours_model = copy.deepcopy(model)
+    ours = micro_batch_log_probs(ours_model, ours_model, mb, chunk, "cpu")
+    (torch.where(finite, ours, 0.0) * weights).sum().backward()
+
+    torch.testing.assert_close(ours[finite], full[finite], rtol=1e-5, atol=1e-5)
+    expected = dict(full_model.named_parameters())
+    for name, param in ours_model.named_parameters():
+        torch.testing.assert_close(param.grad, expected[name].grad, rtol=1e-5, atol=1e-5, msg=name)
+    return full, ours, finite, ours_model
+
+
 def test_the_tiny_model_ties_its_head_and_is_chunkable(tiny):
     model, _ = tiny
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -57,22 +80,9 @@ def test_chunked_logprobs_and_gradients_equal_the_full_logits(tiny, temperature,
     on = mb.loss_mask > 0
     weights = torch.randn(on.shape, generator=torch.Generator().manual_seed(0)) * on
 
-    full_model = copy.deepcopy(model)
-    logits = full_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-    full = token_log_probs(logits, mb.targets, mb.sampling)
-    # targets are random ids: outside top-k/top-p some are -inf; compare where both are finite
-    finite = torch.isfinite(full) & on
-    (torch.where(finite, full, 0.0) * weights).sum().backward()
-
-    ours_model = copy.deepcopy(model)
-    ours = micro_batch_log_probs(ours_model, ours_model, mb, chunk, "cpu")
-    (torch.where(finite, ours, 0.0) * weights).sum().backward()
+    full, ours, finite, ours_model = _compare_with_full_logits(model, mb, chunk, weights)
 
     assert bool(finite.any()) and bool((ours[~on] == 0).all())  # off the loss mask: no logprob computed
-    torch.testing.assert_close(ours[finite], full[finite], rtol=1e-5, atol=1e-5)
-    expected = dict(full_model.named_parameters())
-    for name, param in ours_model.named_parameters():
-        torch.testing.assert_close(param.grad, expected[name].grad, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_no_chunk_is_the_models_own_logits(tiny):
@@ -123,23 +133,11 @@ def test_a_row_without_loss_tokens_and_chunks_that_do_not_divide_the_positions(t
     assert int(on.sum()) == 9 and not bool(on[1].any())
     weights = torch.randn(on.shape, generator=torch.Generator().manual_seed(1)) * on
 
-    full_model = copy.deepcopy(model)
-    logits = full_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-    full = token_log_probs(logits, mb.targets, mb.sampling)
-    finite = torch.isfinite(full) & on
-    (torch.where(finite, full, 0.0) * weights).sum().backward()
-
-    ours_model = copy.deepcopy(model)
-    ours = micro_batch_log_probs(ours_model, ours_model, mb, 4, "cpu")
-    (torch.where(finite, ours, 0.0) * weights).sum().backward()
+    full, ours, finite, ours_model = _compare_with_full_logits(model, mb, 4, weights)
 
     assert int(finite.sum()) >= 5 and bool((ours[~on] == 0).all()) and bool((ours[1] == 0).all())
-    torch.testing.assert_close(ours[finite], full[finite], rtol=1e-5, atol=1e-5)
-    expected = dict(full_model.named_parameters())
     embedding = ours_model.get_input_embeddings().weight
     assert embedding.grad is not None and float(embedding.grad.abs().sum()) > 0
-    for name, param in ours_model.named_parameters():
-        torch.testing.assert_close(param.grad, expected[name].grad, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_a_micro_batch_without_loss_tokens_still_reaches_the_head_with_zero_gradients(tiny):
