@@ -41,7 +41,8 @@ class AlignerActor(BusActor):
     """Base of the two aligners. A subclass sets `side`, starts its consumers in `on_start`, adds
     pieces in its handlers (through `held_step` and `try_publish`), and defines
     `complete(held) -> bool` (the step has everything) and `build(held) -> (batch, metrics)`, which
-    must have no side effects (a failed publish builds the step again); `after_publish` may have them."""
+    must have no side effects (a failed publish builds the step again); `before_record` and `after_publish` may
+    have them."""
 
     side = ""
 
@@ -115,9 +116,10 @@ class AlignerActor(BusActor):
 
     # ---- publishing --------------------------------------------------------------------------
     def publish(self, held: HeldStep, timed_out: bool) -> None:
-        """Batch (in chunks), StepAligned, then the KV record, then the acks: a crash anywhere before the
-        record re-runs the step (de-duplicated ids, same seed, same batch); after it, a redelivered plan
-        announces the batch again. A failure leaves the step held and is retried on the next tick."""
+        """Batch (in chunks), what `before_record` stores, StepAligned, then the KV record, then the acks: a crash
+        anywhere before the record re-runs the step (de-duplicated ids, same seed, same batch); after it, a
+        redelivered plan announces the batch again. A failure leaves the step held and is retried on the next
+        tick."""
         try:
             batch, figures = self.build(held)
             chunks = split_batch(batch, self.bus.max_bytes)
@@ -128,9 +130,11 @@ class AlignerActor(BusActor):
                     timeout_s=30.0,
                     msg_id=f"{batch.batch_id}#{chunk.chunk}",
                 )
+            self.before_record(held)
             figures = batch_figures(figures, held, self.holding.late, timed_out, len(chunks))
             record = batch_record(batch, len(chunks))
-            if not held.publish_failures:  # the batch is stored: say so (before the controller moves on)
+            if not held.figures_sent:  # the batch is stored: say so (before the controller moves on), once
+                held.figures_sent = True
                 publish_metrics(self.bus, self.side, figures, held.step, self.role)
                 publish_event(
                     self.bus,
@@ -154,6 +158,10 @@ class AlignerActor(BusActor):
         for delivery in self.holding.release(held, record):
             delivery.ack()
         self.after_publish(held)
+
+    def before_record(self, held: HeldStep) -> None:
+        """What a subclass must store before the step's KV record commits it (the sub side's ablation queue):
+        a crash before the record builds the step again, a failure here retries the publish."""
 
     def after_publish(self, held: HeldStep) -> None:
         """What a subclass updates only once a step's batch is out (the sub side's D estimate)."""

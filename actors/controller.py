@@ -47,6 +47,7 @@ class ControllerActor(BusActor):
         self.cursor = StepCursor.for_config(config)
         self.started_at: dict[int, float] = {}  # step → when this controller saw it start
         self.queries_done: dict[int, set[str]] = {}
+        self._held: list[str] = []  # the sides that last held the next step back (logged when it changes)
 
     def handlers(self) -> dict:
         return {StepAligned: self.on_side_ready, StepDone: self.on_side_ready, QueryDone: self.on_query_done}
@@ -56,8 +57,7 @@ class ControllerActor(BusActor):
         self.schedule = step_schedule(self.config)
         self.state = self.bus.kv(self.bus.subjects.bucket("state"))
         raw = self.state.get(CURSOR_KEY)
-        pipeline = self.pipeline
-        self.cursor = StepCursor.from_json(raw, pipeline.steps, pipeline.steps_ahead, tuple(self.config.sides))
+        self.cursor = StepCursor.for_config(self.config, raw)
         subjects = self.bus.subjects
         spec = DURABLES["controller"]  # step.aligned.<side> and step.done.<side>
         self.consume(*spec.where(subjects), max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
@@ -78,6 +78,11 @@ class ControllerActor(BusActor):
         """Publish every step the window allows (StepCursor.due_steps), saving the cursor after each."""
         for step in self.cursor.due_steps():
             self._start_step(step, resumed)
+        held = self.cursor.held_by()
+        if held and held != self._held:
+            # The next step waits on learners (the version bound, controller/cursor.py): said once, not per message.
+            self.log.info("next step waits for learners", step=self.cursor.next, sides=held, lag=self.cursor.lag)
+        self._held = held
 
     def _start_step(self, step: int, resumed: bool) -> None:
         self.started_at[step] = time.time()
@@ -145,6 +150,16 @@ class ControllerActor(BusActor):
         if isinstance(message, StepDone):
             self.cursor.record_version(message.side, message.version)
         if not isinstance(message, self.gate(message.side)):
+            # advance_on: batches: a StepDone is no gate, but its version may release a step the bound held back, or
+            # be the last learner's last step, which ends the run (controller/cursor.py)
+            if isinstance(message, StepDone) and not self.cursor.finished:
+                finished = self.cursor.finish_if_learned()
+                self._save()
+                if finished:
+                    self._announce_finished()
+                    self.log.info("run finished", steps=self.cursor.next)
+                else:
+                    self._publish_due()
             return
         readiness = self.cursor.side_ready(message.side, message.step)
         if readiness is Readiness.IGNORED:

@@ -11,10 +11,11 @@ learner died before sending it; the de-duplication id drops a repeat). Without c
 (`checkpoint_every: 0`) a batch is acked once applied and recorded in KV, and a restarted learner
 resumes from the latest version its side announced (with a fresh optimizer).
 
-Batches are applied in step order. In async mode (`pipeline.mode: async`) samples generated more than
-`pipeline.max_staleness` policy versions before the learner's current one are dropped (weight 0) and
-counted (`stale_dropped`); the others keep the behaviour logprobs they were sampled with, so the
-ratio corrects for their age (docs/method.md §Objective).
+Batches are applied in step order. Samples generated more than `pipeline.max_staleness` policy versions
+before the learner's current one (possible in async mode and with `advance_on: batches`) are dropped (weight 0)
+and counted (`stale_dropped`), their groups' survivors normalised again (learner/batch_filters.py); the staleness
+seen is published (`staleness_mean`, `staleness_max`). The others keep the behaviour logprobs they were sampled
+with, so the ratio corrects for their age (docs/method.md §Objective).
 
 This module is the role's shell (the DeepSpeed trainer calls, publishing the weights, KV, acks): the chunk
 assembly, the step order, the versions reported again, the resume record and when to ack are
@@ -35,10 +36,12 @@ import torch
 from mgrpo_actors.alignment.batch_rows import join_chunks
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.learner.after_step import write_after_step
+from mgrpo_actors.learner.batch_checks import BatchCheck, check_batch
 from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
 from mgrpo_actors.learner.checkpoints import Checkpoints, export_hf
 from mgrpo_actors.learner.ordering import AckSchedule, Arrival, BatchAssembler, resumed_record, step_version
 from mgrpo_actors.learner.ranks import lead, stop_followers
+from mgrpo_actors.learner.reference import reference_model
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
@@ -78,6 +81,7 @@ class LearnerActor(BusActor):
         self.applied: dict[str, Any] = resumed_record(None, None)
         self.acks: AckSchedule[Delivery] = AckSchedule(self.cfg.checkpoint_every)
         self.stepped = False  # the batch being applied has changed the weights (no retry in this process)
+        self.refused = 0  # batches dead-lettered by the checks (learner/batch_checks.py), never trained on
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
     def handlers(self) -> dict:
@@ -92,6 +96,8 @@ class LearnerActor(BusActor):
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
         agent = getattr(self.config.agents, self.side)
         model, self.tokenizer = load_model(agent.model)
+        # The KL term's reference is the run's starting weights: taken now, before a resume below loads others.
+        reference = reference_model(self.cfg, self.config.algo.objective, model)
         # Each version a full snapshot or a delta, in the dtype the side's engines run (bf16) or the learner's;
         # the first this process writes is full (docs/architecture.md §Weights: full snapshots and deltas).
         self.weights = WeightsEncoder(
@@ -108,7 +114,9 @@ class LearnerActor(BusActor):
                 f"{self.checkpoints.directory} holds checkpoints of an earlier run with id {self.bus.run_id!r}, "
                 "but this run's NATS state is new: use another run.id or run.dir, or delete that directory"
             )
-        self.trainer = PolicyTrainer(model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective)
+        self.trainer = PolicyTrainer(
+            model, self.tokenizer.pad_token_id, self.cfg, self.config.algo.objective, reference=reference
+        )
         record = self.checkpoints.load(self.trainer)
         if record is not None:
             self.applied = record
@@ -187,6 +195,31 @@ class LearnerActor(BusActor):
         if waiting := self.batches.waiting():
             self.log.info("batches wait for an earlier step", waiting=waiting, next_step=self.applied["step"] + 1)
 
+    def _refused(self, batch: AlignedBatch, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
+        """Whether `batch` is one no aligner of this run could have built (learner/batch_checks.py): then every
+        chunk is dead-lettered with the reason and counted, nothing is trained, and the step waits for a batch
+        that passes."""
+        pipeline, algo = self.config.pipeline, self.config.algo
+        try:
+            check_batch(
+                batch,
+                self.bus.run_id,
+                self.side,
+                pipeline.queries_per_step * pipeline.rollouts_per_query,
+                algo.alignment,
+                algo.advantages,
+            )
+            return False
+        except BatchCheck as exc:
+            reason = f"batch {batch.batch_id} of step {batch.step} refused: {exc}"
+        self.refused += 1
+        for _, delivery in held:
+            self.bus.dead_letter(delivery, reason, "BatchCheck", actor=self.name)
+        self.log.error("batch refused: not trained on", batch_id=batch.batch_id, step=batch.step, reason=reason)
+        publish_event(self.bus, f"{self.side}.refused", reason, self.role, level="error", step=batch.step)
+        publish_metrics(self.bus, f"{self.side}_learner_refused", {"batches": self.refused}, batch.step, self.role)
+        return True
+
     def _try_apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
         """Apply a whole batch; if that fails, hand every chunk back (False). A failure that is not the
         bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
@@ -216,10 +249,14 @@ class LearnerActor(BusActor):
 
     def _apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> None:
         batch = join_chunks([c for c, _ in held])
+        if self._refused(batch, held):
+            return
         pipeline = self.config.pipeline
-        batch, stale = drop_stale(
-            batch, self.applied["version"], pipeline.max_staleness if pipeline.mode == "async" else None
-        )
+        # Staleness: 0 in lockstep sync mode (1 for samples the unaligned ablation carried over); up to max_staleness
+        # in async mode or with advance_on: batches (controller/cursor.py's version bound); anything staler is
+        # dropped and its group renormalised.
+        version_now, advantages = self.applied["version"], self.config.algo.advantages
+        batch, staleness = drop_stale(batch, version_now, pipeline.max_staleness, advantages)
         stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
         self.stepped = True
         version = self.applied["version"] + 1
@@ -255,7 +292,7 @@ class LearnerActor(BusActor):
                 self.checkpoints.save(self.trainer, self.tokenizer, f"step{batch.step}", self.applied)
             for delivery in self.acks.release():
                 delivery.ack()
-        figures = {**stats.as_dict(), "stale_dropped": stale}
+        figures = {**stats.as_dict(), **staleness.as_dict()}
         # The figures go out before StepDone: whoever shows the step finished has the learner's figures.
         publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)
         publish_event(

@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def preflight(config: NodeConfig, roles: list[str]) -> None:
-    """What can be checked before connecting (ValueError naming the key): a controller's dataset must fill
-    a step; an agent that does not train has no learner; a single-agent run has no sub side."""
+    """What can be checked before connecting (ValueError naming the key): an agent that does not train has no
+    learner; a single-agent run has no sub side; the datasets and models the roles read are usable, and a
+    controller's dataset fills a step (mgrpo_actors/preflight.py)."""
     for role in roles:
         if role in SUB_SIDE_ROLES and "sub" not in config.sides:
             raise ValueError(f"run.method is single-agent: there is no sub-agent, so no {role} runs")
@@ -190,11 +191,10 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
                 else f"run.method is {config.run.method}"
             )
             raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
-    if "controller" in roles:
-        # loads the dataset (and the agents' set-up): only for controllers
-        from mgrpo_actors.controller.questions import step_schedule
+    # the datasets and models these roles read (mgrpo_actors/preflight.py): no role starts on a bad input
+    from mgrpo_actors.preflight import check_inputs
 
-        step_schedule(config)
+    check_inputs(config, roles)
 
 
 def follower_side(roles: list[str]) -> str | None:

@@ -97,7 +97,8 @@ _ACCESS = {
         "SUB",
         publish=("batch.sub", "step.aligned.sub"),
         durables=_durables("sub-aligner-plans", "sub-aligner-stats", "sub-aligner"),
-        kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub")),
+        # fifo.sub.>: the alignment ablation's queue (mgrpo_actors/alignment/fifo_store.py)
+        kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub"), ("state-sub", "fifo.sub.>")),
     ),
     "main-learner": RoleAccess(
         "MAIN",

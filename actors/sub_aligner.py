@@ -4,8 +4,10 @@ advantages over D·K → exactly B·K·D samples on the sub learner's stream (do
 step 5; the math, the step's completeness, its extra figures and the D update are mgrpo_actors/alignment/sub.py,
 what is held of a step mgrpo_actors/alignment/holding.py). It reads only sub-side streams, the
 stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
-`algo.alignment.mode: none` (the ablation) fills the B·K·D samples first-in-first-out instead
-(mgrpo_actors/alignment/unaligned.py)."""
+The ablations fill the B·K·D samples first-in-first-out instead (mgrpo_actors/alignment/unaligned.py):
+`algo.alignment.mode: none` from a queue kept across steps (alignment/fifo_queue.py), saved in KV before each
+step's record so a restarted aligner goes on with it (alignment/fifo_store.py); `none-per-step` from the step's
+own sub trajectories."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 from actors.aligner import AlignerActor
 from mgrpo_actors.agents.setup import load_task_questions, rollout_config
 from mgrpo_actors.algo.alignment import DEstimator
+from mgrpo_actors.alignment.fifo_store import QueueStore
 from mgrpo_actors.alignment.holding import HeldStep
 from mgrpo_actors.alignment.sub import (
     alignment_rng,
@@ -24,7 +27,7 @@ from mgrpo_actors.alignment.sub import (
     unknown_questions,
     unused_trajectories,
 )
-from mgrpo_actors.alignment.unaligned import build_unaligned_sub_batch
+from mgrpo_actors.alignment.unaligned import build_fifo_sub_batch, build_unaligned_sub_batch
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
 from mgrpo_actors.runtime import Bus, Delivery
@@ -48,8 +51,18 @@ class SubAlignerActor(AlignerActor):
         saved = self.bus.kv(self.bus.subjects.bucket("state-sub")).get(D_ESTIMATOR_KEY)
         if saved is not None:  # a restarted aligner goes on with the D and the window it had
             self.d_estimator.restore(json.loads(saved))
+        self.fifo = QueueStore(self.state, self.bus.max_bytes)
+        if self.config.algo.alignment.mode == "none":
+            self._restore_queue()
         self.consume_side("sub-aligner-stats")
         self.consume_side("sub-aligner")
+
+    def _restore_queue(self) -> None:
+        try:
+            self.fifo.restore(lambda step: self.holding.published_record(step) is not None)
+        except LookupError as exc:  # what KV kept of it is incomplete: start empty rather than not at all
+            self.log.warning("the ablation's queue could not be restored: starting it empty", error=str(exc))
+        self.log.info("ablation queue", rows=len(self.fifo.queue.rows), left_by_step=self.fifo.queue.step)
 
     def handlers(self) -> dict:
         return {StepPlan: self.on_plan, RewardStats: self.on_stats, Trajectory: self.on_trajectory}
@@ -82,7 +95,13 @@ class SubAlignerActor(AlignerActor):
         unknown = unknown_questions(held.plan, self.questions)
         if unknown:  # its r_expert cannot be judged: β3 is folded for it (check tools.web_* / pipeline.dataset)
             self.log.error("questions unknown to the sub aligner", queries=unknown[:5], count=len(unknown))
-        if self.config.algo.alignment.mode == "none":  # the ablation: first-in-first-out, no alignment
+        mode = self.config.algo.alignment.mode
+        if mode == "none":  # the paper's unsynchronised ablation: a queue across steps
+            self._one_step_per_queue(held)
+            batch, figures, held.result = build_fifo_sub_batch(
+                held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions, self.fifo.queue
+            )
+        elif mode == "none-per-step":  # first-in-first-out within the step, no alignment
             batch, figures = build_unaligned_sub_batch(
                 held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions
             )
@@ -94,7 +113,20 @@ class SubAlignerActor(AlignerActor):
         figures["unknown_questions"] = float(len(unknown))
         return batch, figures
 
+    def _one_step_per_queue(self, held: HeldStep) -> None:
+        """Refuse to build a step while another one built from the same queue waits for its publish to be retried:
+        both would take the same queued samples (the refused one is retried on a later tick)."""
+        waiting = [s for s, other in self.holding.steps.items() if s != held.step and other.result is not None]
+        if waiting:
+            raise RuntimeError(f"step {held.step} waits for step {waiting[0]}'s batch: they take from one queue")
+
+    def before_record(self, held: HeldStep) -> None:
+        if self.config.algo.alignment.mode == "none":
+            self.fifo.save(held.result, self.bus.run_id)
+
     def after_publish(self, held: HeldStep) -> None:
+        if self.config.algo.alignment.mode == "none":
+            self.fifo.advance(held.result)
         d_next, histogram = observe_step(self.d_estimator, held.collection("stats"))  # D: auto, between steps
         self.state.put(D_ESTIMATOR_KEY, json.dumps(self.d_estimator.state()).encode())
         for dk, count in histogram.items():

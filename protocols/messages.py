@@ -270,6 +270,8 @@ class AlignedBatch(Message):
     policy_versions: np.ndarray = array_field("int32")
     rewards: np.ndarray = array_field("float32")  # R_M or R_S of each sample (0 for placeholders)
     kinds: np.ndarray = array_field("uint8")  # index into SAMPLE_KINDS
+    # The advantage group of each sample: samples normalised together share it (-1: a placeholder, in no group).
+    groups: np.ndarray = array_field("int32")
     temperatures: np.ndarray = array_field("float32")  # the sampling each sample was generated with
     top_ps: np.ndarray = array_field("float32")
     top_ks: np.ndarray = array_field("int32")

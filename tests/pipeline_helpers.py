@@ -40,6 +40,9 @@ def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> 
             "advance_on": "batches",
         },
         "algo": {"alignment": {"d": 2}},
+        # No learner runs unless a test starts one (and sets `learners`): a training side would hold the run
+        # at max_staleness steps ahead of learners that never come (controller/cursor.py, the version bound).
+        "learners": {"main": {"frozen": True}, "sub": {"frozen": True}},
     }
     for name, values in sections.items():
         config.setdefault(name, {}).update(values)

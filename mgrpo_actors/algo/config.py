@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 StdKind = Literal["population", "unbiased"]
-AlignmentMode = Literal["duplicate", "mask", "none"]
+AlignmentMode = Literal["duplicate", "mask", "none", "none-per-step"]
 RatioKind = Literal["token", "sequence", "sequence-mean"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
@@ -83,7 +83,11 @@ class AlignmentConfig:
     """D, sub-trajectories per rollout after alignment, or "auto" to estimate it (paper: 8 with K = 8)."""
     mode: AlignmentMode = "duplicate"
     """"duplicate" fills short rollouts with their own sub-trajectories (paper); "mask" with placeholders;
-    "none": no alignment, the ablation: B·K·D sub samples first-in-first-out, as the reference code batches."""
+    "none": no alignment, the paper's unsynchronised ablation as the reference code runs it: B·K·D sub samples
+    first-in-first-out from a queue kept across steps (leftovers carried into the next step, at most B·K·D of
+    them), advantages over consecutive chunks of K·D samples regardless of query; "none-per-step": no alignment,
+    first-in-first-out from the step's own sub-trajectories only (leftovers dropped), one advantage group per
+    query ([ours])."""
     quantile: float = 0.99
     """D: auto picks D with P(d_k <= D) >= quantile over the window (paper: P ≈ 0.99)."""
     window: int = 1024
@@ -100,7 +104,7 @@ class AlignmentConfig:
             self.d == "auto" or (isinstance(self.d, int) and not isinstance(self.d, bool) and self.d >= 1),
             f"alignment.d must be an integer >= 1 or 'auto', got {self.d!r}",
         )
-        _require_choice("alignment.mode", self.mode, ("duplicate", "mask", "none"))
+        _require_choice("alignment.mode", self.mode, ("duplicate", "mask", "none", "none-per-step"))
         _require(0.0 < self.quantile <= 1.0, f"alignment.quantile must be in (0, 1], got {self.quantile!r}")
         _require(self.window >= 1, f"alignment.window must be >= 1, got {self.window!r}")
         _require(self.d_min >= 1, f"alignment.d_min must be >= 1, got {self.d_min!r}")
@@ -127,7 +131,8 @@ class ObjectiveConfig:
     max_response_tokens: int | None = None
     """Dr.GRPO's constant length normaliser; required by seq-mean-token-sum-norm ([ours]: no default)."""
     kl_coef: float = 0.0
-    """Weight of the KL penalty to a frozen reference policy; 0 turns it off (paper: no KL term)."""
+    """Weight of the KL penalty to a frozen reference policy, by default each learner's starting weights
+    (learners.<side>.reference); 0 turns it off and loads no reference (paper: no KL term)."""
     kl_estimator: KLEstimator = "k3"
     """KL estimator (Schulman's k1 / k2 / k3) used when kl_coef > 0 ([ours]: k3, non-negative)."""
     log_ratio_clamp: float = 20.0

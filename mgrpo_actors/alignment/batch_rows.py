@@ -20,6 +20,7 @@ __all__ = [
     "BatchRow",
     "RolloutKey",
     "batch_id",
+    "batch_to_rows",
     "join_chunks",
     "placeholder_row",
     "rows_to_batch",
@@ -31,9 +32,22 @@ RolloutKey = tuple[str, int]  # (query id, rollout index)
 
 # Bytes a chunk keeps free for the envelope, ids and scalars besides its arrays.
 _CHUNK_OVERHEAD = 64 * 1024
-# Encoded bytes per token (int32 id, uint8 mask, float32 logprob) and per sample (7 per-sample arrays).
+# Encoded bytes per token (int32 id, uint8 mask, float32 logprob) and per sample (10 per-sample arrays).
 _BYTES_PER_TOKEN = 9
-_BYTES_PER_SAMPLE = 7 * 4 + 8
+_BYTES_PER_SAMPLE = 10 * 4 + 8
+# The per-sample arrays of an AlignedBatch, cut and joined with its samples.
+_PER_SAMPLE = (
+    "lengths",
+    "advantages",
+    "weights",
+    "policy_versions",
+    "rewards",
+    "kinds",
+    "groups",
+    "temperatures",
+    "top_ps",
+    "top_ks",
+)
 
 
 def batch_id(run_id: str, side: str, step: int) -> str:
@@ -57,10 +71,13 @@ class BatchRow:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    group: int = -1  # its advantage group (the samples normalised with it share it); -1: none (a placeholder)
 
 
-def trajectory_row(trajectory: Trajectory, sample_id: str, kind: str, advantage: float, reward: float) -> BatchRow:
-    """A sample that trains on `trajectory` (weight 1)."""
+def trajectory_row(
+    trajectory: Trajectory, sample_id: str, kind: str, advantage: float, reward: float, group: int
+) -> BatchRow:
+    """A sample that trains on `trajectory` (weight 1), of advantage group `group`."""
     return BatchRow(
         sample_id=sample_id,
         kind=kind,
@@ -74,6 +91,7 @@ def trajectory_row(trajectory: Trajectory, sample_id: str, kind: str, advantage:
         temperature=trajectory.temperature,
         top_p=trajectory.top_p,
         top_k=trajectory.top_k,
+        group=group,
     )
 
 
@@ -111,11 +129,39 @@ def rows_to_batch(
         policy_versions=np.array([row.policy_version for row in rows], np.int32),
         rewards=np.array([row.reward for row in rows], np.float32),
         kinds=np.array([SAMPLE_KINDS.index(row.kind) for row in rows], np.uint8),
+        groups=np.array([row.group for row in rows], np.int32),
         temperatures=np.array([row.temperature for row in rows], np.float32),
         top_ps=np.array([row.top_p for row in rows], np.float32),
         top_ks=np.array([row.top_k for row in rows], np.int32),
         d=d,
     )
+
+
+def batch_to_rows(batch: AlignedBatch) -> list[BatchRow]:
+    """The rows of a whole batch (join its chunks first), as `rows_to_batch` took them (values as the batch
+    stores them: float32 scalars): how a batch kept in KV becomes rows again (alignment/fifo_store.py)."""
+    ends = np.cumsum(batch.lengths, dtype=np.int64).tolist()
+    rows = []
+    for i, end in enumerate(ends):
+        tokens = slice(end - int(batch.lengths[i]), end)
+        rows.append(
+            BatchRow(
+                sample_id=batch.sample_ids[i],
+                kind=SAMPLE_KINDS[int(batch.kinds[i])],
+                token_ids=batch.token_ids[tokens],
+                loss_mask=batch.loss_mask[tokens],
+                logprobs=batch.logprobs[tokens],
+                advantage=float(batch.advantages[i]),
+                weight=float(batch.weights[i]),
+                reward=float(batch.rewards[i]),
+                policy_version=int(batch.policy_versions[i]),
+                temperature=float(batch.temperatures[i]),
+                top_p=float(batch.top_ps[i]),
+                top_k=int(batch.top_ks[i]),
+                group=int(batch.groups[i]),
+            )
+        )
+    return rows
 
 
 def _sample_bytes(batch: AlignedBatch) -> np.ndarray:
@@ -154,20 +200,7 @@ def split_batch(batch: AlignedBatch, max_bytes: int) -> list[AlignedBatch]:
 def _slice(batch: AlignedBatch, a: int, b: int, offsets: np.ndarray, chunk: int, num_chunks: int) -> AlignedBatch:
     tokens = slice(int(offsets[a]), int(offsets[b]))
     per_token = {name: getattr(batch, name)[tokens] for name in ("token_ids", "loss_mask", "logprobs")}
-    per_sample = {
-        name: getattr(batch, name)[a:b]
-        for name in (
-            "lengths",
-            "advantages",
-            "weights",
-            "policy_versions",
-            "rewards",
-            "kinds",
-            "temperatures",
-            "top_ps",
-            "top_ks",
-        )
-    }
+    per_sample = {name: getattr(batch, name)[a:b] for name in _PER_SAMPLE}
     return dataclasses.replace(
         batch, sample_ids=batch.sample_ids[a:b], chunk=chunk, num_chunks=num_chunks, **per_token, **per_sample
     )
@@ -180,20 +213,7 @@ def join_chunks(chunks: Sequence[AlignedBatch]) -> AlignedBatch:
         raise ValueError(f"batch {ordered[0].batch_id}: chunks {[c.chunk for c in ordered]} of {ordered[0].num_chunks}")
     if len(ordered) == 1:
         return ordered[0]
-    arrays = (
-        "token_ids",
-        "loss_mask",
-        "logprobs",
-        "lengths",
-        "advantages",
-        "weights",
-        "policy_versions",
-        "rewards",
-        "kinds",
-        "temperatures",
-        "top_ps",
-        "top_ks",
-    )
+    arrays = ("token_ids", "loss_mask", "logprobs", *_PER_SAMPLE)
     joined = {name: np.concatenate([getattr(c, name) for c in ordered]) for name in arrays}
     return dataclasses.replace(
         ordered[0], sample_ids=[s for c in ordered for s in c.sample_ids], chunk=0, num_chunks=1, **joined

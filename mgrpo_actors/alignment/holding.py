@@ -28,6 +28,7 @@ class HeldStep:
     pieces: dict[str, dict] = field(default_factory=dict)  # subclass-defined collections by name
     counts: dict[str, int] = field(default_factory=dict)  # duplicates, superseded, … for the metrics
     publish_failures: int = 0  # failed attempts at publishing the step's batch (retried each tick)
+    figures_sent: bool = False  # the batch's metrics and event went out (a retried publish sends them once)
     result: Any = None  # what build() leaves for after_publish()
 
     def collection(self, name: str) -> dict:

@@ -55,7 +55,12 @@ def build_main_batch(
                 assert traj is not None
                 rows.append(
                     trajectory_row(
-                        traj, f"{query}/{traj.attempt}/r{i}", "original", float(advantages[b, i]), float(rewards[b, i])
+                        traj,
+                        f"{query}/{traj.attempt}/r{i}",
+                        "original",
+                        float(advantages[b, i]),
+                        float(rewards[b, i]),
+                        group=b,  # the query's K rollouts
                     )
                 )
             else:

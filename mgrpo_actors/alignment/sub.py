@@ -168,6 +168,7 @@ def build_sub_batch(
                 _KIND[slot.kind],
                 float(advantages[where]),
                 float(slot_rewards[where]),
+                group=slot.query,  # the query's D·K aligned slots
             )
         )
     batch = rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)

@@ -17,6 +17,8 @@ quick=True: shorter samples, two timed steps.
 
 `peak_rss(...)` (not part of `run`: the old path needs ~21 GB) measures a learner step's peak memory in
 a fresh process: `python -m mgrpo_actors.bench.learner --memory smollm2 4 2600 [chunk] [checkpointing 0|1]`.
+`kl_cost(...)` (not part of `run` either) times a learner step with the KL term to the frozen reference on
+against off: `python -m mgrpo_actors.bench.learner --kl smollm2 1 1000 [steps]`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from mgrpo_actors.engines.logprobs import token_log_probs
 from mgrpo_actors.learner.micro_batches import micro_batches
 from protocols import AlignedBatch
 
-__all__ = ["TARGET_RATIO", "LearnerCase", "peak_rss", "run"]
+__all__ = ["TARGET_RATIO", "LearnerCase", "kl_cost", "peak_rss", "run"]
 
 TARGET_RATIO = 1.2  # learner step / plain torch step
 
@@ -85,7 +87,8 @@ def bench_batch(model: torch.nn.Module, samples: int, tokens: int, seed: int = 0
             own = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))[:, 0]
         logprobs = np.concatenate([[0.0], own.numpy()]).astype(np.float32)
         mask = (np.arange(tokens) >= tokens // 4).astype(np.uint8)
-        rows.append(BatchRow(f"q/a/r{i}", "original", ids, mask, logprobs, 1.0 if i % 2 == 0 else -1.0, 1.0, 0.0, 0))
+        advantage = 1.0 if i % 2 == 0 else -1.0
+        rows.append(BatchRow(f"q/a/r{i}", "original", ids, mask, logprobs, advantage, 1.0, 0.0, 0, group=0))
     return rows_to_batch("bench", "main", 0, "b0", rows)
 
 
@@ -233,8 +236,44 @@ def peak_rss(
     return json.loads(out.strip().splitlines()[-1])
 
 
+def kl_cost(spec: str, samples: int, tokens: int, steps: int = 5, kl_coef: float = 0.01) -> dict:
+    """PolicyTrainer.apply with algo.objective.kl_coef > 0 (the reference: the starting weights, one more
+    no-grad forward per micro-batch) against kl_coef 0, on copies of the same model and micro-batch, the
+    same threads, alternating after a warm-up step each; medians. Also the reference's weights in bytes."""
+    from mgrpo_actors.learner.trainer import PolicyTrainer
+
+    model, tokenizer = _load(spec)
+    batch = bench_batch(model, samples, tokens)
+    cfg = LearnerConfig(micro_batch_samples=samples)
+    trainers = {
+        name: PolicyTrainer(copy.deepcopy(model), tokenizer.pad_token_id, cfg, ObjectiveConfig(kl_coef=coef))
+        for name, coef in (("off", 0.0), ("on", kl_coef))
+    }
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for i in range(steps + 1):  # step 0 of each is a warm-up
+        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            started = time.perf_counter()
+            trainers[name].apply(batch)
+            if i:
+                times[name].append(time.perf_counter() - started)
+    off_s, on_s = (statistics.median(times[name]) for name in ("off", "on"))
+    reference = trainers["on"].reference.module
+    return {
+        "case": f"{spec} {samples} × {tokens}",
+        "threads": cfg.threads(),
+        "kl_off_s": off_s,
+        "kl_on_s": on_s,
+        "ratio": on_s / off_s,
+        "reference_bytes": sum(p.numel() * p.element_size() for p in reference.parameters()),
+        "steps": steps,
+    }
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--memory":
+    if len(sys.argv) > 1 and sys.argv[1] == "--kl":
+        spec, samples, tokens, *rest = sys.argv[2:]
+        print(kl_cost(spec, int(samples), int(tokens), *(int(x) for x in rest)))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--memory":
         spec, samples, tokens, *rest = sys.argv[2:]
         figures = peak_rss(spec, int(samples), int(tokens), *(int(x) for x in rest))
         print({name: f"{value / 2**30:.2f} GiB" if "peak" in name else value for name, value in figures.items()})

@@ -17,7 +17,7 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. Methods: m-grpo, main-only,
-single-agent, m-grpo-unaligned (algo.alignment.mode: none).
+single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchronised condition).
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ class Composition:
     expand_roles: Callable[[list[str], NodeConfig | None], list[str]]
     # Every role's NATS access (actors.roles.ROLES[role].nats_access): what its user may do.
     role_access: Mapping[str, RoleAccess]
+    # actors.node.preflight(config, roles): what the roles read and need, checked before anything starts
+    # (ValueError naming the file, line or key).
+    preflight: Callable[[NodeConfig, list[str]], None]
 
 
 def composition_of(args: Any) -> Composition:

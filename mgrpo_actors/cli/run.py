@@ -13,7 +13,7 @@ advantages, on the learners' streams.
     mgrpo run --main tiny:main --sub tiny:sub    # tiny models: seconds
     mgrpo run --set pipeline.steps=4 --set pipeline.rollouts_per_query=4
     mgrpo run --method main-only                 # the baselines: S frozen, or one agent with every tool
-    mgrpo run --set algo.alignment.mode=none     # the alignment ablation: sub batches first-in-first-out
+    mgrpo run --set algo.alignment.mode=none     # the alignment ablation: sub batches from a FIFO queue
 
 Both agents' DeepSpeed learners run too (`--method main-only` keeps S fixed, the main-only baseline;
 `--method single-agent` trains one agent with every tool and no sub side): after each step every
@@ -116,10 +116,16 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mgrpo run: error: {exc}", file=sys.stderr)
         return 2
+    composition = composition_of(args)
+    try:  # the datasets and models the run reads, before the server starts or a model loads
+        composition.preflight(config, composition.expand_roles(["all"], config))
+    except ValueError as exc:
+        print(f"mgrpo run: error: {exc}", file=sys.stderr)
+        return 2
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
     quiet_libraries()
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
-    return run_job(config, Console(highlight=False), composition_of(args), resume=args.resume)
+    return run_job(config, Console(highlight=False), composition, resume=args.resume)
 
 
 def add_parser(subparsers: Any) -> None:

@@ -20,6 +20,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "m-grpo": ("run.method=m-grpo",),
     "main-only": ("run.method=main-only",),
     "single-agent": ("run.method=single-agent",),
+    # the paper's unsynchronised condition (alignment/unaligned.py build_fifo_sub_batch)
     "m-grpo-unaligned": ("run.method=m-grpo", "algo.alignment.mode=none"),
 }
 

@@ -63,6 +63,15 @@ class LearnerConfig:
     checkpoint_every: int = 1
     """save model, optimizer and applied batches every N steps (<run dir>/checkpoints/<side>); batches are acked only
     once checkpointed; 0 = never (ack at once; a restart resumes from the last published weights)"""
+    reference: str | None = None
+    """the frozen reference policy of the KL term (algo.objective.kl_coef > 0; built only then, and refused
+    without it): null = this learner's starting weights, agents.<side>.model as loaded before any step (a
+    resumed learner too: never its checkpoint's or the announced weights); else a model spec to load as the
+    reference, as agents.<side>.model takes one: a local HF model directory (an export <run
+    dir>/exports/<side>/step<N>, a checkpoint's <run dir>/checkpoints/<side>/<tag>/hf), tiny:main, smollm2;
+    its vocabulary must be the agent's. One more copy of the weights in the learner's dtype, a plain module
+    beside the DeepSpeed engine, whole on every rank under ZeRO-3 too, and one more forward pass (no grad)
+    per micro-batch (docs/method.md §Objective)"""
 
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
@@ -80,6 +89,10 @@ class LearnerConfig:
             raise ValueError("learner max_grad_norm, weight_decay, checkpoint_every and export_every must be >= 0")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ValueError(f"learner device must be cpu or cuda[:N], got {self.device!r}")
+        if self.reference is not None and not (isinstance(self.reference, str) and self.reference.strip()):
+            raise ValueError(
+                f"learner reference must be a model spec or null (the starting weights), got {self.reference!r}"
+            )
 
     def threads(self, applying_here: int = 1) -> int:
         """The torch threads this learner computes with: torch_threads, or for 0 the cores this process may

@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from mgrpo_actors.config.paths import not_a_regular_file
+
 __all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "to_dict"]
 
 T = TypeVar("T")
@@ -137,10 +139,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"config path {str(p)!r} is a directory, not a YAML file")
-    if not p.is_file():
+    problem = not_a_regular_file(p)
+    if problem == "does not exist":
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    if problem is not None:  # a directory, /dev/null, a FIFO: it exists, yet holds no config
+        raise ConfigError(f"config path {str(p)!r} {problem}: give a YAML file")
     try:
         loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:

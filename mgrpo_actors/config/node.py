@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.config.agents import AgentsConfig
 from mgrpo_actors.config.learner import LearnersConfig
 from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, connect_security
+from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
@@ -208,8 +208,9 @@ class ToolsConfig:
                 raise ValueError(
                     f"tool name {name!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ - (it is a subject token)"
                 )
-        if self.pages is not None and not Path(self.pages).is_file():
-            raise ValueError(f"tools.pages file {self.pages!r} does not exist")
+        problem = None if self.pages is None else not_a_regular_file(self.pages)
+        if problem is not None:
+            raise ValueError(f"tools.pages file {self.pages!r} {problem}")
         check_range("tools.visit_max_chars", self.visit_max_chars, 1, 1_000_000)
         # generation is in memory, seconds per 1,000
         check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)
@@ -259,6 +260,21 @@ class NodeConfig:
             raise ValueError(
                 f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} "
                 "(M's tools are reason and delegate): leave it null or set run.method: single-agent"
+            )
+        for side in ("main", "sub"):
+            reference = getattr(self.learners, side).reference
+            # Only the KL term reads the reference: one set without it would be a setting that silently does nothing.
+            if reference is not None and self.algo.objective.kl_coef == 0:
+                raise ValueError(
+                    f"learners.{side}.reference is {reference!r}, but algo.objective.kl_coef is 0 (no KL term, so no "
+                    "reference is loaded): set kl_coef > 0 or leave the reference null"
+                )
+        if self.algo.alignment.mode == "none" and self.pipeline.max_staleness < 1:
+            # The ablation's queue carries sub samples into the next step, one policy version old: the learner's
+            # staleness filter would drop every one of them.
+            raise ValueError(
+                "algo.alignment.mode: none trains S on samples carried over from the step before (one version old): "
+                "pipeline.max_staleness must be >= 1, or the learner drops every carried sample"
             )
 
     @property

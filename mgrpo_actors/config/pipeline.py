@@ -4,9 +4,9 @@ timeouts, retries and batching of the actor pipeline (docs/architecture.md §One
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
+from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.envs.qa import QuestionFields
 
 __all__ = ["PipelineConfig", "timeout_warnings"]
@@ -43,13 +43,14 @@ class PipelineConfig:
     """sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the
     learners"""
     max_staleness: int = 1
-    """async: steps the controller may run ahead; learners drop (and count) samples more than this many policy versions
-    behind"""
+    """policy versions a sample may lag its learner: async mode runs this many steps ahead; no step starts while a
+    training side's learner is more versions behind it (what bounds `advance_on: batches`); learners drop (and
+    count) samples staler still and renormalise their groups over the survivors"""
     shuffle: bool = True
     """visit the questions in a seeded random order (run.seed), a new order each epoch"""
     advance_on: Literal["learners", "batches"] = "learners"
     """next step once the learners applied the step (a frozen side: once its batch is out), or once both batches are
-    out"""
+    out while the learners are at most max_staleness versions behind (rollouts overlap learning)"""
     rollout_timeout_s: float = 3600.0
     """aligners give up on a rollout missing this long after its step plan arrived (counted as failed)"""
     subtask_timeout_s: float = 300.0
@@ -86,8 +87,9 @@ class PipelineConfig:
                 f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), "
                 f"got {self.rollouts_per_query}"
             )
-        if self.dataset != "synthetic" and not Path(self.dataset).is_file():
-            raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor an existing JSONL file")
+        problem = None if self.dataset == "synthetic" else not_a_regular_file(self.dataset)
+        if problem is not None:
+            raise ValueError(f"pipeline.dataset {self.dataset!r} is neither 'synthetic' nor a JSONL file: it {problem}")
         if self.dataset_fields is not None and self.dataset == "synthetic":
             raise ValueError("pipeline.dataset_fields names the fields of a JSONL pipeline.dataset, not of 'synthetic'")
         if self.levels is not None and not self.levels:

@@ -7,6 +7,12 @@ Sync mode: a step is due only when none is open. Async mode (docs/architecture.m
 `pipeline.steps_ahead` (= max_staleness) steps beyond the oldest unfinished one. A side is ready with a step on
 its gate message (`gate`): its learner's StepDone, or its StepAligned for a side that does not train.
 
+The version bound: a step s is due only once every side that trains has announced version >= s − max_staleness
+(a side's version counts the batches its learner applied). With `advance_on: learners` the gate already keeps
+it; with `advance_on: batches` a step ends once its batches are out, so without the bound rollouts could run any
+number of steps ahead of slow learners, on ever older weights (unbounded off-policy data). The learners drop
+what is staler still (learner/batch_filters.py).
+
 Saved form: {"next": the next step to publish, "open": {step: [sides ready]} for the published, unfinished
 steps, "finished": bool, "versions": {side: newest policy version}}.
 """
@@ -46,20 +52,35 @@ class StepCursor:
     steps: int
     steps_ahead: int
     sides: tuple[str, ...]
+    # The version bound: sides that train, and how many versions behind a step their policy may be (None: no bound).
+    trained: tuple[str, ...] = ()
+    lag: int | None = None
     next: int = 0
     open: dict[int, list[str]] = field(default_factory=dict)  # insertion order = publishing order
     finished: bool = False
     versions: dict[str, int] = field(default_factory=lambda: {side: 0 for side in SIDES})
 
     @classmethod
-    def for_config(cls, config: NodeConfig) -> StepCursor:
-        """A fresh cursor for the run `config` describes."""
-        return cls(config.pipeline.steps, config.pipeline.steps_ahead, tuple(config.sides))
+    def for_config(cls, config: NodeConfig, raw: bytes | str | None = None) -> StepCursor:
+        """The cursor of the run `config` describes, as saved in `raw` (None: a fresh one), version bound included."""
+        pipeline, sides = config.pipeline, tuple(config.sides)
+        trained = tuple(side for side in sides if config.trains(side))
+        lag = pipeline.max_staleness
+        return cls.from_json(raw, pipeline.steps, pipeline.steps_ahead, sides, trained=trained, lag=lag)
 
     @classmethod
-    def from_json(cls, raw: bytes | str | None, steps: int, steps_ahead: int, sides: tuple[str, ...]) -> StepCursor:
+    def from_json(
+        cls,
+        raw: bytes | str | None,
+        steps: int,
+        steps_ahead: int,
+        sides: tuple[str, ...],
+        *,
+        trained: tuple[str, ...] = (),
+        lag: int | None = None,
+    ) -> StepCursor:
         """The cursor saved as `raw`, or a fresh one when nothing was saved (a new run)."""
-        cursor = cls(steps, steps_ahead, sides)
+        cursor = cls(steps, steps_ahead, sides, trained=trained, lag=lag)
         if raw:
             saved = json.loads(raw)
             missing = [key for key in ("next", "open", "finished", "versions") if key not in saved]
@@ -84,9 +105,25 @@ class StepCursor:
 
     def due_steps(self) -> list[int]:
         """The steps to publish now, in order: from `next` up to `steps_ahead` beyond the oldest open step
-        (the first one published becomes the oldest when none is open), never past the last step."""
+        (the first one published becomes the oldest when none is open), never past the last step, none that the
+        version bound holds back."""
+        return [step for step in self._window() if self.within_lag(step)]
+
+    def _window(self) -> range:
+        """The steps the window allows now, before the version bound."""
         oldest = min(self.open, default=self.next)
-        return list(range(self.next, min(self.steps, oldest + self.steps_ahead + 1)))
+        return range(self.next, min(self.steps, oldest + self.steps_ahead + 1))
+
+    def within_lag(self, step: int) -> bool:
+        """Whether every side that trains is at most `lag` versions behind `step` (the version bound)."""
+        return self.lag is None or all(self.versions.get(side, 0) >= step - self.lag for side in self.trained)
+
+    def held_by(self) -> list[str]:
+        """The sides whose learners hold back the next step, which the window alone would let start (the version
+        bound), for the log."""
+        if self.lag is None or self.next not in self._window():
+            return []
+        return [side for side in self.trained if self.versions.get(side, 0) < self.next - self.lag]
 
     def open_step(self, step: int) -> None:
         """`step` is published: open it with no side ready; the next one to publish follows it."""
@@ -107,5 +144,18 @@ class StepCursor:
         if set(self.open[step]) != set(self.sides):
             return Readiness.WAITING
         del self.open[step]
-        self.finished = self.next >= self.steps and not self.open
+        self.finished = self.next >= self.steps and not self.open and self.learned_all()
         return Readiness.FINISHED
+
+    def learned_all(self) -> bool:
+        """Whether every side that trains applied every step (its version counts the batches applied): with
+        `advance_on: batches` the last step closes once its batches are out, and the run ends only after this."""
+        return all(self.versions.get(side, 0) >= self.steps for side in self.trained)
+
+    def finish_if_learned(self) -> bool:
+        """After a version arrived: finish the run if every step is closed and every learner is done with it.
+        True if this finished it."""
+        if self.finished or self.next < self.steps or self.open or not self.learned_all():
+            return False
+        self.finished = True
+        return True

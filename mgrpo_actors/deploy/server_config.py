@@ -65,6 +65,9 @@ class UserSpec:
     inbox_prefix: str
     permissions: Permissions | None
     account: str = "MAIN"
+    # Whether it may answer requests it received (allow_responses): the roles' users do (tools, sub-agents, and
+    # every node answers pings); a tap user reads everything, so it must never answer a request it sees.
+    answers: bool = True
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAcces
                 f"_INBOX.{tap}",
                 _tap_permissions(description.run_ids, f"_INBOX.{tap}", account_resources(accesses, account)),
                 account,
+                answers=False,
             )
         )
     return users
@@ -142,8 +146,10 @@ def _user_block(user: UserSpec, password_hash: str, reply_window_s: float = DEFA
         lines.append(f"        subscribe: {{ allow: {json.dumps(perms.subscribe)} }}")
         # Replies to requests this user received (tool results, subtask results, pings, Failures): only
         # to the reply subject of such a request, once, within the reply window (a subtask may take
-        # minutes; the server's default is 2), so a role cannot write into others' inboxes.
-        lines.append(f"        allow_responses: {{ max: 1, expires: {json.dumps(f'{reply_window_s:g}s')} }}")
+        # minutes; the server's default is 2), so a role cannot write into others' inboxes. A user that
+        # does not answer (a tap) gets none: it sees every request and could otherwise answer first.
+        if user.answers:
+            lines.append(f"        allow_responses: {{ max: 1, expires: {json.dumps(f'{reply_window_s:g}s')} }}")
         lines.append("      }")
     lines.append("    }")
     return "\n".join(lines)

@@ -21,7 +21,8 @@ copy it back after each step (SmolLM2, one sample of 128 tokens: 5× plain torch
 learner`). Under ZeRO-0 in fp32 the trainer clips the gradients itself (torch's clip_grad_norm_, the
 norm it reports), since DeepSpeed reports no norm there. Logprobs come from the last hidden states and
 the lm_head per chunk of loss positions (forward.py), and the learner computes with
-`learners.<side>.torch_threads` threads while it applies a batch.
+`learners.<side>.torch_threads` threads while it applies a batch. With algo.objective.kl_coef > 0 a
+frozen reference policy (reference.py) scores every micro-batch too, without grad, for the KL term.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from mgrpo_actors.algo.objective import clipped_policy_loss, loss_denominator
 from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.learner.forward import chunkable, micro_batch_log_probs, no_dropout
 from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches, target_mask_sums, trainable_rows
+from mgrpo_actors.learner.reference import ReferencePolicy, learner_dtype, reference_model
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import LEARN, timed
 from protocols import AlignedBatch
@@ -79,6 +81,8 @@ class StepStats:
     mismatch: float = 0.0  # mean |logprob_learner − logprob_engine| per loss token (docs/method.md §Objective)
     tis_weight_mean: float | None = None  # mean truncated importance weight, when algo.objective.tis_cap is on
     tis_clip_fraction: float | None = None  # fraction of loss tokens whose weight was cut at tis_cap, when on
+    kl_ref: float | None = None  # mean KL(π_θ ‖ π_ref) per loss token, when algo.objective.kl_coef > 0
+    kl_loss: float | None = None  # kl_coef · KL, the KL term's share of `loss`, when kl_coef > 0
 
     def as_dict(self) -> dict[str, float]:
         values = ((name, getattr(self, name)) for name in self.__dataclass_fields__)
@@ -181,9 +185,22 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 
 class PolicyTrainer:
-    """A model, its DeepSpeed engine and optimizer; `apply(batch)` takes one optimizer step."""
+    """A model, its DeepSpeed engine and optimizer; `apply(batch)` takes one optimizer step.
 
-    def __init__(self, model: torch.nn.Module, pad_id: int, cfg: LearnerConfig, objective: ObjectiveConfig) -> None:
+    reference: the KL term's frozen reference (reference.py reference_model), used when
+    algo.objective.kl_coef > 0; None then: built from `model` as given (learners.<side>.reference, or a
+    copy of its weights now). A caller whose `model` already holds resumed weights passes the one it
+    built before resuming.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        pad_id: int,
+        cfg: LearnerConfig,
+        objective: ObjectiveConfig,
+        reference: torch.nn.Module | None = None,
+    ) -> None:
         import deepspeed  # imported here: only learners need it
 
         if not torch.distributed.is_initialized():
@@ -191,7 +208,9 @@ class PolicyTrainer:
         self.cfg = cfg
         self.objective = objective
         self.pad_id = pad_id
-        model = model.to(dtype=torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32).train()
+        if objective.kl_coef > 0 and reference is None:  # copied before DeepSpeed (ZeRO-3) partitions `model`
+            reference = reference_model(cfg, objective, model)
+        model = model.to(dtype=learner_dtype(cfg)).train()
         dropped = no_dropout(model)  # the engines sample without dropout: so does the learner score
         if dropped:
             log.info("learner dropout set to 0", layers=dropped)
@@ -212,6 +231,8 @@ class PolicyTrainer:
         self.logprob_chunk = (
             chunk if chunk > 0 and chunkable(self.engine, self.engine.module, self.engine.device) else None
         )
+        kl_on = objective.kl_coef > 0 and reference is not None
+        self.reference = ReferencePolicy.on(reference, cfg, self.engine.device) if kl_on else None
         # Set on rank 0 of several (ranks.lead): called with a command and its payload before each collective call.
         self.announce: Callable[[str, Any], None] | None = None
 
@@ -238,6 +259,8 @@ class PolicyTrainer:
         """Forward and backward of one micro-batch; `weight` 0 makes it a stand-in that adds no gradient."""
         device = self.engine.device
         self.engine.set_gradient_accumulation_boundary(last)
+        # The reference's no-grad forward first, so the policy's graph is not held while it runs.
+        ref_logprobs = None if self.reference is None else self.reference.log_probs(mb, device)
         # fp32, under the sampling distribution; off the loss positions 0 when chunked
         logprobs = micro_batch_log_probs(self.engine, self.engine.module, mb, self.logprob_chunk, device)
         loss, stats = clipped_policy_loss(
@@ -246,6 +269,7 @@ class PolicyTrainer:
             mb.advantages.to(device),
             mb.loss_mask.to(device),
             self.objective,
+            ref_logprobs=ref_logprobs,
             global_denominator=denominator,
         )
         # docs/method.md §Objective: the global denominator already scales the loss; undo DeepSpeed's rank averaging.
@@ -253,9 +277,11 @@ class PolicyTrainer:
         return stats
 
     @property
-    def _tis_names(self) -> tuple[str, ...]:
-        """The truncated importance sampling statistics, when algo.objective.tis_cap is on."""
-        return ("tis_weight_mean", "tis_clip_fraction") if self.objective.tis_cap is not None else ()
+    def _optional_names(self) -> tuple[str, ...]:
+        """Per-token statistics reported only while their term is on: truncated importance sampling
+        (algo.objective.tis_cap), the KL to the reference (kl_coef > 0)."""
+        tis = ("tis_weight_mean", "tis_clip_fraction") if self.objective.tis_cap is not None else ()
+        return (*tis, "kl_ref") if self.reference is not None else tis
 
     def _rounds(self, mine: int) -> int:
         """Micro-batches every rank runs: the most any rank has (ZeRO's reductions are collective)."""
@@ -276,18 +302,22 @@ class PolicyTrainer:
     def accumulate(self, batch: AlignedBatch) -> tuple[dict[str, float], int, int]:
         """Forward and backward over this rank's micro-batches of `batch`, gradients accumulated (no step).
 
-        The denominator is the whole batch's; samples with advantage 0 are then left out of the
-        forward and backward passes (without a KL term their loss and gradient are exactly 0). This
-        rank takes every world-size-th of the remaining rows and pads its micro-batches with
-        zero-weight ones up to the busiest rank's count. Returns (summed loss and token-weighted
-        statistics, micro-batches, samples), all over every rank; 0 micro-batches when the batch holds
-        no signal (the same answer on every rank: it is decided from the whole batch).
+        The denominator is the whole batch's; without a KL term (kl_coef 0) samples with advantage 0
+        are then left out of the forward and backward passes (their loss and gradient are exactly 0;
+        with the KL term they are not, and are trained on). This rank takes every world-size-th of the
+        remaining rows and pads its micro-batches with zero-weight ones up to the busiest rank's count.
+        Returns (summed loss and token-weighted statistics, micro-batches, samples), all over every rank;
+        0 micro-batches when the batch holds no signal (the same answer on every rank: it is decided
+        from the whole batch).
         """
         sums = target_mask_sums(batch)
         # docs/method.md §Objective: the global batch's
         denominator = loss_denominator(sums, self.objective) if len(sums) else 0.0
         rows = trainable_rows(batch, skip_zero_advantage=self.objective.kl_coef == 0)
-        names = ("loss", "clip_fraction", "approx_kl", "ratio_mean", "mismatch", *self._tis_names, "tokens")
+        # Shares of the loss (already over the global denominator) add up; per-token means are token-weighted.
+        shares = ("loss", "kl_loss") if self.reference is not None else ("loss",)
+        weighted = ("clip_fraction", "approx_kl", "ratio_mean", "mismatch", *self._optional_names)
+        names = (*shares, *weighted, "tokens")
         totals = dict.fromkeys(names, 0.0)
         if denominator <= 0 or not rows:
             return totals, 0, 0
@@ -302,8 +332,9 @@ class PolicyTrainer:
             )
             if not real:
                 continue
-            totals["loss"] += stats.loss  # micro-batch losses add up to the batch's loss
-            for name in ("clip_fraction", "approx_kl", "ratio_mean", "mismatch", *self._tis_names):
+            for name in shares:
+                totals[name] += getattr(stats, name)
+            for name in weighted:
                 totals[name] += getattr(stats, name) * stats.num_tokens
             totals["tokens"] += stats.num_tokens
         *summed, num_micro, samples = self._summed([*totals.values(), len(mbs), sum(len(mb.sample_ids) for mb in mbs)])
@@ -333,7 +364,9 @@ class PolicyTrainer:
         if grad_norm is None:
             grad_norm = self.engine.get_global_grad_norm()
         tokens = totals["tokens"]
-        tis = {name: totals[name] / tokens if tokens else 0.0 for name in self._tis_names}
+        extra = {name: totals[name] / tokens if tokens else 0.0 for name in self._optional_names}
+        if self.reference is not None:
+            extra["kl_loss"] = totals["kl_loss"]
         return StepStats(
             loss=totals["loss"],
             clip_fraction=totals["clip_fraction"] / tokens if tokens else 0.0,
@@ -345,5 +378,5 @@ class PolicyTrainer:
             seconds=time.perf_counter() - started,
             grad_norm=float(grad_norm) if grad_norm is not None else 0.0,
             mismatch=totals["mismatch"] / tokens if tokens else 0.0,
-            **tis,
+            **extra,
         )

@@ -99,15 +99,15 @@ class RunView:
             self._print(f"{event.level}: {event.message}", style="yellow" if event.level == "warning" else "red")
 
     def summary(self, seconds: float | None = None) -> None:
-        """The per-step tables (rewards and alignment; learners and time per phase: each fits 80
-        columns) and the run's time (default: first step started → run finished)."""
+        """The per-step tables (rewards, alignment and the samples each learner trained on; learners and time per
+        phase: each fits 80 columns) and the run's time (default: first step started → run finished)."""
         with self._lock:
             rows = self.log.rows()
             seconds = self.log.run_seconds if seconds is None else seconds
         took = f" in {seconds:.1f} s" if seconds is not None else ""
         rewards = _table(
             escape(f"run {self.config.run.id!r}: {len(rows)} steps{took}"),
-            ("step", "R_M", "M correct", "M format ok", "R_S", "D", "d_k", "dup/ph/drop"),
+            ("step", "R_M", "M correct", "M format ok", "R_S", "D", "d_k", "dup/ph/drop", "n M/S"),
         )
         learning = _table(
             "learners; M's generated tokens/s; seconds per phase",
@@ -123,6 +123,7 @@ class RunView:
                 _i(row["d"]),
                 _f(row["dk_mean"], 2),
                 f"{_i(row['duplicates'])}/{_i(row['placeholders'])}/{_i(row['dropped'])}",
+                f"{_i(row['main_samples'], '-')}/{_i(row['sub_samples'], '-')}",  # samples each learner trained on
             )
             learning.add_row(
                 str(row["step"]),
@@ -186,9 +187,11 @@ def _batch_line(side: str, data: dict[str, Any]) -> str:
             f"correct {_f(data.get('r_correct_mean'))}, format ok {_f(data.get('format_ok_rate'))}, "
             f"failed {_i(data.get('failed'))}"
         )
+    # The queue of algo.alignment.mode: none (alignment/fifo_queue.py), the only mode that carries samples.
+    queue = f", carried {_i(data['carried'])}, queued {_i(data.get('queued'))}" if "carried" in data else ""
     return (
         f"  sub batch: {_i(data.get('samples'))} samples (D = {_i(data.get('d'))}), "
         f"R_S mean {_f(data.get('reward_mean'))} over {_i(data.get('calls'))} calls, "
         f"d_k mean {_f(data.get('dk_mean'))}, duplicates {_i(data.get('duplicates'))}, "
-        f"placeholders {_i(data.get('placeholders'))}, dropped {_i(data.get('dropped'))}"
+        f"placeholders {_i(data.get('placeholders'))}, dropped {_i(data.get('dropped'))}{queue}"
     )

@@ -60,6 +60,9 @@ class StepRecord:
             "duplicates": _num(sub.get("duplicates")),
             "placeholders": _num(sub.get("placeholders")),
             "dropped": _num(sub.get("dropped")),
+            # algo.alignment.mode: none only (None otherwise): sub samples from earlier steps, and left for the next
+            "carried": _num(sub.get("carried")),
+            "queued": _num(sub.get("queued")),
             "queries": len(self.queries),
             "main_tokens": _num(main.get("tokens")),
             "main_gen_tokens_per_s": _rate(main.get("tokens"), rollout_s),
@@ -67,6 +70,8 @@ class StepRecord:
         for side in SIDES:
             figures = self.learned.get(side, {})
             row[f"{side}_loss"] = _num(figures.get("loss"))
+            row[f"{side}_samples"] = _num(figures.get("samples"))  # samples its learner trained on (A != 0 or KL)
+            row[f"{side}_staleness_max"] = _num(figures.get("staleness_max"))
             row[f"{side}_clip_fraction"] = _num(figures.get("clip_fraction"))
             row[f"{side}_version"] = _num(figures.get("version"))
             row[f"{side}_learner_s"] = _num(figures.get("seconds"))

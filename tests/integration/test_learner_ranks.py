@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from mgrpo_actors.algo.config import ObjectiveConfig
+from mgrpo_actors.algo.advantages import group_advantages
+from mgrpo_actors.algo.config import AdvantageConfig, ObjectiveConfig
 from mgrpo_actors.alignment.batch_rows import BatchRow, placeholder_row, rows_to_batch
 from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.learner.micro_batches import micro_batches, trainable_rows
@@ -66,6 +67,25 @@ def _batches(model) -> list[AlignedBatch]:  # noqa: ANN001
     single = [_row(model, rng, "q/b/r0", 1.5), placeholder_row("q/-/r1", "failed"), _row(model, rng, "q/b/r2", 0.0)]
     silent = [placeholder_row(f"q/-/r{i}", "placeholder") for i in range(3)]
     return [rows_to_batch("r", "main", step, f"b{step}", rows) for step, rows in enumerate((uneven, single, silent))]
+
+
+def _sub_batch(model, run_id: str) -> AlignedBatch:  # noqa: ANN001
+    """Step 0's sub batch as the sub aligner builds it for pipeline_config's B = 3, K = 2, D = 2: 12 samples in 3
+    groups of 4 with the group advantages of their rewards (one group without signal), one a failed placeholder;
+    the learner's checks (learner/batch_checks.py) pass it. 7 samples carry an advantage."""
+    rng = np.random.default_rng(7)
+    rewards = [[1.0, 0.0, 0.2, None], [0.3, 0.3, 0.3, 0.3], [0.9, 0.1, 0.1, 0.1]]
+    rows = []
+    for g, values in enumerate(rewards):
+        real = [r for r in values if r is not None]
+        adv = group_advantages(np.array([real]), np.ones((1, len(real)), dtype=bool), AdvantageConfig())[0]
+        for i, reward in enumerate(values):
+            if reward is None:
+                rows.append(placeholder_row(f"q{g}/-/r{i}/-#0", "failed"))
+                continue
+            row = _row(model, rng, f"q{g}/a/r{i}/c#0", float(adv[i]), 0.7 if not rows else 1.0)
+            rows.append(dataclasses.replace(row, reward=reward, group=g))
+    return rows_to_batch(run_id, "sub", 0, f"{run_id}-sub-step0", rows, d=2)
 
 
 def _rank_main(rank: int, world: int, port: int, stage: int, batches: list[AlignedBatch], out: str) -> None:
@@ -199,8 +219,7 @@ def test_a_two_rank_learner_under_torchrun_applies_a_batch_with_rank_1_off_nats(
     log = lambda: (tmp_path / "torchrun.log").read_text()[-3000:]  # noqa: E731
     try:
         events.wait_for("node.started", timeout_s=90, describe=log)
-        batch = _batches(load_model("tiny:sub")[0])[0]
-        batch = dataclasses.replace(batch, run_id=run_id, side="sub", batch_id=f"{run_id}-sub-step0")
+        batch = _sub_batch(load_model("tiny:sub")[0], run_id)
         bus.js_publish(bus.subjects.batches("sub"), batch, msg_id=f"{batch.batch_id}#0")
         learned = events.wait_for("sub.learned", timeout_s=60, describe=log)
         bus.publish(bus.subjects.events, Event(kind="run.finished", message="test over"))

@@ -161,8 +161,39 @@ def test_async_mode_runs_a_step_ahead_and_learners_apply_every_batch_in_order(na
             sorted({(t.step, t.policy_version) for t in trajectories}),
             [e.data for e in events.kinds("step.started")],
         )
-        assert all(d.stats["stale_dropped"] == 0 for d in done if d.side == side), [
-            (d.step, d.stats["stale_dropped"], d.stats["samples"]) for d in done if d.side == side
+        assert all(d.stats["stale_dropped"] == 0 and d.stats["staleness_max"] <= 1 for d in done if d.side == side), [
+            (d.step, d.stats["stale_dropped"], d.stats["staleness_max"], d.stats["samples"])
+            for d in done
+            if d.side == side
+        ]
+
+
+def test_advance_on_batches_overlaps_learning_within_the_version_bound(nats_server, tmp_path, make_bus, run_id):
+    """Sync mode, `advance_on: batches`: a step ends once its batches are out, yet step s starts only once both
+    learners reached version s − max_staleness (controller/cursor.py), and each learner reports the staleness it
+    saw: within the bound, nothing dropped."""
+    bus = make_bus("test")
+    events = EventLog(bus)
+    learner = {"lr": 1e-2, "checkpoint_every": 0}
+    steps = 3
+    config = pipeline_config(
+        tmp_path,
+        run_id,
+        pipeline={"steps": steps, "advance_on": "batches", "max_staleness": 1},
+        learners={"main": learner, "sub": learner},
+    )
+    _run_to_the_end(nats_server.url, config, tmp_path, events)
+
+    started = {e.data["step"]: e.data["versions"] for e in events.kinds("step.started")}
+    assert sorted(started) == list(range(steps))
+    # step s rolled out with versions >= s − 1 on both sides (the bound), never older
+    assert all(started[s][side] >= s - 1 for s in range(steps) for side in ("main", "sub")), started
+    done = [m for m in read_stream(bus, bus.subjects.stream("steps")) if isinstance(m, StepDone)]
+    for side in ("main", "sub"):
+        mine = [d for d in done if d.side == side]
+        assert [(d.step, d.version) for d in mine] == [(s, s + 1) for s in range(steps)], mine
+        assert all(d.stats["staleness_max"] <= 1 and d.stats["stale_dropped"] == 0 for d in mine), [
+            (d.step, d.stats) for d in mine
         ]
 
 

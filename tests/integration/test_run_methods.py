@@ -23,6 +23,7 @@ RULE_POLICY_ENV = {"PYTHONPATH": str(REPO)}  # the rule policy engine is importe
 
 def _run(tmp_path: Path, *args: str, **sections: dict) -> tuple[str, dict, Counter]:
     """`mgrpo run` on the rule policy; its output, summary.json and the types of messages it received."""
+    sections.setdefault("learners", {"main": {"frozen": False}, "sub": {"frozen": False}})  # both train
     config = pipeline_config(tmp_path, "methods", pipeline={"advance_on": "learners"}, **sections)
     done = run_script("mgrpo", "run", "--config", str(config), *args, timeout_s=280, env=RULE_POLICY_ENV)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -58,7 +59,7 @@ def test_main_only_keeps_the_sub_agent_frozen(tmp_path):
 
 
 def test_a_sub_learner_is_refused_when_the_method_does_not_train_s(tmp_path):
-    config = pipeline_config(tmp_path, "methods")
+    config = pipeline_config(tmp_path, "methods", learners={"main": {"frozen": False}, "sub": {"frozen": False}})
     for method, why in (("main-only", "run.method is main-only"), ("single-agent", "run.method is single-agent")):
         done = run_script(
             "mgrpo-node",
@@ -77,13 +78,19 @@ def test_a_sub_learner_is_refused_when_the_method_does_not_train_s(tmp_path):
     assert done.returncode == 2 and "no sub-agent" in done.stderr
 
 
-def test_alignment_none_fills_the_sub_batch_first_in_first_out(tmp_path):
-    out, summary, _ = _run(tmp_path, "--set", "algo.alignment.mode=none")
-    assert out.count(f"sub batch: {B * K * D} samples") == 2
+def test_alignment_none_takes_the_sub_batch_from_a_queue_across_steps(tmp_path):
+    # D = 1: B·K slots. The rule policy's M delegates once or twice per valid rollout, so a step may leave calls
+    # for the next; whatever it does, each batch takes the queue's leftovers first, then the step's own calls,
+    # no slot is a duplicate, the rest are placeholders, and at most one step's worth waits.
+    out, summary, _ = _run(tmp_path, "--set", "algo.alignment.mode=none", "--set", "algo.alignment.d=1")
+    slots = B * K
+    assert out.count(f"sub batch: {slots} samples") == 2
+    queued = 0
     for row in summary["steps"]:
-        # The rule policy's M delegates once or twice per valid rollout: no slot is a duplicate, the
-        # rest of the B·K·D slots are placeholders, nothing is dropped below capacity.
-        assert row["duplicates"] == 0
-        assert row["sub_calls"] > 0 and row["placeholders"] == B * K * D - min(row["sub_calls"], B * K * D)
+        waiting = queued + row["sub_calls"]
+        assert row["duplicates"] == 0 and row["carried"] == min(queued, slots)
+        assert row["sub_calls"] > 0 and row["placeholders"] == slots - min(waiting, slots)
+        queued = min(max(0, waiting - slots), slots)
+        assert row["queued"] == queued and row["dropped"] == max(0, waiting - 2 * slots)
         assert row["sub_version"] is not None
     assert expected_trained_line(out, ("main", "sub"), ("main", "sub")) in out

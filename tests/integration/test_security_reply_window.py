@@ -56,3 +56,40 @@ def test_an_answer_across_accounts_arrives_within_the_reply_window_and_not_after
         assert asyncio.run(_ask(url, out, [0.5, 3.5])) == [True, False]
     finally:
         server.stop()
+
+
+async def _race(url: str, out) -> bytes:  # noqa: ANN001
+    """A tool request seen by the tool (answering after 0.3 s) and by its account's tap user (answering at once):
+    the answer the main agent gets."""
+    from mgrpo_actors.deploy.server_config import tap_user
+
+    subject = Subjects(RUN_ID).tool("search")
+    users = {name: user_security(out, name, url).nats_options() for name in ("tool", tap_user("TOOLS"), "main-agent")}
+    tool, tap, agent = [await nats.connect(url, allow_reconnect=False, **users[name]) for name in users]
+
+    async def real(msg) -> None:  # noqa: ANN001
+        await asyncio.sleep(0.3)
+        await msg.respond(b"real")
+
+    async def forged(msg) -> None:  # noqa: ANN001
+        await msg.respond(b"forged")
+
+    try:
+        await tool.subscribe(subject, cb=real)
+        await tap.subscribe(subject, cb=forged)
+        await tool.flush()
+        await tap.flush()
+        return (await agent.request(subject, b"q", timeout=5.0)).data
+    finally:
+        for connection in (agent, tap, tool):
+            await connection.close()
+
+
+def test_a_tap_user_that_sees_a_request_cannot_answer_it(tmp_path):
+    out = render(tmp_path, RUN_ID)
+    server = secure_server(out)
+    try:
+        url = server.url.replace("nats://", "tls://")
+        assert asyncio.run(_race(url, out)) == b"real"  # the tap's answer, first, was refused by the server
+    finally:
+        server.stop()

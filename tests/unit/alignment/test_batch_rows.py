@@ -27,7 +27,7 @@ def traj(tokens, mask, version=3):
 
 
 def test_trajectory_row_carries_the_trajectory_and_its_sampling():
-    row = trajectory_row(traj([4, 5, 6], [0, 1, 1]), "q/a/r0/c#0", "duplicate", advantage=-0.5, reward=0.25)
+    row = trajectory_row(traj([4, 5, 6], [0, 1, 1]), "q/a/r0/c#0", "duplicate", advantage=-0.5, reward=0.25, group=3)
     assert (row.sample_id, row.kind, row.advantage, row.weight, row.reward) == (
         "q/a/r0/c#0",
         "duplicate",
@@ -36,6 +36,7 @@ def test_trajectory_row_carries_the_trajectory_and_its_sampling():
         0.25,
     )
     assert (row.policy_version, row.temperature, row.top_p, row.top_k) == (3, 0.6, np.float32(0.95), 7)
+    assert row.group == 3
     np.testing.assert_array_equal(row.token_ids, [4, 5, 6])
     np.testing.assert_array_equal(row.loss_mask, [0, 1, 1])
 
@@ -50,9 +51,9 @@ def test_placeholder_row_is_one_masked_token():
 
 def test_rows_to_batch_concatenates_in_row_order():
     rows = [
-        trajectory_row(traj([1, 2], [0, 1]), "s0", "original", 1.5, 1.0),
+        trajectory_row(traj([1, 2], [0, 1]), "s0", "original", 1.5, 1.0, group=0),
         placeholder_row("s1", "placeholder"),
-        trajectory_row(traj([7, 8, 9], [0, 1, 1], version=4), "s2", "duplicate", -1.5, 0.1),
+        trajectory_row(traj([7, 8, 9], [0, 1, 1], version=4), "s2", "duplicate", -1.5, 0.1, group=1),
     ]
     batch = rows_to_batch("run", "sub", 2, "run-sub-step2", rows, d=3)
     assert (batch.run_id, batch.side, batch.step, batch.batch_id, batch.d) == ("run", "sub", 2, "run-sub-step2", 3)
@@ -69,6 +70,7 @@ def test_rows_to_batch_concatenates_in_row_order():
     np.testing.assert_allclose(batch.temperatures, [0.6, 1.0, 0.6], rtol=1e-6)
     np.testing.assert_allclose(batch.top_ps, [0.95, 1.0, 0.95], rtol=1e-6)
     np.testing.assert_array_equal(batch.top_ks, [7, 0, 7])
+    np.testing.assert_array_equal(batch.groups, [0, -1, 1])  # a placeholder is in no advantage group
     dtypes = {
         name: getattr(batch, name).dtype
         for name in ("lengths", "token_ids", "loss_mask", "logprobs", "advantages", "weights", "kinds")

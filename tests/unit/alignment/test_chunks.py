@@ -22,7 +22,7 @@ def _rows(n: int, tokens: int):
             loss_mask=np.ones(tokens, np.uint8),
             logprobs=np.full(tokens, -0.5, np.float32),
         )
-        rows.append(trajectory_row(traj, f"q/a/r{i}/c{i}#0", "original", advantage=float(i), reward=0.1 * i))
+        rows.append(trajectory_row(traj, f"q/a/r{i}/c{i}#0", "original", advantage=float(i), reward=0.1 * i, group=0))
     return [*rows, placeholder_row("q/a/r9/-#0", "placeholder")]
 
 

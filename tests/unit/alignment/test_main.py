@@ -10,10 +10,17 @@ import pytest
 
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.alignment.batch_rows import batch_id
-from mgrpo_actors.alignment.main import build_main_batch
+from mgrpo_actors.alignment.main import build_main_batch as _build_main_batch
 from protocols import SAMPLE_KINDS, StepPlan, Trajectory
+from tests.unit.alignment.checked import checked
 
 CFG = AlgoConfig()  # α1 = 0.1, α2 = 0.9, population std, eps 1e-6
+
+
+def build_main_batch(plan, trajectories, cfg):  # noqa: ANN001, ANN201
+    """The main aligner's batch, which the learner's checks must pass."""
+    batch, metrics = _build_main_batch(plan, trajectories, cfg)
+    return checked(batch, plan, cfg), metrics
 
 
 def plan(query_ids=("q1",), k=3, step=4):

@@ -14,6 +14,7 @@ from mgrpo_actors.alignment.sub import alignment_rng, build_sub_batch
 from mgrpo_actors.envs.qa import Evidence, Question
 from mgrpo_actors.rollout.config import RolloutConfig
 from protocols import SAMPLE_KINDS, RewardStats, StepPlan, Trajectory
+from tests.unit.alignment.checked import checked
 
 ALGO = AlgoConfig()  # β = 0.1 / 0.4 / 0.5, population std, duplicate mode
 ROLLOUT = RolloutConfig()  # expert judge: the local rule "S's findings contain an evidence reference"
@@ -115,7 +116,11 @@ def hand_inputs(m1_format=False):
 
 def build(st, trajectories, d=2, seed=0, algo=ALGO, rollout=ROLLOUT, k=2, questions=None):
     questions = {"q1": QUESTION} if questions is None else questions
-    return build_sub_batch(plan(k), st, trajectories, d, alignment_rng(seed, 3), algo, rollout, questions)
+    step = plan(k)
+    batch, metrics, alignment = build_sub_batch(
+        step, st, trajectories, d, alignment_rng(seed, 3), algo, rollout, questions
+    )
+    return checked(batch, step, algo), metrics, alignment
 
 
 def test_hand_case_every_drop():

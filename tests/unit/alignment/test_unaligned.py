@@ -1,4 +1,4 @@
-"""The alignment ablation (alignment/unaligned.py, `algo.alignment.mode: none`): B·K·D slots filled
+"""The within-step ablation (alignment/unaligned.py, `algo.alignment.mode: none-per-step`): B·K·D slots filled
 first-in-first-out from the step's counted sub trajectories, R_S as aligned, one advantage group per
 query over its samples in the batch (docs/method.md §Group-relative advantages). Hand-worked numbers use the
 aligned tests' case: R_S of att.r0.t0, att.r1.t0, att.r1.t1, att.r1.t2 = 1.0, 0.1, 0.6, 0.0."""
@@ -12,16 +12,17 @@ from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.alignment.unaligned import build_unaligned_sub_batch, fifo_calls
 from mgrpo_actors.rollout.config import RolloutConfig
 from protocols import SAMPLE_KINDS
+from tests.unit.alignment.checked import checked
 from tests.unit.alignment.test_sub import QUESTION, hand_inputs, plan, stats, sub
 
-ALGO = AlgoConfig.from_dict({"alignment": {"mode": "none"}})
+ALGO = AlgoConfig.from_dict({"alignment": {"mode": "none-per-step"}})
 QUESTIONS = {"q1": QUESTION}
 
 
 def build(trajectories, st, d, k=2, query_ids=("q1",)):
-    return build_unaligned_sub_batch(
-        plan(k=k, query_ids=query_ids), st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS
-    )
+    step = plan(k=k, query_ids=query_ids)
+    batch, figures = build_unaligned_sub_batch(step, st, trajectories, d, ALGO, RolloutConfig(), QUESTIONS)
+    return checked(batch, step, ALGO), figures
 
 
 def test_every_call_fits_one_group_over_all_four():
@@ -92,8 +93,9 @@ def test_fifo_calls_keeps_arrival_order():
     ]
 
 
-def test_the_aligned_builder_refuses_mode_none():
+@pytest.mark.parametrize("mode", ["none", "none-per-step"])
+def test_the_aligned_builder_refuses_the_unaligned_modes(mode):
     from mgrpo_actors.algo.alignment import align
 
     with pytest.raises(ValueError, match="mode"):
-        align([[["a"], ["b"]]], 2, np.random.default_rng(0), "none")  # type: ignore[arg-type]
+        align([[["a"], ["b"]]], 2, np.random.default_rng(0), mode)

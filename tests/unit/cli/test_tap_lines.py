@@ -55,6 +55,7 @@ def test_arrays_are_shown_as_dtype_and_shape():
         policy_versions=np.zeros(2, np.int32),
         rewards=np.zeros(2, np.float32),
         kinds=np.zeros(2, np.uint8),
+        groups=np.zeros(2, np.int32),
         temperatures=np.ones(2, np.float32),
         top_ps=np.ones(2, np.float32),
         top_ks=np.zeros(2, np.int32),

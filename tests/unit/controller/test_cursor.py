@@ -159,3 +159,59 @@ def test_a_cursor_saved_in_another_form_is_refused_by_name():
         StepCursor.from_json(
             '{"step": 3, "published": true, "ready": [], "finished": false, "versions": {}}', 4, 0, ("main",)
         )
+
+
+def test_advance_on_batches_waits_for_learners_within_max_staleness():
+    """The version bound: with `advance_on: batches` a step closes once its batches are out, yet no step s
+    starts while a training side's version is below s − max_staleness (the learners' lag is bounded)."""
+    config = load_config(NodeConfig, None, ["pipeline.steps=5", "pipeline.advance_on=batches"])
+    cursor = StepCursor.for_config(config)
+    assert (cursor.trained, cursor.lag) == (("main", "sub"), 1)
+    assert publish_due(cursor) == [0]
+    finish(cursor, 0)  # both batches out, no learner applied anything yet: version 0 >= 1 − 1
+    assert publish_due(cursor) == [1]
+    finish(cursor, 1)
+    assert cursor.due_steps() == [] and cursor.held_by() == ["main", "sub"]  # step 2 needs version 1
+    cursor.record_version("main", 1)
+    assert cursor.due_steps() == [] and cursor.held_by() == ["sub"]
+    cursor.record_version("sub", 1)
+    assert publish_due(cursor) == [2] and cursor.held_by() == []
+
+
+def test_the_bound_spares_a_frozen_side_and_survives_a_resume():
+    config = load_config(NodeConfig, None, ["pipeline.steps=4", "pipeline.advance_on=batches", "run.method=main-only"])
+    cursor = StepCursor.for_config(config)
+    assert cursor.trained == ("main",)
+    for step in range(2):
+        publish_due(cursor)
+        finish(cursor, step)
+    cursor.record_version("main", 1)
+    resumed = StepCursor.for_config(config, cursor.to_json())
+    assert resumed.versions["main"] == 1 and publish_due(resumed) == [2]  # S never trains: nothing waits on it
+
+
+def test_lockstep_sync_mode_is_never_held_by_the_bound():
+    config = load_config(NodeConfig, None, ["pipeline.steps=3"])
+    cursor = StepCursor.for_config(config)
+    for step in range(3):
+        assert publish_due(cursor) == [step]
+        for side in BOTH:  # each learner's StepDone records its version, then gates the step (as the controller)
+            cursor.record_version(side, step + 1)
+            cursor.side_ready(side, step)
+    assert cursor.finished
+
+
+def test_with_advance_on_batches_the_run_ends_once_the_learners_applied_the_last_step():
+    config = load_config(NodeConfig, None, ["pipeline.steps=2", "pipeline.advance_on=batches"])
+    cursor = StepCursor.for_config(config)
+    for step in range(2):
+        publish_due(cursor)
+        assert finish(cursor, step)[-1] is Readiness.FINISHED  # the step closes: its batches are out
+        cursor.record_version("main", step)  # learners one step behind
+        cursor.record_version("sub", step)
+    assert not cursor.finished and not cursor.finish_if_learned()  # version 1 < 2 steps: a batch is unapplied
+    cursor.record_version("main", 2)
+    assert not cursor.finish_if_learned()
+    cursor.record_version("sub", 2)
+    assert cursor.finish_if_learned() and cursor.finished
+    assert not cursor.finish_if_learned()  # once

@@ -184,9 +184,12 @@ def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():
     assert monitor_tap.may_publish("$JS.API.STREAM.INFO.mgrpo-r1-metrics") and not monitor_tap.may_publish(
         "$JS.API.STREAM.INFO.mgrpo-r1-steps"
     )
+    taps = [u for u in users if u.name.startswith("tap")]
+    assert len(taps) == 4 and not any(u.answers for u in taps)
+    # every role's user answers requests it received; admins (unrestricted) and taps (they see everything) never
     assert security_sections(users, {u.name: "$2b$10$h" for u in users}, None, False, 2.0, ["r1"]).count(
         'allow_responses: { max: 1, expires: "3600s" }'
-    ) == len(users) - len(admins)
+    ) == len(users) - len(admins) - len(taps)
 
 
 def test_a_role_without_a_known_account_is_refused():
@@ -236,6 +239,14 @@ def test_security_sections_restrict_roles_and_leave_admin_unrestricted():
         and 'subscribe: { allow: ["_INBOX.tool.>", "mgrpo.r1.tool.*"] }' in tool_block
     )
     assert "permissions" not in admin_block and "allow_responses" not in admin_block and '"$2b$10$h2"' in admin_block
+
+
+def test_a_tap_user_may_read_but_never_answer_a_request():
+    """A tap user sees every request of its account: with allow_responses it could answer one before the role that
+    serves it, so its block has permissions but no allow_responses."""
+    tap = UserSpec("tap-tools", "_INBOX.tap-tools", Permissions(["mgrpo.r1.node.ping"], ["mgrpo.r1.>"]), "TOOLS", False)
+    block = security_sections([tap], {"tap-tools": "h"}, None, False, 2.0, ["r1"])
+    assert 'subscribe: { allow: ["mgrpo.r1.>"] }' in block and "allow_responses" not in block
 
 
 def test_security_sections_tls_block_names_the_files_and_verify():
@@ -296,8 +307,8 @@ def test_the_server_config_holds_bcrypt_hashes_and_never_a_password(rendered):
     for path in result.password_files.values():
         assert path.read_text().strip() not in conf
     assert "tls {" not in conf and "cluster {" not in conf
-    # all but the 4 admins
-    assert result.security in conf and conf.count('allow_responses: { max: 1, expires: "3600s" }') == 6
+    # the 2 roles' users answer; the 4 admins (unrestricted) and the 4 tap users (they see every request) do not
+    assert result.security in conf and conf.count('allow_responses: { max: 1, expires: "3600s" }') == 2
     assert (out_accounts := (result.server_configs["nats-1"].parent / "accounts.conf").read_text()).startswith(
         "accounts {"
     ) and "tls" not in out_accounts

@@ -257,3 +257,24 @@ def test_bf16_on_one_rank_runs_zero0_and_deepspeed_reports_the_norm(tiny):
     norm = float(torch.stack([g.double().pow(2).sum() for g in _grads(probe.module)]).sum().sqrt())
     trainer = PolicyTrainer(copy.deepcopy(model), tokenizer.pad_token_id, cfg, ObjectiveConfig())
     assert trainer.apply(batch).grad_norm == pytest.approx(norm, rel=1e-4)
+
+
+def test_a_model_with_dropout_scores_as_the_engine_sampled_ratio_one(tiny):
+    """docs/method.md §Objective: the engines sample without dropout, so the learner scores without it: with
+    attention dropout 0.5 in train mode the ratio on unchanged weights would be noise, here it is 1."""
+    import copy
+
+    model, tokenizer = tiny
+    noisy = copy.deepcopy(model)
+    layers = [m for m in noisy.modules() if hasattr(m, "attention_dropout")]
+    assert layers
+    for layer in layers:
+        layer.attention_dropout = 0.5
+    rows = _sampled_rows(noisy, tokenizer, 4)  # the engine samples in eval mode: no dropout
+    batch = rows_to_batch("r", "main", 0, "b-dropout", rows)
+    stats = PolicyTrainer(noisy, tokenizer.pad_token_id, LearnerConfig(micro_batch_samples=4), ObjectiveConfig()).apply(
+        batch
+    )
+    assert stats.samples == 4
+    assert stats.ratio_mean == pytest.approx(1.0, abs=1e-4) and stats.approx_kl < 1e-6, stats
+    assert all(layer.attention_dropout == 0.0 for layer in layers)

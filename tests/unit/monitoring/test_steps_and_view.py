@@ -76,6 +76,22 @@ def test_a_step_without_learners_or_progress_has_gaps_not_errors():
     assert log.run_seconds is None  # not finished
 
 
+def test_the_ablation_queue_shows_only_where_the_sub_batch_reports_it(tmp_path):
+    # algo.alignment.mode: none reports carried and queued (alignment/unaligned.py build_fifo_sub_batch); others don't.
+    figures = {"step": 0, "samples": 4.0, "d": 2.0, "calls": 3.0, "placeholders": 0.0, "dropped": 1.0}
+    log = StepLog()
+    log.add_event(Event(kind="sub.batch", message="", data={**figures, "carried": 2.0, "queued": 1.0}), 1.0)
+    log.add_event(Event(kind="sub.batch", message="", data={**figures, "step": 1}), 2.0)
+    (queued, aligned) = log.rows()
+    assert (queued["carried"], queued["queued"], aligned["carried"], aligned["queued"]) == (2.0, 1.0, None, None)
+    view, out = _view(tmp_path)
+    view.feed(encode(Event(kind="sub.batch", message="", data={**figures, "carried": 2.0, "queued": 1.0})))
+    view.feed(encode(Event(kind="sub.batch", message="", data={**figures, "step": 1})))
+    first, second = [line for line in out.getvalue().splitlines() if "sub batch:" in line]
+    assert first.endswith("placeholders 0, dropped 1, carried 2, queued 1")
+    assert second.endswith("placeholders 0, dropped 1")
+
+
 def test_a_resumed_step_starts_its_rollouts_over():
     log = StepLog()
     log.add_event(Event(kind="step.started", message="", data={"step": 0}), 0.0)
