@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mgrpo_actors.algo.config import JudgeConfig
+from mgrpo_actors.config.dtypes import resolve_dtype
 from mgrpo_actors.engines.base import SamplingParams
 from mgrpo_actors.engines.vllm_limits import vllm_temperature_error
 
@@ -48,8 +49,9 @@ class AgentConfig:
     """rollout engine: hf (our decoding loop on a key/value cache kept across turns, for Llama- and Qwen-style
     models; others fall back to generate), hf-generate (transformers' generate), vllm (GPU hosts, optional extra)
     or "package.module:factory" (a factory of your own)"""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """dtype the rollout model is loaded in"""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """dtype the rollout model is loaded in; auto: bfloat16 where this host's device computes it natively (AMX or
+    AVX512-BF16 CPUs, bf16 GPUs), else float32 (config/dtypes.py)"""
     device: str = "cpu"
     """where the rollout model runs ("cpu", "cuda", "cuda:1")"""
     max_turns: int = 20
@@ -81,6 +83,8 @@ class AgentConfig:
     """the vllm engine's GPU memory share, context length and CUDA graphs (engine vllm only)"""
 
     def __post_init__(self) -> None:
+        # auto is resolved here, on the host that loads the config: each picks for its own device
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, self.device))
         if self.engine not in ("hf", "hf-generate", "vllm") and ":" not in self.engine:
             raise ValueError(
                 f"agent engine must be hf, hf-generate, vllm or 'package.module:factory', got {self.engine!r}"

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mgrpo_actors.config.dtypes import resolve_dtype
+
 __all__ = ["LearnerConfig", "LearnersConfig", "WeightsConfig"]
 
 
@@ -31,8 +33,9 @@ class LearnerConfig:
     zero_stage: int = 2
     """DeepSpeed ZeRO stage 0-3 (partitions optimizer state, gradients, parameters over ranks); a one-rank
     learner runs stage 0 whatever this says: nothing to partition, and ZeRO's copies cost time ([ours])"""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """training dtype of the model (the loss is always computed in fp32)"""
+    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    """training dtype of the model (the loss is always computed in fp32); auto: bfloat16 where this host's device
+    computes it natively, else float32 (config/dtypes.py)"""
     device: str = "cpu"
     """"cpu" (gloo) or "cuda" (nccl)"""
     lr: float = 1e-6
@@ -74,6 +77,8 @@ class LearnerConfig:
     per micro-batch (docs/method.md §Objective)"""
 
     def __post_init__(self) -> None:
+        # auto is resolved here, on the host that loads the config: the learner's own device decides
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, self.device))
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"learner zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if not self.lr > 0:
