@@ -61,7 +61,14 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
     console.print(f"{shape}; loading models…")
     started = time.perf_counter()
     code = composition.run_node(
-        config, roles, "run", embedded=True, duration_s=None, until_finished=True, watch=view.attach, resume=resume
+        config,
+        roles,
+        "run",
+        embedded=True,
+        duration_s=None,
+        until_finished=True,
+        watch=lambda bus: view.attach(bus, replay=resume),  # a resumed run's view reads back its earlier steps
+        resume=resume,
     )
     seconds = time.perf_counter() - started
     view.summary(seconds)

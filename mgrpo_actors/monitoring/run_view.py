@@ -22,6 +22,7 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring import StepLog, write_report
 from mgrpo_actors.monitoring.steps import StepRecord
 from mgrpo_actors.runtime import Bus, Delivery
+from mgrpo_actors.runtime.replay import stored_messages
 from protocols import Event, ProtocolError, QueryDone, decode_envelope
 
 __all__ = ["RunView"]
@@ -34,11 +35,34 @@ class RunView:
         self.console = console
         self.config = config
         self.log = StepLog()
-        self.trained_samples: dict[str, int] = {}  # side -> samples its learner trained on, over the run
         self._lock = threading.Lock()
+        self._quiet = False  # while replaying what was shown before (a resumed run): record, print nothing
 
-    def attach(self, bus: Bus) -> None:
-        """Follow the run live on core subjects (from now on)."""
+    @property
+    def trained_samples(self) -> dict[str, int]:
+        """Side -> samples its learner trained on over the run (each step once, however often it was reported)."""
+        with self._lock:
+            rows = self.log.rows()
+        return {side: sum(int(row[f"{side}_samples"] or 0) for row in rows) for side in ("main", "sub")}
+
+    def attach(self, bus: Bus, replay: bool = False) -> None:
+        """Follow the run live on core subjects (from now on); with `replay` (a resumed run, before its roles
+        start) first take in, without printing, what the run's metrics stream holds of its earlier part, so the
+        tables, summary.json and rewards.png cover the whole run, not only the resumed part."""
+        if replay:
+            try:
+                stored = stored_messages(bus, bus.subjects.stream("metrics"))
+            except Exception as exc:  # the run goes on; only its report would lack the earlier steps
+                self._print(f"resumed: earlier steps not read back ({type(exc).__name__}: {exc})", style="yellow")
+                stored = []
+            self._quiet = True
+            try:
+                for message in stored:
+                    self.feed(message.data)
+            finally:
+                self._quiet = False
+            done = sorted(step for step, record in self.log.steps.items() if record.finished)
+            self._print(f"resumed: {len(done)} finished steps read back from the run's metrics stream")
         bus.subscribe(bus.subjects.events, self._on_delivery)
         bus.subscribe(bus.subjects.query_done, self._on_delivery)
 
@@ -63,6 +87,8 @@ class RunView:
         return None
 
     def _print(self, text: str, style: str | None = None) -> None:
+        if self._quiet:
+            return
         # Text off the wire is not markup; whole lines: a terminal wraps them if it must, a log file keeps them.
         self.console.print(text, style=style, markup=False, soft_wrap=True)
 
@@ -77,15 +103,15 @@ class RunView:
         data = event.data
         record = self.log.add_event(event, sent_at)
         if event.kind == "step.started":
-            self.console.rule(escape(f"step {data.get('step')}"))
+            if not self._quiet:
+                self.console.rule(escape(f"step {data.get('step')}"))
             self._print(event.message)
         elif event.kind in ("main.batch", "sub.batch"):
             self._print(_batch_line(event.kind.split(".")[0], data))
         elif event.kind in ("main.learned", "sub.learned"):
             side = event.kind.split(".")[0]
-            self.trained_samples[side] = self.trained_samples.get(side, 0) + int(data.get("samples") or 0)
             self._print(
-                f"  {event.kind.split('.')[0]} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, "
+                f"  {side} learner: version {data.get('version')}, loss {_f(data.get('loss'), 4)}, "
                 f"clip fraction {_f(data.get('clip_fraction'))}, {_i(data.get('samples'))} samples, "
                 f"{_f(data.get('seconds'), 1)} s"
             )

@@ -30,3 +30,46 @@ def test_mgrpo_run_runs_the_pipeline_and_both_learners_over_nats():
 def test_mgrpo_run_rejects_an_unknown_config_key():
     done = run_script("mgrpo", "run", "--set", "tools.nope=1", timeout_s=60)
     assert done.returncode == 2 and "tools.nope" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_resumed_run_reports_the_whole_run(tmp_path):
+    """`mgrpo run --resume` after kill -9 of the run (its embedded nats-server with it) after step 1: the resumed
+    view reads the earlier steps back from the run's metrics stream, so its tables, summary.json and closing line
+    cover all 3 steps, not only the resumed one."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import REPO, subprocess_env, venv_script
+
+    args = [
+        *("--main", "tiny:main", "--sub", "tiny:sub"),
+        *("--set", "tools.web_entities=150", "--set", "pipeline.steps=3", "--set", "pipeline.ack_wait_s=5"),
+        *("--set", f"run.dir={tmp_path / 'runs'}", "--set", "run.id=resumed"),
+    ]
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(
+            [str(venv_script("mgrpo")), "run", *args],
+            cwd=REPO,
+            env=subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the embedded nats-server dies with it
+        )
+        deadline = time.monotonic() + 200
+        while "step 1 finished in" not in log.read_text() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert "step 1 finished in" in log.read_text() and "step 2 finished in" not in log.read_text(), log.read_text()
+    done = run_script("mgrpo", "run", *args, "--resume", timeout_s=230)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "resumed: 2 finished steps read back from the run's metrics stream" in done.stdout
+    summary = json.loads((tmp_path / "runs" / "resumed" / "summary.json").read_text())
+    assert [row["step"] for row in summary["steps"]] == [0, 1, 2], summary["steps"]
+    assert [row["main_version"] for row in summary["steps"]] == [1.0, 2.0, 3.0]
