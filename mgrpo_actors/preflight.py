@@ -56,9 +56,9 @@ def _check_dataset(config: NodeConfig, roles: Sequence[str]) -> None:
 
     if "controller" in roles:
         step_schedule(config)  # loads the dataset and checks every stage's split can fill a step
-    questions = load_task_questions(config.pipeline, config.tools)
     if config.pipeline.dataset == "synthetic":
-        return  # the built-in web's questions are a sentence each
+        return  # the built-in web is generated, not read (no need to build it again), its questions a sentence each
+    questions = load_task_questions(config.pipeline, config.tools)
     texts = [(q.id, q.question) for split in questions.splits.values() for q in split]
     too_long = over_budget(texts, config.agents.main.model, config.agents.main.max_context_tokens)
     if too_long:

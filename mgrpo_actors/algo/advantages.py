@@ -69,6 +69,13 @@ def group_advantages(rewards: npt.ArrayLike, counted: npt.ArrayLike, cfg: Advant
     return np.where(counted & ~stats.degenerate[:, None], advantages, 0.0)
 
 
+def one_group_advantages(rewards: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
+    """A = (R − mean) / std over one group in which every member counts, shaped (N,) (group_advantages of one
+    row): what a learner recomputes for a group of a batch (learner/batch_filters.py, batch_checks.py)."""
+    row = np.asarray(rewards, dtype=np.float64)[None, :]
+    return group_advantages(row, np.ones_like(row, dtype=bool), cfg)[0]
+
+
 def main_advantages(rewards: npt.ArrayLike, cfg: AdvantageConfig) -> np.ndarray:
     """A_M for rewards shaped (B, K): one group of K rollouts per query (docs/method.md §Group-relative advantages)."""
     rewards = np.asarray(rewards, dtype=np.float64)

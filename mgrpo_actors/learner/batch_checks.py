@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mgrpo_actors.algo.advantages import group_advantages
+from mgrpo_actors.algo.advantages import one_group_advantages
 from mgrpo_actors.algo.config import AdvantageConfig, AlignmentConfig
 from protocols import AlignedBatch
 
@@ -108,6 +108,6 @@ def _check_advantages(batch: AlignedBatch, cfg: AdvantageConfig) -> None:
             raise BatchCheck(f"group {int(group)}: advantages where every reward is the same")
         if rewards.std() < _LOOSE_STD:
             continue
-        expected = group_advantages(rewards[None, :], np.ones((1, len(members)), dtype=bool), cfg)[0]
+        expected = one_group_advantages(rewards, cfg)
         if not np.allclose(given, expected, atol=_ATOL, rtol=_RTOL):
             raise BatchCheck(f"group {int(group)}: advantages do not follow from the group's rewards")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgrpo_actors.algo.advantages import group_advantages
+from mgrpo_actors.algo.advantages import one_group_advantages
 from mgrpo_actors.algo.config import AdvantageConfig
 from protocols import AlignedBatch
 
@@ -59,8 +59,7 @@ def drop_stale(
     for group in sorted({int(g) for g in batch.groups[stale] if g >= 0}):
         survivors = np.flatnonzero((batch.groups == group) & real & ~stale)
         if len(survivors):  # a group left with no member has nothing to normalise
-            rewards = batch.rewards[survivors].astype(np.float64)[None, :]
-            values[survivors] = group_advantages(rewards, np.ones_like(rewards, dtype=bool), advantages)[0]
+            values[survivors] = one_group_advantages(batch.rewards[survivors], advantages)
             regrouped += 1
     filtered = dataclasses.replace(batch, weights=weights, advantages=values.astype(np.float32))
     return filtered, Staleness(seen_mean, seen_max, int(stale.sum()), regrouped)
