@@ -152,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(
         run_id=config.run.id, node=name, role=",".join(roles), level=config.log.level, json_output=config.log.json
     )
-    for warning in (
-        timeout_warnings(config.pipeline, config.agents.main.max_turns, config.agents.sub.max_turns)
-        if "sub" in config.sides
-        else []
-    ):
+    if config.warmup.steps > 0:  # the supervised warm start (stage 0): built once per machine into the model cache
+        from mgrpo_actors.warmup.cached import resolve_warm_start  # torch and transformers: imported on use
+
+        config, _ = resolve_warm_start(config, get_logger("mgrpo.node").info)
+    main_turns, sub_turns = config.agents.main.max_turns, config.agents.sub.max_turns
+    for warning in timeout_warnings(config.pipeline, main_turns, sub_turns) if "sub" in config.sides else []:
         get_logger("mgrpo.node").warning(warning)
     if follows is not None:  # rank > 0 of a learner: no NATS, rank 0 leads
         from mgrpo_actors.learner.ranks import run_follower  # torch and DeepSpeed: only for learners

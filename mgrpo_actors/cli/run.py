@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -131,8 +131,26 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
     quiet_libraries()
+    console = Console(highlight=False)
+    if config.warmup.steps > 0:  # the supervised warm start, built once into the model cache (stage 0, before RL)
+        from mgrpo_actors.warmup.cached import resolve_warm_start  # torch and transformers: imported on use
+
+        try:
+            config, _ = resolve_warm_start(
+                config, lambda line: console.print(line, markup=False), _warmup_progress(console)
+            )
+        except ValueError as exc:
+            print(f"mgrpo run: error: {exc}", file=sys.stderr)
+            return 2
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
-    return run_job(config, Console(highlight=False), composition, resume=args.resume)
+    return run_job(config, console, composition, resume=args.resume)
+
+
+def _warmup_progress(console: Console) -> Callable[[str, int, float], None]:
+    def progress(side: str, step: int, loss: float) -> None:
+        console.print(f"  warm-up {side}: step {step + 1}, loss {loss:.4f}")
+
+    return progress
 
 
 def add_parser(subparsers: Any) -> None:

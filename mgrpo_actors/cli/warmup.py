@@ -11,11 +11,15 @@ shows the model gold answers of train-split questions (never validation or test)
     mgrpo warmup --main tiny:main --sub tiny:sub --steps 5 --out /tmp/w
     mgrpo warmup --set run.method=single-agent     # the single agent only
     mgrpo run --set agents.main.model=runs/warmup/main --set agents.sub.model=runs/warmup/sub
+
+Its settings default to the config's `warmup` section (the flags win). `mgrpo run` with `warmup.steps` > 0 does
+the same warm-up itself, once, into the model cache, and starts RL from it (mgrpo_actors/warmup/cached.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,14 +32,26 @@ __all__ = ["add_parser"]
 def _run(args: argparse.Namespace) -> int:
     # Imported on use: torch and transformers take seconds to import.
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
-    from mgrpo_actors.warmup.web import WebWarmupConfig, warm_up_agents
+    from mgrpo_actors.warmup.web import warm_up_agents
 
     overrides = [*args.overrides, *model_overrides(args)]
     try:
         config = load_config(NodeConfig, args.config, overrides)
-        cfg = WebWarmupConfig(
-            questions=args.questions, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed
-        )
+        # the flags win over the config's warmup section; its steps 0 (no warm-up in `mgrpo run`) means 8 here
+        given = {
+            name: value
+            for name, value in (
+                ("questions", args.questions),
+                ("steps", args.steps),
+                ("batch_size", args.batch_size),
+                ("lr", args.lr),
+                ("seed", args.seed),
+            )
+            if value is not None
+        }
+        cfg = dataclasses.replace(config.warmup, **given)
+        if cfg.steps == 0:
+            cfg = dataclasses.replace(cfg, steps=8)
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
@@ -46,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
 
     print(
         f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, "
-        f"{cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}",
+        f"{cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )
     try:
@@ -85,12 +101,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--questions",
         type=int,
-        default=48,
         metavar="N",
-        help="stage-1 train questions worked by the oracle (default 48)",
+        help="stage-1 train questions worked by the oracle (default: warmup.questions, 48)",
     )
-    p.add_argument("--steps", type=int, default=8, metavar="N", help="optimizer steps per agent (default 8)")
-    p.add_argument("--batch-size", type=int, default=4, metavar="N", help="episodes per step (default 4)")
-    p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the episode draws (default 0)")
+    p.add_argument(
+        "--steps", type=int, metavar="N", help="optimizer steps per agent (default: warmup.steps, or 8 where it is 0)"
+    )
+    p.add_argument("--batch-size", type=int, metavar="N", help="episodes per step (default: warmup.batch_size, 4)")
+    p.add_argument("--lr", type=float, help="AdamW learning rate (default: warmup.lr, 2e-5)")
+    p.add_argument("--seed", type=int, help="seed of the episode draws (default: warmup.seed, 0)")
     p.set_defaults(func=_run)

@@ -7,6 +7,7 @@ Errors name the full dotted key and say what was expected, e.g.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -19,6 +20,10 @@ from mgrpo_actors.config.paths import not_a_regular_file
 __all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "to_dict"]
 
 T = TypeVar("T")
+
+# A number in exponent form without a dot ("1e-5") is a string to YAML 1.1 (PyYAML), so `lr: 1e-5` in a file
+# or `--set learners.main.lr=1e-5` would be refused as "not a number": such strings are read as the number.
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 class ConfigError(ValueError):
@@ -61,6 +66,8 @@ def _coerce(path: str, annotation: Any, value: Any, default: Any = None) -> Any:
             raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
         return {str(k): _coerce(f"{path}.{k}", args[1] if args else Any, v) for k, v in value.items()}
     if annotation is float:
+        if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{path}' must be a number, got {value!r}")
         return float(value)

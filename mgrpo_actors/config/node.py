@@ -18,6 +18,7 @@ from mgrpo_actors.config.learner import LearnersConfig
 from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, connect_security
 from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
+from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
@@ -254,6 +255,8 @@ class NodeConfig:
     """the M-GRPO math (docs/method.md); every default cites its source: paper, reference code or [ours]"""
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     """the monitor role's Prometheus endpoint and TensorBoard files"""
+    warmup: WebWarmupConfig = field(default_factory=WebWarmupConfig)
+    """the optional supervised format warm-up (stage 0) `mgrpo run` does once, cached, before RL (off: steps 0)"""
 
     def __post_init__(self) -> None:
         if self.agents.main.tools is not None and self.run.method != "single-agent":

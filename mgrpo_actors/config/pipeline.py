@@ -39,6 +39,10 @@ class PipelineConfig:
     stage 1"""
     stage1_levels: list[int] = field(default_factory=lambda: [1])
     """stage 1's levels (1 = one-fact lookups: learn the format)"""
+    question_pool: int = 0
+    """0 = every question the split and levels select; N = a fixed pool of N of them per stage (drawn with run.seed),
+    walked again every N/B steps: a short run then meets its questions again, so its training reward compares step
+    to step; it measures learning on those questions, not on unseen ones (`mgrpo eval` does that)"""
     mode: Literal["sync", "async"] = "sync"
     """sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the
     learners"""
@@ -79,6 +83,11 @@ class PipelineConfig:
             raise ValueError(f"pipeline.batch_gather_s must be within [0, 10], got {self.batch_gather_s}")
         if self.call_retries < 0:
             raise ValueError(f"pipeline.call_retries must be >= 0, got {self.call_retries}")
+        if self.question_pool and self.question_pool < self.queries_per_step:
+            raise ValueError(
+                f"pipeline.question_pool {self.question_pool} cannot fill a step of queries_per_step "
+                f"{self.queries_per_step}: use 0 (every question) or at least {self.queries_per_step}"
+            )
         for name in ("rollout_timeout_s", "subtask_timeout_s", "tool_timeout_s", "ack_wait_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"pipeline.{name} must be > 0, got {getattr(self, name)}")

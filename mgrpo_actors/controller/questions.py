@@ -4,11 +4,15 @@ Loading the dataset builds the agents' set-up, so only the controller (and a nod
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+
 from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.controller.schedule import CurriculumSchedule, StepSchedule
+from mgrpo_actors.envs.qa import Question
 
-__all__ = ["step_schedule"]
+__all__ = ["question_pool", "step_schedule"]
 
 
 def step_schedule(config: NodeConfig) -> CurriculumSchedule:
@@ -16,10 +20,18 @@ def step_schedule(config: NodeConfig) -> CurriculumSchedule:
     cannot fill a step."""
     pipeline, seed = config.pipeline, config.run.seed
     questions = load_task_questions(pipeline, config.tools)
-    stage1 = (
-        StepSchedule(questions.training(pipeline, stage=1), pipeline.queries_per_step, seed, pipeline.shuffle)
-        if pipeline.stage1_steps
-        else None
-    )
-    stage2 = StepSchedule(questions.training(pipeline), pipeline.queries_per_step, seed, pipeline.shuffle)
-    return CurriculumSchedule(stage1, pipeline.stage1_steps, stage2)
+
+    def walked(stage: int) -> StepSchedule:
+        drawn = question_pool(questions.training(pipeline, stage=stage), pipeline.question_pool, seed)
+        return StepSchedule(drawn, pipeline.queries_per_step, seed, pipeline.shuffle)
+
+    return CurriculumSchedule(walked(1) if pipeline.stage1_steps else None, pipeline.stage1_steps, walked(2))
+
+
+def question_pool(questions: Sequence[Question], size: int, seed: int) -> list[Question]:
+    """`pipeline.question_pool`: every question (size 0), or a fixed pool of `size` of them drawn with the run's
+    seed (all of them when there are fewer), in their dataset order."""
+    if not size or size >= len(questions):
+        return list(questions)
+    keep = sorted(random.Random(seed).sample(range(len(questions)), size))
+    return [questions[i] for i in keep]

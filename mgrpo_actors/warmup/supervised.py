@@ -103,11 +103,13 @@ def warm_up_trajectories(
     trajectories: Sequence[TokenTrajectory],
     cfg: WarmupConfig,
     progress: Callable[[int, float], None] | None = None,
+    compute_dtype: str = "float32",
 ) -> list[float]:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only);
     each step is the token-mean cross-entropy over `cfg.batch_size` episodes drawn with replacement,
     one forward pass per episode (no padding: episodes of a few thousand tokens and a 49k vocabulary
-    would not fit as one padded batch). `progress(step, loss)` is called after every step."""
+    would not fit as one padded batch). `progress(step, loss)` is called after every step.
+    compute_dtype "bfloat16": the matrix products under CPU autocast, the weights and AdamW's state fp32."""
     if not trajectories:
         raise ValueError("warm-up needs at least one worked episode")
     draw = random.Random(cfg.seed)
@@ -121,7 +123,8 @@ def warm_up_trajectories(
         optimizer.zero_grad()
         total = 0.0
         for ids, targets in samples:
-            logits = model(input_ids=ids).logits[0, :-1].float()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16"):
+                logits = model(input_ids=ids).logits[0, :-1].float()
             loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum") / max(
                 tokens, 1
             )

@@ -16,45 +16,30 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from mgrpo_actors.agents.setup import rollout_config, synthetic_web
 from mgrpo_actors.config import NodeConfig
+from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.warmup.oracle import oracle_demonstrations
 from mgrpo_actors.warmup.supervised import WarmupConfig, save_warmed, warm_up_trajectories
 
-__all__ = ["WebWarmupConfig", "warm_up_agents"]
+__all__ = ["warm_up_agents"]
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class WebWarmupConfig:
-    """The warm-up's size ([ours]: sized for SmolLM2-135M on 2 CPU cores, minutes per agent)."""
-
-    questions: int = 48  # stage-1 train questions the oracle works through (one episode each for M and for S)
-    # optimizer steps per agent (SmolLM2 copies the format from its prompt almost at once: the loss falls from ~0.3
-    # to ~0.01 within 6 steps)
-    steps: int = 8
-    batch_size: int = 4  # episodes per step (token-mean loss over them)
-    lr: float = 2e-5  # AdamW learning rate (a pretrained model: small; the tiny models' demo uses 3e-3)
-    seed: int = 0  # seeds the episode draws
-
-    def __post_init__(self) -> None:
-        if self.questions < 1:
-            raise ValueError(f"warm-up needs questions >= 1, got {self.questions}")
-        WarmupConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, seed=self.seed)  # same checks
 
 
 def warm_up_agents(
     config: NodeConfig, cfg: WebWarmupConfig, out: Path, progress: Callable[[str, int, float], None] | None = None
 ) -> dict[str, Path]:
-    """Warm up the run's agents (`config.agents.main`/`sub`; the single agent alone under run.method:
-    single-agent) and save each under `out/<side>`; returns {side: HF directory}. Writes
+    """Warm up (`cfg.steps` >= 1) the run's agents (`config.agents.main`/`sub`; the single agent alone under
+    run.method: single-agent) and save each under `out/<side>`; returns {side: HF directory}. Writes
     `out/warmup.json` (settings, episode counts, losses)."""
+    if cfg.steps < 1:
+        raise ValueError(f"a warm-up needs steps >= 1, got {cfg.steps}")
     single = config.run.method == "single-agent"
     own = config.agents.main.tools
     if single and own is not None and not {"search", "visit"} <= set(own):
@@ -105,6 +90,7 @@ def warm_up_agents(
             trajectories,
             warmup,
             None if progress is None else lambda step, loss, side=side: progress(side, step, loss),
+            compute_dtype=cfg.dtype,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
         record["agents"][side] = {

@@ -248,3 +248,15 @@ def test_a_config_path_that_is_a_directory_or_not_utf8_is_named(tmp_path):
     latin1.write_bytes("run: {id: caf\xe9}\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(NodeConfig, latin1)
+
+
+def test_exponent_numbers_without_a_dot_are_numbers_in_files_and_overrides(tmp_path):
+    # PyYAML (YAML 1.1) reads "1e-5" as a string; a learning rate written so must still load as 1e-05.
+    path = tmp_path / "node.yaml"
+    path.write_text("learners:\n  main: {lr: 1e-5}\n")
+    config = load_config(NodeConfig, path, ["learners.sub.lr=2E-4"])
+    assert config.learners.main.lr == 1e-5 and config.learners.sub.lr == 2e-4
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_config(NodeConfig, None, ["learners.main.lr=fast"])
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_config(NodeConfig, None, ["learners.main.lr=1e"])

@@ -47,3 +47,21 @@ def test_a_dataset_too_small_for_a_step_names_the_key(dataset):
         step_schedule(config(dataset, "pipeline.queries_per_step=5"))
     with pytest.raises(ValueError, match=r"pipeline.levels \[3\]"):
         step_schedule(config(dataset, "pipeline.levels=[3]"))
+
+
+def test_a_question_pool_is_a_fixed_seeded_draw_walked_again_and_again(dataset):
+    schedule = step_schedule(config(dataset, "pipeline.question_pool=2"))
+    steps = ids(schedule, 4)
+    assert steps[0] == steps[1] == steps[2] == steps[3] and len(set(steps[0])) == 2  # B = pool: the same two
+    pools = {
+        tuple(ids(step_schedule(config(dataset, "pipeline.question_pool=2", f"run.seed={s}")), 1)[0]) for s in range(8)
+    }
+    assert len(pools) > 1  # the seed draws the pool
+    three = ids(step_schedule(config(dataset, "pipeline.question_pool=3")), 3)
+    assert len({q for step in three for q in step}) == 3  # a pool of 3, revisited
+    assert ids(step_schedule(config(dataset, "pipeline.question_pool=9")), 2) == [["a", "b"], ["c", "d"]]  # > all
+
+
+def test_a_pool_smaller_than_a_step_is_refused_naming_the_key(dataset):
+    with pytest.raises(ValueError, match="pipeline.question_pool 1 cannot fill a step"):
+        config(dataset, "pipeline.question_pool=1")

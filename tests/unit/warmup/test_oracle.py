@@ -3,6 +3,7 @@ loop and tools, they must be what a perfect rollout would be: valid format, corr
 findings holding the evidence, and a loss mask on exactly the agent's own turns."""
 
 import pytest
+import torch
 
 from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.config.node import ToolsConfig
@@ -64,3 +65,16 @@ def test_warm_up_on_the_episodes_lowers_the_loss(stage1, tokenizer):
     model, _ = load_model("tiny:main")
     losses = warm_up_trajectories(model, demos.main, WarmupConfig(steps=15, batch_size=2, lr=3e-3))
     assert len(losses) == 15 and sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
+
+
+def test_bf16_autocast_computes_the_same_loss_with_fp32_weights(stage1, tokenizer):
+    # warmup.dtype bfloat16: only the matrix products run in bf16 (autocast); the weights and AdamW stay fp32
+    demos = oracle_demonstrations(stage1[:2], tokenizer, tokenizer, TOOLS, RolloutConfig())
+    cfg = WarmupConfig(steps=1, batch_size=2, lr=1e-3, seed=0)
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        model, _ = load_model("tiny:main")
+        losses[dtype] = warm_up_trajectories(model, demos.main, cfg, compute_dtype=dtype)[0]
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses["bfloat16"] != losses["float32"]  # the products did run in bf16
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.02)

@@ -1,0 +1,44 @@
+"""The `warmup` section: the optional supervised format warm-up (stage 0) that `mgrpo run` does, or reuses
+from the model cache, before RL starts (mgrpo_actors/warmup/cached.py), and `mgrpo warmup` does on demand
+(mgrpo_actors/warmup/web.py). Off unless `steps` > 0.
+
+It fine-tunes each agent on the oracle's worked episodes of stage-1 train questions of the built-in web
+(docs/method.md §Training schedule, stage 0): the turn format and the tool protocol, with the gold answers of
+the train questions it shows. It is documented as a warm-up, never counted as RL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mgrpo_actors.config.dtypes import resolve_dtype
+
+__all__ = ["WebWarmupConfig"]
+
+
+@dataclass(frozen=True)
+class WebWarmupConfig:
+    """Stage 0, before RL ([ours]: sized for SmolLM2-135M on 2 CPU cores, about a minute per agent and step)."""
+
+    steps: int = 0
+    """optimizer steps per agent; 0 = no warm-up in `mgrpo run` (`mgrpo warmup` then takes 8). Measured on SmolLM2 (make
+    run's config): 1 step left M's format valid in 0.75 of its rollouts, 3 steps in all of them"""
+    questions: int = 48
+    """stage-1 train questions the oracle works through (one episode each for M and for S)"""
+    batch_size: int = 4
+    """episodes per step (token-mean loss over them)"""
+    lr: float = 2e-5
+    """AdamW learning rate (a pretrained model: small; the tiny models' demo uses 3e-3)"""
+    seed: int = 0
+    """seeds the episode draws"""
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
+    """the matrix products' precision (autocast; the weights and AdamW stay fp32): auto = bf16 where the host
+    computes it natively (mgrpo_actors/config/dtypes.py)"""
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"warmup.steps must be >= 0 (0 = no warm-up), got {self.steps}")
+        if self.questions < 1 or self.batch_size < 1 or not self.lr > 0:
+            raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))

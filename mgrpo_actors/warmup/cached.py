@@ -1,0 +1,136 @@
+"""The warm start `mgrpo run` takes when `warmup.steps` > 0: the supervised format warm-up (web.py) done once
+per machine and kept in the model cache (models/cache.py), then named as the agents' models.
+
+The cache key covers everything the warmed weights depend on: the models (their spec and the files they
+resolve to), the method (which agents), the tools and the rollout settings the oracle's episodes are written
+with, and the warm-up's own settings. Any change builds a new warm start; an unchanged config reuses it, so a
+second `make run` starts RL at once. The warm-up shows the model gold answers of train-split questions, which
+is why it is a stage of its own (stage 0), said so by the run, and never counted as RL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgrpo_actors.config import NodeConfig, to_dict
+from mgrpo_actors.models.cache import build_once, cache_root
+from mgrpo_actors.models.loader import resolve_model_dir
+
+__all__ = ["WarmStart", "loss_summary", "resolve_warm_start", "warm_start", "warm_start_dir", "with_warm_start"]
+
+# Bump when the warm-up's recipe (oracle episodes, loss, saving) changes, so an old warm start is not reused.
+_RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The warmed-up models of a run and how they came to be."""
+
+    models: dict[str, str]  # side -> HF directory
+    built: bool  # True: built by this call; False: reused from the cache
+    seconds: float  # the build's seconds (as recorded when it was built)
+    record: dict  # warmup.json: settings, episodes, tokens and losses per agent
+
+
+def _files_identity(spec: str) -> list:
+    """The files a model spec resolves to, as (name, size, mtime): a rebuilt model changes the key."""
+    directory = resolve_model_dir(spec)
+    return [
+        [path.name, path.stat().st_size, int(path.stat().st_mtime)]
+        for path in sorted(directory.iterdir())
+        if path.is_file()
+    ]
+
+
+# Agent settings the oracle's episodes do not depend on (it writes its turns; it does not sample or run an engine).
+_NOT_IN_EPISODES = ("model", "engine", "dtype", "device", "temperature", "top_p", "top_k", "vllm")
+
+
+def _episode_settings(agent: dict) -> dict:
+    return {key: value for key, value in agent.items() if key not in _NOT_IN_EPISODES}
+
+
+def warm_start_dir(config: NodeConfig) -> Path:
+    """Where the warm start of `config` is (or will be) cached."""
+    sides = config.sides
+    key = {
+        "recipe": _RECIPE_VERSION,
+        "method": config.run.method,
+        "models": {side: getattr(config.agents, side).model for side in sides},
+        "files": {side: _files_identity(getattr(config.agents, side).model) for side in sides},
+        "tools": to_dict(config.tools),
+        "agents": {side: _episode_settings(to_dict(getattr(config.agents, side))) for side in sides},
+        "judges": [config.agents.correct_judge, config.agents.expert_judge],
+        "rewards": to_dict(config.algo.rewards),
+        "warmup": dataclasses.asdict(config.warmup),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return cache_root() / "warmups" / f"{config.run.method}-{digest}"
+
+
+def warm_start(config: NodeConfig, progress: Callable[[str, int, float], None] | None = None) -> WarmStart:
+    """The run's warm start: built into the cache on first use (`config.warmup.steps` >= 1), reused after."""
+    from mgrpo_actors.warmup.web import warm_up_agents  # torch and transformers: imported on use
+
+    if config.warmup.steps < 1:
+        raise ValueError("warm_start needs warmup.steps >= 1")
+    target = warm_start_dir(config)
+    built = not (target / "warmup.json").is_file()
+    build_once(target, lambda tmp: warm_up_agents(config, config.warmup, tmp, progress))
+    record = json.loads((target / "warmup.json").read_text())
+    return WarmStart(
+        models={side: str(target / side) for side in config.sides},
+        built=built,
+        seconds=float(record.get("seconds", 0.0)),
+        record=record,
+    )
+
+
+def with_warm_start(config: NodeConfig, start: WarmStart) -> NodeConfig:
+    """`config` with its agents' models replaced by the warmed-up ones and `warmup.steps` 0 (done: whatever
+    reads this config, a child process included, starts from those models and never warms them up again)."""
+    agents = config.agents
+    for side, directory in start.models.items():
+        agents = dataclasses.replace(agents, **{side: dataclasses.replace(getattr(agents, side), model=directory)})
+    return dataclasses.replace(config, agents=agents, warmup=dataclasses.replace(config.warmup, steps=0))
+
+
+def _steps(count: int, kind: str = "") -> str:
+    return f"{count} {kind}step{'' if count == 1 else 's'}"
+
+
+def resolve_warm_start(
+    config: NodeConfig, say: Callable[[str], None], progress: Callable[[str, int, float], None] | None = None
+) -> tuple[NodeConfig, WarmStart | None]:
+    """`config` as the run starts it: with `warmup.steps` > 0, the warm start built or reused (said through
+    `say`, losses included) and named as the agents' models; otherwise `config` unchanged and None."""
+    cfg = config.warmup
+    if cfg.steps < 1:
+        return config, None
+    target = warm_start_dir(config)
+    models = ", ".join(f"{side} {getattr(config.agents, side).model}" for side in config.sides)
+    if not (target / "warmup.json").is_file():
+        say(
+            f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
+            f"{cfg.batch_size} oracle-written episodes of {cfg.questions} train-split stage-1 questions each, "
+            f"lr {cfg.lr:g}, {cfg.dtype}; into {target}"
+        )
+    start = warm_start(config, progress)
+    took = f"built in {start.seconds:.0f} s"
+    verb = took if start.built else f"reused from {target} ({took})"
+    say(f"warm start {verb}: {_steps(cfg.steps, 'supervised ')}, loss {loss_summary(start)}; RL starts from it")
+    return with_warm_start(config, start), start
+
+
+def loss_summary(start: WarmStart) -> str:
+    """Each agent's loss over the warm-up, first step to last, e.g. "main 0.248 → 0.060, sub 0.444 → 0.243"."""
+    parts = []
+    for side, agent in start.record.get("agents", {}).items():
+        losses = agent.get("losses") or [float("nan")]
+        parts.append(f"{side} {losses[0]:.3f} → {losses[-1]:.3f}")
+    return ", ".join(parts)

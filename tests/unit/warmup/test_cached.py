@@ -1,0 +1,65 @@
+"""The warm start `mgrpo run` takes with `warmup.steps` > 0 (warmup/cached.py): built once into the cache on the
+tiny models, reused by an unchanged config, rebuilt when what the weights depend on changes, and named as the
+agents' models with the warm-up marked done."""
+
+import json
+
+import pytest
+import torch
+
+from mgrpo_actors.config import NodeConfig, load_config
+from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.warmup import cached
+from mgrpo_actors.warmup.cached import resolve_warm_start, warm_start_dir
+
+TINY = ["agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=300"]
+
+
+def _config(*overrides: str) -> NodeConfig:
+    return load_config(NodeConfig, None, [*TINY, "warmup.steps=1", "warmup.questions=4", *overrides])
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(cached, "cache_root", lambda: tmp_path)  # the models stay where they are cached
+    return tmp_path
+
+
+def test_the_key_follows_what_the_weights_depend_on(cache):
+    base = warm_start_dir(_config())
+    assert base.parent == cache / "warmups" and base == warm_start_dir(_config())
+    for changed in (
+        "warmup.steps=2",
+        "warmup.lr=0.001",
+        "agents.sub.model=tiny:main",
+        "tools.web_seed=3",
+        "agents.main.max_turns=2",
+        "run.method=main-only",
+    ):
+        assert warm_start_dir(_config(changed)) != base, changed
+    # the oracle writes its turns: sampling, engines and the run's own shape do not change them
+    for same in ("agents.main.temperature=0.9", "pipeline.steps=7", "learners.main.lr=0.1", "run.id=other"):
+        assert warm_start_dir(_config(same)) == base, same
+
+
+def test_built_once_then_reused_and_named_as_the_models(cache):
+    config = _config()
+    said: list[str] = []
+    steps: list[tuple[str, int]] = []
+    warmed, start = resolve_warm_start(config, said.append, lambda side, step, loss: steps.append((side, step)))
+    assert start is not None and start.built and steps == [("main", 0), ("sub", 0)]
+    assert said[0].startswith("warm-up (stage 0, supervised, before RL") and "built in" in said[-1]
+    assert warmed.agents.main.model == start.models["main"] and warmed.agents.sub.model == start.models["sub"]
+    assert warmed.warmup.steps == 0  # done: a child process reading this config does not warm up again
+    assert resolve_warm_start(warmed, said.append) == (warmed, None)
+    record = json.loads((warm_start_dir(config) / "warmup.json").read_text())
+    assert record["settings"]["steps"] == 1 and len(record["agents"]["main"]["losses"]) == 1
+    # the warmed weights differ from the start's: one supervised step was taken
+    before, _ = load_model("tiny:main")
+    after, _ = load_model(start.models["main"])
+    assert any(not torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
+
+    said.clear()
+    again, reused = resolve_warm_start(config, said.append)
+    assert reused is not None and not reused.built and reused.models == start.models
+    assert len(said) == 1 and "reused from" in said[0] and again == warmed
