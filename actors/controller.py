@@ -14,18 +14,24 @@ more than max_staleness versions behind. Stage 1 / stage 2 of a curriculum: the 
 Cursor (KV bucket `state`, key `controller.cursor`; its saved form is StepCursor's, controller/cursor.py).
 Requests and plans are published with JetStream de-duplication ids, so a controller that
 died between publishing and writing its cursor can publish again without doubling anything.
+
+Stall watchdog (controller/watchdog.py): every `pipeline.tick_s` it checks how long nothing moved; past
+`pipeline.stall_timeout_s` it logs and publishes `step.stalled` (and the metric `controller.stalled_s`), naming the
+step and what it waits for, and stops the run: its node exits 3 (`Bus.on_run_stopped`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.controller.cursor import Readiness, StepCursor, gate
 from mgrpo_actors.controller.questions import step_schedule
-from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event
-from mgrpo_actors.runtime import Bus, BusActor, Delivery
+from mgrpo_actors.controller.watchdog import Stall, StallWatch
+from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event, publish_metrics
+from mgrpo_actors.runtime import Bus, BusActor, Delivery, Ticker
 from mgrpo_actors.runtime.crossing import publish_crossing
 from protocols import QueryDone, RolloutRequest, StepAligned, StepDone, StepPlan
 from protocols.durables import DURABLES
@@ -33,6 +39,12 @@ from protocols.durables import DURABLES
 __all__ = ["ControllerActor", "start_controller"]
 
 CURSOR_KEY = "controller.cursor"
+STEP_STALLED = "step.stalled"  # the event of a stalled run, just before its controller stops it
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """Note to self: check the watchdog."""
 
 
 class ControllerActor(BusActor):
@@ -46,7 +58,8 @@ class ControllerActor(BusActor):
         self.pipeline = config.pipeline
         self.cursor = StepCursor.for_config(config)
         self.started_at: dict[int, float] = {}  # step → when this controller saw it start
-        self.queries_done: dict[int, set[str]] = {}
+        self.watch = StallWatch(self.pipeline.stall_timeout_s, self.pipeline.rollout_timeout_s)
+        self.ticker: Ticker | None = None  # the watchdog's clock, while it is on
         self._held: list[str] = []  # the sides that last held the next step back (logged when it changes)
 
     def handlers(self) -> dict:
@@ -68,8 +81,49 @@ class ControllerActor(BusActor):
             return
         for step in self.cursor.open_steps():
             self.started_at[step] = time.time()
+            self.watch.step_started(step, None)
             self.log.info("resuming step", step=step, ready=self.cursor.open[step])
         self._publish_due(resumed=bool(raw))
+        if self.pipeline.stall_timeout_s > 0:  # 0: no watchdog
+            self.ticker = Ticker(self.actor_ref, self.pipeline.tick_s, _Tick, name=f"tick-{self.name}").start()
+
+    def on_stop(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
+        super().on_stop()
+
+    def on_note(self, note: Any) -> Any:
+        if isinstance(note, _Tick):
+            stall = self.watch.check(self.cursor, {side: self.gate(side) for side in self.cursor.sides})
+            return None if stall is None else self._stalled(stall)
+        return super().on_note(note)
+
+    def _stalled(self, stall: Stall) -> None:
+        """Say so three ways (log, event, metric), then stop the run: its node exits 3 with the event's message."""
+        message = stall.message()
+        self.log.warning(
+            "step stalled: stopping the run",
+            step=stall.step,
+            stalled_s=round(stall.quiet_s, 1),
+            limit_s=stall.limit_s,
+            waiting_for=stall.waiting_for,
+            last_progress=stall.last_progress,
+        )
+        publish_metrics(self.bus, "controller", {"stalled_s": stall.quiet_s}, stall.step, self.role)
+        publish_event(
+            self.bus,
+            STEP_STALLED,
+            message,
+            self.role,
+            level="error",
+            step=stall.step,
+            stalled_s=stall.quiet_s,
+            limit_s=stall.limit_s,
+            waiting_for=stall.waiting_for,
+            last_progress=stall.last_progress,
+        )
+        if self.bus.on_run_stopped is not None:
+            self.bus.on_run_stopped(message)
 
     def _save(self) -> None:
         self.state.put(CURSOR_KEY, self.cursor.to_json().encode())
@@ -86,7 +140,6 @@ class ControllerActor(BusActor):
 
     def _start_step(self, step: int, resumed: bool) -> None:
         self.started_at[step] = time.time()
-        self.queries_done[step] = set()
         questions = self.schedule.step(step)
         subjects, k = self.bus.subjects, self.pipeline.rollouts_per_query
         versions = self.cursor.versions  # the newest policies: sync mode rolls step n+1 out with step n's weights
@@ -116,6 +169,7 @@ class ControllerActor(BusActor):
             self.bus.js_publish(subjects.rollout_requests, request, msg_id=f"request-{step}-{q.id}")
         self.cursor.open_step(step)
         self._save()
+        self.watch.step_started(step, len(questions))
         stage = f", stage {self.schedule.stage(step)}" if self.pipeline.stage1_steps else ""
         publish_event(
             self.bus,
@@ -130,13 +184,14 @@ class ControllerActor(BusActor):
 
     def on_query_done(self, done: QueryDone, delivery: Delivery) -> None:
         if done.step in self.cursor.open:
-            seen = self.queries_done.setdefault(done.step, set())
-            seen.add(done.query_id)
+            seen = self.watch.query_done(done.step, done.query_id)
+            if seen is None:
+                return  # a repeat
             self.log.info(
                 "query done",
                 step=done.step,
                 query=done.query_id,
-                done=len(seen),
+                done=seen,
                 of=self.pipeline.queries_per_step,
                 sub_calls=done.sub_calls,
                 failed=done.failed_rollouts,
@@ -148,7 +203,12 @@ class ControllerActor(BusActor):
 
     def on_side_ready(self, message: StepAligned | StepDone, delivery: Delivery) -> None:
         if isinstance(message, StepDone):
+            before = self.cursor.versions[message.side]
             self.cursor.record_version(message.side, message.version)
+            if self.cursor.versions[message.side] > before:
+                self.watch.progressed(f"{message.side} learner applied step {message.step} (version {message.version})")
+        else:
+            self.watch.batch_out(message.step, message.side)
         if not isinstance(message, self.gate(message.side)):
             # advance_on: batches: a StepDone is no gate, but its version may release a step the bound held back, or
             # be the last learner's last step, which ends the run (controller/cursor.py)
@@ -167,6 +227,7 @@ class ControllerActor(BusActor):
         if readiness is Readiness.FINISHED:
             self._finish_step(message.step)
         else:
+            self.watch.progressed(f"{message.side} done with step {message.step} ({type(message).__name__})")
             self._save()
         if not self.cursor.finished:
             self._publish_due()
@@ -175,7 +236,7 @@ class ControllerActor(BusActor):
         """Save the cursor that closed the step, then say so: a controller that dies in between never
         announced an end its cursor lacks (restarted after the last step, it says the run finished)."""
         seconds = time.time() - self.started_at.pop(step, time.time())
-        self.queries_done.pop(step, None)
+        self.watch.step_closed(step)
         self._save()
         publish_event(
             self.bus, "step.finished", f"step {step} finished in {seconds:.1f} s", self.role, step=step, seconds=seconds

@@ -10,8 +10,8 @@ role per node: rank 0 is the node on NATS (batches, weights, KV, acks); ranks > 
 NATS and follow rank 0 (mgrpo_actors/learner/ranks.py), so no gradient leaves the learner's ranks.
 
 Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
-config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later), 1 when
-a role fails to start for another reason.
+config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later) or when the
+controller's watchdog stopped a stalled run, 1 when a role fails to start for another reason.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
 from mgrpo_actors.runtime.health import HealthFile
+from mgrpo_actors.runtime.shutdown import wait_for_stop
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
 
@@ -284,12 +285,14 @@ def run_node(
         return _fail(str(exc), EXIT_NATS)
     actors: list[Any] = []
     failed: list[str] = []
+    stalled: list[str] = []  # why a role stopped the run unfinished (the controller's watchdog): exit 3
 
     def actor_failed(actor: str, error: str) -> None:  # a role is gone: stop, exit 1, let a supervisor restart us
         failed.append(f"{actor}: {error}")
         stop.set()
 
     bus.on_actor_failed = actor_failed
+    bus.on_run_stopped = lambda why: (stalled.append(why), stop.set())
     code = 0
     try:
         if watch is not None:
@@ -309,11 +312,13 @@ def run_node(
                     kind="node.started", message=f"{name} started {', '.join(roles)}", node=name, role=",".join(roles)
                 ),
             )
-            _wait(stop, duration_s, HealthFile(health_file, lambda: bus.connected) if health_file else None)
-            code = EXIT_NATS if lost.is_set() else EXIT_FAILED if failed else 0
+            wait_for_stop(stop, duration_s, HealthFile(health_file, lambda: bus.connected) if health_file else None)
+            code = EXIT_NATS if lost.is_set() or stalled else EXIT_FAILED if failed else 0
             reason = (
                 "NATS connection lost"
                 if lost.is_set()
+                else f"run stopped: {stalled[0]}"
+                if stalled
                 else f"actor failed: {failed[0]}"
                 if failed
                 else stop.signal_name or ("run finished" if stop.is_set() else "duration elapsed")
@@ -332,7 +337,7 @@ def run_node(
         if server:
             server.stop()
     log.info("node stopped", dead_letters=bus.dead_letter_total, exit_code=code)
-    return code
+    return _fail(f"run stopped: {stalled[0]}", code) if stalled else code  # the last line: why it did not finish
 
 
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
@@ -367,19 +372,6 @@ def _stop_when_finished(delivery: Any, stop: ShutdownSignal, kind: str = RUN_FIN
         return
     if isinstance(event, Event) and event.kind == kind and (node is None or event.node == node):
         stop.set()
-
-
-def _wait(stop: ShutdownSignal, duration_s: float | None, health: HealthFile | None = None) -> None:
-    deadline = time.monotonic() + duration_s if duration_s is not None else None
-    try:
-        while not stop.wait(0.2):
-            if health is not None:
-                health.beat()
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-    finally:
-        if health is not None:
-            health.remove()
 
 
 def stop_actors(actors: list[Any], timeout_s: float) -> None:

@@ -43,6 +43,8 @@ def _mgrpo(out: Path, name: str, *args: str) -> float:
     """Run `mgrpo ARGS` with its output in <out>/logs/<name>.log; its seconds. Raises StepFailed."""
     log = out / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    if args[0] == "run":  # stage 0 is --warmup's (mgrpo warmup); a config's warmup section must not warm starts again
+        args = (*args, "--set", "warmup.steps=0")
     started = time.perf_counter()
     print(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})", flush=True)
     with open(log, "w") as f:

@@ -3,6 +3,7 @@ timeouts, retries and batching of the actor pipeline (docs/architecture.md §One
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -73,7 +74,12 @@ class PipelineConfig:
     ack_wait_s: float = 60.0
     """JetStream ack wait: a dead process's work is redelivered after it (live ones send progress acks)"""
     tick_s: float = 1.0
-    """how often the aligners check their steps' timeouts and retry failed publishes"""
+    """how often the aligners check their steps' timeouts and retry failed publishes, and the controller its watchdog"""
+    stall_timeout_s: float = 1800.0
+    """the controller's watchdog: a run where nothing moves this long (no step started, query done, batch out or
+    learner step) is reported stalled, naming what it waits for, and stopped with exit 3; 0 = off. While a batch of the
+    step is not out yet it waits rollout_timeout_s longer (the aligners' own timeout acts first). 1800 s: 10× a whole
+    healthy SmolLM2 step on 2 CPU cores (up to ~3 min)"""
 
     def __post_init__(self) -> None:
         for name in ("steps", "queries_per_step", "main_queries_in_flight", "sub_batch"):
@@ -91,6 +97,8 @@ class PipelineConfig:
         for name in ("rollout_timeout_s", "subtask_timeout_s", "tool_timeout_s", "ack_wait_s", "tick_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"pipeline.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.stall_timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"pipeline.stall_timeout_s must be >= 0 and finite (0 = off), got {self.stall_timeout_s}")
         if self.rollouts_per_query < 2:
             raise ValueError(
                 f"pipeline.rollouts_per_query must be >= 2 (M's group advantages compare the K rollouts of a query), "

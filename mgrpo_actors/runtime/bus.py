@@ -86,6 +86,8 @@ class Bus(JetStreamCalls):
         self.on_connection_lost = on_connection_lost
         # Called (on the actor's thread) with (actor name, error) when an actor of this process died.
         self.on_actor_failed: Callable[[str, str], None] | None = None
+        # Called (on the actor's thread) with why, when a role stops the run unfinished (the controller's watchdog).
+        self.on_run_stopped: Callable[[str], None] | None = None
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s

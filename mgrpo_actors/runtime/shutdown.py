@@ -1,12 +1,15 @@
-"""Graceful stop on SIGINT/SIGTERM: the main thread waits on a ShutdownSignal; the node drains."""
+"""Graceful stop on SIGINT/SIGTERM: the main thread waits on a ShutdownSignal (`wait_for_stop`); the node drains."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
-__all__ = ["ShutdownSignal"]
+from mgrpo_actors.runtime.health import HealthFile
+
+__all__ = ["ShutdownSignal", "wait_for_stop"]
 
 
 class ShutdownSignal:
@@ -34,3 +37,17 @@ class ShutdownSignal:
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._event.wait(timeout_s)
+
+
+def wait_for_stop(stop: ShutdownSignal, duration_s: float | None, health: HealthFile | None = None) -> None:
+    """Block until `stop` is set or `duration_s` passed (None: no limit), beating `health` meanwhile (removed after)."""
+    deadline = time.monotonic() + duration_s if duration_s is not None else None
+    try:
+        while not stop.wait(0.2):
+            if health is not None:
+                health.beat()
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+    finally:
+        if health is not None:
+            health.remove()

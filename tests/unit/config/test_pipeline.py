@@ -19,3 +19,16 @@ def test_timeout_warnings_count_the_resends_while_nobody_listens():
     ]
     main = PipelineConfig(subtask_timeout_s=300.0, rollout_timeout_s=2 * 305.0 * 3 - 1, call_retries=2)
     assert any("rollout_timeout_s (1829) is below" in w and "= 1830:" in w for w in timeout_warnings(main, 2, 1))
+
+
+def test_stall_timeout_is_off_at_zero_and_refuses_negative_nan_and_infinity():
+    import math
+
+    import pytest
+
+    from mgrpo_actors.config.pipeline import PipelineConfig
+
+    assert PipelineConfig().stall_timeout_s == 1800.0 and PipelineConfig(stall_timeout_s=0).stall_timeout_s == 0
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="pipeline.stall_timeout_s must be >= 0 and finite"):
+            PipelineConfig(stall_timeout_s=bad)
