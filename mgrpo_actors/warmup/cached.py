@@ -77,9 +77,7 @@ def warm_start(config: NodeConfig, progress: Callable[[str, int, float], None] |
     """The run's warm start: built into the cache on first use (`config.warmup.steps` >= 1), reused after."""
     from mgrpo_actors.warmup.web import warm_up_agents  # torch and transformers: imported on use
 
-    if config.warmup.steps < 1:
-        raise ValueError("warm_start needs warmup.steps >= 1")
-    target = warm_start_dir(config)
+    target = warm_start_dir(config)  # warm_up_agents refuses warmup.steps < 1
     built = not (target / "warmup.json").is_file()
     build_once(target, lambda tmp: warm_up_agents(config, config.warmup, tmp, progress))
     record = json.loads((target / "warmup.json").read_text())
