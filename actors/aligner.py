@@ -3,7 +3,8 @@ alive) until the step is complete or timed out; then publish exactly one batch t
 stream, record it in KV, ack everything it used, and tell the controller (docs/architecture.md §One training step,
 step 5; §Delivery and state: "a sample is acked only after it is safely handed on").
 
-Idempotent under redelivery: a step whose batch is recorded as published (KV `aligned.<side>.<step>`)
+Idempotent under redelivery: a step whose batch is recorded as published (KV `aligned.<side>.recent`,
+alignment/records.py)
 only acks what still arrives for it (counted as late); the batch's chunks and its StepAligned carry
 JetStream de-duplication ids, so publishing them again after a crash (within the streams'
 de-duplication window) stores nothing twice, and the same step always aligns the same way.
@@ -15,17 +16,19 @@ completeness is alignment/main.py / alignment/sub.py.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from mgrpo_actors.alignment.batch_rows import split_batch
 from mgrpo_actors.alignment.holding import HeldStep, StepHolding, batch_figures, batch_record
+from mgrpo_actors.alignment.piece_checks import plan_reason
+from mgrpo_actors.alignment.records import PublishedRecords
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from mgrpo_actors.runtime.crossing import publish_crossing
+from mgrpo_actors.runtime.retention import ConsumedWork
 from protocols import StepAligned, StepPlan
 from protocols.durables import DURABLES
 
@@ -39,12 +42,15 @@ class _Tick:
 
 class AlignerActor(BusActor):
     """Base of the two aligners. A subclass sets `side`, starts its consumers in `on_start`, adds
-    pieces in its handlers (through `held_step` and `try_publish`), and defines
+    pieces in its handlers (through `held_step`, `admit` and `try_publish`), and defines
     `complete(held) -> bool` (the step has everything) and `build(held) -> (batch, metrics)`, which
     must have no side effects (a failed publish builds the step again); `before_record` and `after_publish` may
     have them."""
 
     side = ""
+    # The durables whose stream this aligner alone reads (protocols.durables.WORK_DURABLES): what they acknowledged
+    # is removed nats.keep_consumed_steps published steps later (runtime/retention.py).
+    work_durables: tuple[str, ...] = ()
 
     def __init__(self, bus: Bus, config: NodeConfig) -> None:
         super().__init__(bus, name=f"{self.side}-aligner-{bus.node}")
@@ -70,6 +76,9 @@ class AlignerActor(BusActor):
         super().on_start()
         subjects = self.bus.subjects
         self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
+        self.records = PublishedRecords(self.state, self.side)
+        keep = self.config.nats.keep_consumed_steps
+        self.consumed = [ConsumedWork(self.bus, durable, keep) for durable in self.work_durables]
         self.consume_side(f"{self.side}-aligner-plans")
         self.ticker = Ticker(self.actor_ref, self.pipeline.tick_s, _Tick, name=f"tick-{self.name}").start()
 
@@ -87,7 +96,7 @@ class AlignerActor(BusActor):
 
     # ---- holding (mgrpo_actors/alignment/holding.py) -----------------------------------------
     def _saved_record(self, step: int) -> bytes | None:
-        return self.state.get(f"aligned.{self.side}.{step}")
+        return self.records.get(step)
 
     def held_step(self, step: int, delivery: Delivery) -> HeldStep | None:
         """The step to add a piece to (the delivery is now held), or None if its batch is out (acked, counted late)."""
@@ -97,10 +106,48 @@ class AlignerActor(BusActor):
         record = self.holding.published_record(plan.step)
         if record is not None:
             # A plan delivered again: this aligner died after publishing. Tell the controller again
-            # (de-duplicated), in case it died before it could.
-            self._announce(plan.step, record, {})
+            # (de-duplicated), in case it died before it could; a step too old to have its record kept was
+            # heard of long ago (alignment/records.py).
+            if not record.get("forgotten"):
+                self._announce(plan.step, record, {})
             return None
-        return self.try_publish(self.holding.hold_plan(plan, delivery, time.monotonic()))
+        held = self.holding.hold_plan(plan, delivery, time.monotonic())
+        waiting, held.waiting = held.waiting, []
+        for collection, key, piece, piece_delivery in waiting:  # what came before the plan is checked now
+            self.admit(held, collection, key, piece, piece_delivery)
+        return self.try_publish(held)
+
+    # ---- what counts (mgrpo_actors/alignment/piece_checks.py) ---------------------------------
+    def admit(self, held: HeldStep, collection: str, key: Any, piece: Any, delivery: Delivery) -> None:
+        """Keep `piece` in `held`'s `collection` once it passes the checks against the step's plan and the
+        side's own (`piece_reason`); one that is refused is dead-lettered and counted. A piece that comes before
+        its plan waits for it (the plan's consumer and the pieces' are separate)."""
+        if held.plan is None:
+            held.waiting.append((collection, key, piece, delivery))
+            return
+        reason = plan_reason(held.plan, piece) or self.piece_reason(held, piece)
+        if reason is not None:
+            held.forget_delivery(delivery)
+            self.refuse(held, delivery, piece, reason)
+            return
+        held.keep_first(collection, key, piece, delivery)
+        self.after_keep(held, piece)
+
+    def piece_reason(self, held: HeldStep, piece: Any) -> str | None:
+        """Why `piece` cannot be one of this side's (None: it can); the subclass's checks."""
+        return None
+
+    def after_keep(self, held: HeldStep, piece: Any) -> None:
+        """What a subclass checks once `piece` is kept (the sub side: trajectories against the stats naming them)."""
+
+    def refuse(self, held: HeldStep, delivery: Delivery | None, piece: Any, reason: str) -> None:
+        """`piece` of `held` is not aligned: dead-lettered with the reason, counted (`refused` in the batch's
+        metrics) and said (`<side>.refused` event)."""
+        held.count("refused")
+        what = f"{type(piece).__name__} of step {held.step} refused: {reason}"
+        if delivery is not None:
+            self._dead_letter(delivery, what, "PieceCheck")
+        publish_event(self.bus, f"{self.side}.refused", what, self.role, level="error", step=held.step)
 
     def try_publish(self, held: HeldStep) -> Any:
         if held.plan is not None and self.complete(held):
@@ -145,7 +192,7 @@ class AlignerActor(BusActor):
                     **figures,
                 )
             self._announce(held.step, record, figures)
-            self.state.put(f"aligned.{self.side}.{held.step}", json.dumps(record).encode())
+            self.records.put(held.step, record)  # commits the step
         except Exception as exc:
             held.publish_failures += 1
             self.log.error(
@@ -157,6 +204,8 @@ class AlignerActor(BusActor):
             return
         for delivery in self.holding.release(held, record):
             delivery.ack()
+        for consumed in self.consumed:
+            consumed.after_step()
         self.after_publish(held)
 
     def before_record(self, held: HeldStep) -> None:

@@ -39,7 +39,15 @@ from mgrpo_actors.learner.after_step import write_after_step
 from mgrpo_actors.learner.batch_checks import BatchCheck, check_batch
 from mgrpo_actors.learner.batch_filters import drop_stale, signed_advantages
 from mgrpo_actors.learner.checkpoints import Checkpoints, export_hf
-from mgrpo_actors.learner.ordering import AckSchedule, Arrival, BatchAssembler, resumed_record, step_version
+from mgrpo_actors.learner.ordering import (
+    AckSchedule,
+    Arrival,
+    BatchAssembler,
+    applied_count,
+    next_record,
+    resumed_record,
+    step_version,
+)
 from mgrpo_actors.learner.ranks import lead, stop_followers
 from mgrpo_actors.learner.reference import reference_model
 from mgrpo_actors.learner.trainer import PolicyTrainer
@@ -47,6 +55,7 @@ from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from mgrpo_actors.runtime.crossing import publish_crossing
+from mgrpo_actors.runtime.retention import ConsumedWork
 from mgrpo_actors.weights.chain import rebuild
 from mgrpo_actors.weights.delta import wire_dtype
 from mgrpo_actors.weights.encoder import WeightsEncoder
@@ -94,6 +103,7 @@ class LearnerActor(BusActor):
         self.state = self.bus.kv(subjects.bucket(f"state-{self.side}"))
         self.versions = self.bus.kv(subjects.bucket(f"versions-{self.side}"))
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
+        self.consumed = ConsumedWork(self.bus, f"{self.side}-learner", self.config.nats.keep_consumed_steps)
         agent = getattr(self.config.agents, self.side)
         model, self.tokenizer = load_model(agent.model)
         # The KL term's reference is the run's starting weights: taken now, before a resume below loads others.
@@ -208,6 +218,8 @@ class LearnerActor(BusActor):
                 pipeline.queries_per_step * pipeline.rollouts_per_query,
                 algo.alignment,
                 algo.advantages,
+                queries=pipeline.queries_per_step,
+                newest_version=self._newest_version(),
             )
             return False
         except BatchCheck as exc:
@@ -219,6 +231,13 @@ class LearnerActor(BusActor):
         publish_event(self.bus, f"{self.side}.refused", reason, self.role, level="error", step=batch.step)
         publish_metrics(self.bus, f"{self.side}_learner_refused", {"batches": self.refused}, batch.step, self.role)
         return True
+
+    def _newest_version(self) -> int:
+        """The newest weights version this side announced (KV), or the applied one if none was: no engine can have
+        sampled with a newer one."""
+        announced = self.versions.get(latest_key(self.side))
+        newest = decode(announced).version if announced is not None else 0
+        return max(newest, self.applied["version"])
 
     def _try_apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
         """Apply a whole batch; if that fails, hand every chunk back (False). A failure that is not the
@@ -277,21 +296,17 @@ class LearnerActor(BusActor):
         )
         self._after_step("weights version", lambda: self.versions.put(latest_key(self.side), encode(announced)))
         self.bus.publish(self.bus.subjects.weights(self.side), announced)
-        self.applied = {
-            "step": batch.step,
-            "batch_id": batch_id,
-            "version": version,
-            "history": [*self.applied["history"], batch_id],
-        }
+        self.applied = next_record(self.applied, batch.step, batch_id, version)
         self._after_step(
             "learner record", lambda: self.state.put(f"learner.{self.side}", json.dumps(self.applied).encode())
         )
         self.acks.hold(delivery for _, delivery in held)
-        if self.acks.due(len(self.applied["history"])):
+        if self.acks.due(applied_count(self.applied)):
             if self.acks.every:
                 self.checkpoints.save(self.trainer, self.tokenizer, f"step{batch.step}", self.applied)
             for delivery in self.acks.release():
                 delivery.ack()
+        self.consumed.after_step()  # batches acked at checkpoints long enough ago go (runtime/retention.py)
         figures = {**stats.as_dict(), **staleness.as_dict()}
         # The figures go out before StepDone: whoever shows the step finished has the learner's figures.
         publish_metrics(self.bus, f"{self.side}_learner", {**figures, "version": version}, batch.step, self.role)

@@ -10,6 +10,7 @@ from typing import Any
 from actors.aligner import AlignerActor
 from mgrpo_actors.alignment.holding import HeldStep
 from mgrpo_actors.alignment.main import build_main_batch, main_complete
+from mgrpo_actors.alignment.piece_checks import trajectory_reason
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.runtime import Bus, Delivery
 from protocols import AlignedBatch, StepPlan, Trajectory
@@ -20,6 +21,7 @@ __all__ = ["MainAlignerActor", "start_main_aligner"]
 class MainAlignerActor(AlignerActor):
     role = "main-aligner"
     side = "main"
+    work_durables = ("main-aligner",)
 
     def on_start(self) -> None:
         super().on_start()
@@ -34,8 +36,11 @@ class MainAlignerActor(AlignerActor):
         held = self.held_step(trajectory.step, delivery)
         if held is None:
             return None
-        held.keep_first("trajectories", (trajectory.query_id, trajectory.rollout_index), trajectory)
+        self.admit(held, "trajectories", (trajectory.query_id, trajectory.rollout_index), trajectory, delivery)
         return self.try_publish(held)
+
+    def piece_reason(self, held: HeldStep, piece: Trajectory) -> str | None:
+        return trajectory_reason(piece)
 
     def complete(self, held: HeldStep) -> bool:
         assert held.plan is not None

@@ -10,8 +10,9 @@ role per node: rank 0 is the node on NATS (batches, weights, KV, acks); ranks > 
 NATS and follow rank 0 (mgrpo_actors/learner/ranks.py), so no gradient leaves the learner's ranks.
 
 Exit codes: 0 after a graceful stop (SIGINT/SIGTERM or --duration), 2 for a bad command line or
-config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later) or when the
-controller's watchdog stopped a stalled run, 1 when a role fails to start for another reason.
+config, 3 when NATS cannot be reached (at start, without JetStream, or lost for good later), when the
+controller's watchdog stopped a stalled run or when the server's JetStream store is full (runtime/store_full.py),
+1 when a role fails to start for another reason.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
 import socket
 import sys
 import threading
@@ -37,7 +37,12 @@ from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
+from mgrpo_actors.runtime.disk import DiskFullError
 from mgrpo_actors.runtime.health import HealthFile
+from mgrpo_actors.runtime.redeliver import redeliver_unacked
+from mgrpo_actors.runtime.run_credentials import matching_run_credentials
+from mgrpo_actors.runtime.run_server import start_run_server
+from mgrpo_actors.runtime.security import ConnectSecurity
 from mgrpo_actors.runtime.shutdown import wait_for_stop
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
@@ -89,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="with --role all on the embedded server: continue the run in <run.dir>/<run.id> "
-        "(its NATS store, checkpoints) instead of starting it afresh",
+        "(its NATS store, checkpoints, its server's user in nats-credentials.json) instead of starting it afresh",
     )
     parser.add_argument(
         "--until-finished",
@@ -213,19 +218,6 @@ def follower_side(roles: list[str]) -> str | None:
     return roles[0].removesuffix("-learner") if int(os.environ.get("RANK", "0")) > 0 else None
 
 
-def embedded_store(config: NodeConfig, resume: bool) -> Path:
-    """The embedded server's store, <run dir>/<id>/nats: kept with `resume`, else the run directory
-    (store and checkpoints of an earlier run under this id) is cleared for a fresh run."""
-    run_dir = Path(config.run.dir) / config.run.id
-    if not resume and run_dir.exists():
-        get_logger("mgrpo.node").warning(
-            "starting a fresh run: removing the earlier one's directory (use --resume to continue it)",
-            run_dir=str(run_dir),
-        )
-        shutil.rmtree(run_dir)
-    return run_dir / "nats"
-
-
 def run_node(
     config: NodeConfig,
     roles: list[str],
@@ -244,18 +236,14 @@ def run_node(
     log = get_logger("mgrpo.node")
     stop = ShutdownSignal().install()
     lost = threading.Event()
-    server = (
-        EmbeddedNats(store_dir=str(embedded_store(config, resume)), max_payload=config.nats.max_message_bytes).start()
-        if embedded
-        else None
-    )
-    url = server.url if server else config.nats.url
+    run_dir = Path(config.run.dir) / config.run.id
     try:
-        security = None if server else config.nats.security(url)  # an embedded server has no users and no TLS
-    except (ValueError, OSError) as exc:
-        if server:
-            server.stop()
+        server, security = _connection(config, run_dir, embedded, resume)
+    except DiskFullError as exc:  # its own line, without OSError's "[Errno 28]"
+        return _fail(exc.strerror, EXIT_USAGE)
+    except (ValueError, OSError) as exc:  # a password file, a certificate, the run's credentials file
         return _fail(str(exc), EXIT_USAGE)
+    url = server.url if server else config.nats.url
 
     def connection_lost() -> None:  # reconnect attempts used up: exit 3 so a supervisor restarts us
         lost.set()
@@ -276,6 +264,7 @@ def run_node(
         mailbox_limit=config.nats.mailbox_limit,
         pending_bytes_limit=config.nats.pending_bytes_limit,
         security=security,
+        store_dir=server.jetstream_dir if server else None,  # its store filling up stops the run, naming it
     )
     try:
         bus.connect()
@@ -283,9 +272,11 @@ def run_node(
         if server:
             server.stop()
         return _fail(str(exc), EXIT_NATS)
+    if server is not None and resume:  # every role of the run is here and none runs yet: nothing is mid-work
+        redeliver_unacked(bus, bus.subjects.streams(), config.pipeline.ack_wait_s)
     actors: list[Any] = []
     failed: list[str] = []
-    stalled: list[str] = []  # why a role stopped the run unfinished (the controller's watchdog): exit 3
+    stalled: list[str] = []  # why a role stopped the run unfinished (the controller's watchdog, a full store): exit 3
 
     def actor_failed(actor: str, error: str) -> None:  # a role is gone: stop, exit 1, let a supervisor restart us
         failed.append(f"{actor}: {error}")
@@ -338,6 +329,22 @@ def run_node(
             server.stop()
     log.info("node stopped", dead_letters=bus.dead_letter_total, exit_code=code)
     return _fail(f"run stopped: {stalled[0]}", code) if stalled else code  # the last line: why it did not finish
+
+
+def _connection(
+    config: NodeConfig, run_dir: Path, embedded: bool, resume: bool
+) -> tuple[EmbeddedNats | None, ConnectSecurity | None]:
+    """The run's embedded server (started) and its user, or no server and whom `nats.url` is connected as:
+    nats.auth, else the run's own user when nats.url is its embedded server (a node joining it)."""
+    if embedded:
+        server, credentials = start_run_server(
+            run_dir, resume, config.nats.max_message_bytes, config.nats.embedded_memory_limit_mib
+        )
+        return server, credentials.security()
+    security = config.nats.security(config.nats.url)
+    if not config.nats.auth.user and (joined := matching_run_credentials(run_dir, config.nats.url)):
+        security = dataclasses.replace(security or ConnectSecurity(), user=joined.user, password=joined.password)
+    return None, security
 
 
 def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:

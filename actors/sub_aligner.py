@@ -19,6 +19,7 @@ from mgrpo_actors.agents.setup import load_task_questions, rollout_config
 from mgrpo_actors.algo.alignment import DEstimator
 from mgrpo_actors.alignment.fifo_store import QueueStore
 from mgrpo_actors.alignment.holding import HeldStep
+from mgrpo_actors.alignment.piece_checks import named_reason, stats_reason, trajectory_reason
 from mgrpo_actors.alignment.sub import (
     alignment_rng,
     build_sub_batch,
@@ -41,6 +42,7 @@ D_ESTIMATOR_KEY = "d_estimator.sub"
 class SubAlignerActor(AlignerActor):
     role = "sub-aligner"
     side = "sub"
+    work_durables = ("sub-aligner", "sub-aligner-stats")
 
     def on_start(self) -> None:
         super().on_start()
@@ -71,7 +73,7 @@ class SubAlignerActor(AlignerActor):
         held = self.held_step(stats.step, delivery)
         if held is None:
             return None
-        held.keep_first("stats", (stats.query_id, stats.rollout_index), stats)
+        self.admit(held, "stats", (stats.query_id, stats.rollout_index), stats, delivery)
         return self.try_publish(held)
 
     def on_trajectory(self, trajectory: Trajectory, delivery: Delivery) -> Any:
@@ -80,8 +82,26 @@ class SubAlignerActor(AlignerActor):
         held = self.held_step(trajectory.step, delivery)
         if held is None:
             return None
-        held.keep_first("trajectories", trajectory.call_id, trajectory)  # call ids name one attempt
+        self.admit(held, "trajectories", trajectory.call_id, trajectory, delivery)  # call ids name one attempt
         return self.try_publish(held)
+
+    def piece_reason(self, held: HeldStep, piece: RewardStats | Trajectory) -> str | None:
+        return stats_reason(piece) if isinstance(piece, RewardStats) else trajectory_reason(piece)
+
+    def after_keep(self, held: HeldStep, piece: RewardStats | Trajectory) -> None:
+        """A kept sub trajectory must belong to the rollout whose stats name it (whichever of the two came
+        first): one that does not is refused, and so is every other copy of that call that does not; a copy
+        that does takes the refused one's place."""
+        trajectories = held.collection("trajectories")
+        naming = {call: s for s in held.collection("stats").values() for call in s.sub_call_ids}
+        calls = piece.sub_call_ids if isinstance(piece, RewardStats) else [piece.call_id]
+        for call in (c for c in calls if c in naming):
+            for alternate, _ in list(held.alternates.get(("trajectories", call), [])):
+                if (reason := named_reason(alternate, naming[call])) is not None:
+                    self.refuse(held, held.drop_alternate("trajectories", call, alternate), alternate, reason)
+            while call in trajectories and (reason := named_reason(trajectories[call], naming[call])) is not None:
+                refused = trajectories[call]
+                self.refuse(held, held.drop_kept("trajectories", call), refused, reason)
 
     def complete(self, held: HeldStep) -> bool:
         assert held.plan is not None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from protocols import Subjects
 
-__all__ = ["DURABLES", "DurableSpec"]
+__all__ = ["DURABLES", "WORK_DURABLES", "DurableSpec"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,8 @@ DURABLES: dict[str, DurableSpec] = dict(
         _spec("batch-sub", "sub-learner", max_ack_pending=10_000),
     ]
 )
+
+# The durables that alone read their stream, whose acknowledged messages are done with (a trajectory whose batch
+# is out, a batch a checkpoint holds, a reward report used): their owner removes those from the stream
+# nats.keep_consumed_steps steps later (mgrpo_actors/runtime/retention.py).
+WORK_DURABLES = ("main-aligner", "sub-aligner", "sub-aligner-stats", "main-learner", "sub-learner")

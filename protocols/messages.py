@@ -140,6 +140,8 @@ class QueryDone(Message):
     sub_calls: int = 0
     seconds: float = 0.0
     node: str = ""
+    correct_rollouts: int = 0  # rollouts whose answer was judged correct (r_correct 1): progress on this question
+    reward_mean: float = 0.0  # mean R_M of its rollouts
 
 
 @_message

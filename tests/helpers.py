@@ -117,3 +117,30 @@ def expected_trained_line(out: str, sides: tuple[str, ...], learners: tuple[str,
     from mgrpo_actors.cli.run import trained_line
 
     return trained_line(sides, [f"{side}-learner" for side in learners], learned_samples(out))
+
+
+def stored_messages(run_dir: Path) -> dict[str, int]:
+    """Messages per stream (short names: "traj-main", …) of a finished `mgrpo run`'s embedded store
+    (<run.dir>/<run.id>), read by starting a nats-server on it as the run's user."""
+    import asyncio
+
+    import nats
+
+    from mgrpo_actors.runtime import EmbeddedNats
+    from mgrpo_actors.runtime.run_credentials import run_credentials
+
+    credentials = run_credentials(run_dir)
+    prefix = f"mgrpo-{run_dir.name}-"
+
+    async def counts(url: str) -> dict[str, int]:
+        nc = await nats.connect(url, user=credentials.user, password=credentials.password)
+        try:
+            infos = await nc.jetstream().streams_info()
+            return {
+                i.config.name.removeprefix(prefix): i.state.messages for i in infos if i.config.name.startswith(prefix)
+            }
+        finally:
+            await nc.close()
+
+    with EmbeddedNats(store_dir=str(run_dir / "nats"), credentials=credentials) as server:
+        return asyncio.run(counts(server.url))

@@ -16,7 +16,8 @@ def fake_run(run_id: str, steps: int = 2, queries: int = 2) -> list[tuple[Messag
 
     Step n starts at 10·n s; its queries finish at +2 s and +4 s, the batches at +5 s (main) and +5.5 s
     (sub), the learners at +7 s (main: 2 s for 400 tokens) and +8 s (sub: 4 s for 1200 tokens); the
-    step takes 9 s. M generated 400 tokens: 100 tok/s over the 4 s rollout."""
+    step takes 9 s. M generated 400 tokens: 100 tok/s over the 4 s rollout. Question q_i has min(2, step + i) of its
+    2 rollouts correct."""
     out: list[tuple[Message, float]] = []
 
     def event(kind: str, message: str, at: float, **data: Any) -> None:
@@ -43,6 +44,8 @@ def fake_run(run_id: str, steps: int = 2, queries: int = 2) -> list[tuple[Messag
                         num_rollouts=2,
                         sub_calls=3,
                         seconds=2.0 * (i + 1),
+                        correct_rollouts=min(2, step + i),  # q_i: i of 2 correct at step 0, one more each step
+                        reward_mean=0.1 + 0.45 * min(2, step + i),
                     ),
                     t + 2.0 * (i + 1),
                 )

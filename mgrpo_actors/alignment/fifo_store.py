@@ -5,7 +5,7 @@ docs/architecture.md §Delivery and state).
 Keys: `fifo.sub.<step>.<i>`, chunk i of the queue that step <step>'s batch left (an AlignedBatch of its rows, cut
 as a batch is to fit `nats.max_message_bytes`), and `fifo.sub.head`, which names that queue and the one the step
 took its batch from. A step's queue and head are written after its batch and before its published record
-(`aligned.sub.<step>`), and the record is what commits the step. So a restarted aligner takes the head's queue if
+(`aligned.sub.recent`), and the record is what commits the step. So a restarted aligner takes the head's queue if
 that step is recorded as published, and otherwise the queue the step was taken from: the step is then built again
 from the same queue, as a re-run after a crash must be. The queue of the step before is deleted once the next
 one is committed, so KV holds at most two queues (a second copy of up to one step's worth of sub samples).

@@ -30,6 +30,12 @@ class HeldStep:
     publish_failures: int = 0  # failed attempts at publishing the step's batch (retried each tick)
     figures_sent: bool = False  # the batch's metrics and event went out (a retried publish sends them once)
     result: Any = None  # what build() leaves for after_publish()
+    # Pieces that came before the plan, checked against it when it comes: (collection, key, message, delivery).
+    waiting: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
+    # The delivery of each kept piece, by (collection, key): a piece refused after it was kept is dead-lettered.
+    kept_deliveries: dict[tuple[str, Any], Any] = field(default_factory=dict)
+    # Repeats of a kept key from another attempt, in arrival order: one takes the place of a kept piece refused later.
+    alternates: dict[tuple[str, Any], list[tuple[Any, Any]]] = field(default_factory=dict)
 
     def collection(self, name: str) -> dict:
         return self.pieces.setdefault(name, {})
@@ -37,20 +43,54 @@ class HeldStep:
     def count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
 
-    def keep_first(self, collection: str, key: Any, message: Any) -> None:
-        """Keep the first message per key; count a repeat as a duplicate (same attempt, e.g. redelivered)
-        or as superseded (another attempt at the same rollout, whose first complete one counts)."""
+    def keep_first(self, collection: str, key: Any, message: Any, delivery: Any = None) -> None:
+        """Keep the first message per key; count a repeat as redelivered (the same piece again) or as
+        superseded (another attempt at the same rollout, whose first complete one counts). A repeat that is not
+        the same piece (another attempt, or one that claims another query or rollout) stays an alternate, in case
+        the kept one is refused (`drop_kept`)."""
         received = self.collection(collection)
         if key not in received:
             received[key] = message
-        else:
-            self.count("duplicates" if received[key].attempt == message.attempt else "superseded")
+            self.kept_deliveries[(collection, key)] = delivery
+            return
+        kept = received[key]
+        self.count("redelivered" if kept.attempt == message.attempt else "superseded")
+        if _identity(kept) != _identity(message):
+            self.alternates.setdefault((collection, key), []).append((message, delivery))
+
+    def drop_kept(self, collection: str, key: Any) -> Any:
+        """Forget the kept piece at `key` (it was refused): its delivery, to dead-letter. The first alternate from
+        another attempt, if any, is kept in its place."""
+        del self.collection(collection)[key]
+        delivery = self.kept_deliveries.pop((collection, key), None)
+        if delivery is not None:
+            self.forget_delivery(delivery)
+        if alternates := self.alternates.get((collection, key)):
+            message, alternate = alternates.pop(0)
+            self.collection(collection)[key] = message
+            self.kept_deliveries[(collection, key)] = alternate
+        return delivery
+
+    def drop_alternate(self, collection: str, key: Any, message: Any) -> Any:
+        """Forget `message`, an alternate at `key` (it was refused): its delivery, to dead-letter."""
+        alternates = self.alternates.get((collection, key), [])
+        for i, (alternate, delivery) in enumerate(alternates):
+            if alternate is message:
+                del alternates[i]
+                if delivery is not None:
+                    self.forget_delivery(delivery)
+                return delivery
+        raise KeyError(f"no such alternate at {key!r}")
+
+    def forget_delivery(self, delivery: Any) -> None:
+        """Stop holding `delivery` (it is dead-lettered instead of acked with the step)."""
+        self.deliveries = [d for d in self.deliveries if d is not delivery]
 
 
 @dataclass
 class StepHolding:
     """One aligner's held steps and published records. `saved(step)` reads the record a step's publish left
-    (KV `aligned.<side>.<step>`, raw JSON or None): a restarted aligner learns from it what is already out."""
+    (KV, alignment/records.py; raw JSON or None): a restarted aligner learns from it what is already out."""
 
     saved: Callable[[int], bytes | None]
     steps: dict[int, HeldStep] = field(default_factory=dict)
@@ -101,6 +141,11 @@ class StepHolding:
         self.published[held.step] = record
         del self.steps[held.step]
         return held.deliveries
+
+
+def _identity(piece: Any) -> tuple[Any, ...]:
+    """What tells two pieces under one key apart: their attempt, and the query and rollout they claim."""
+    return (piece.attempt, getattr(piece, "query_id", None), getattr(piece, "rollout_index", None))
 
 
 def batch_record(batch: AlignedBatch, num_chunks: int) -> dict[str, Any]:

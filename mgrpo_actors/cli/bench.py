@@ -23,6 +23,7 @@ BENCHMARKS = {
     "grpo": "mgrpo_actors.bench.grpo",
     "weights": "mgrpo_actors.bench.weights",
     "learner": "mgrpo_actors.bench.learner",
+    "storage": "mgrpo_actors.bench.storage",
 }
 
 

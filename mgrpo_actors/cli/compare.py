@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
+from mgrpo_actors.runtime.disk import DiskFullError, atomic_write_text
 
 __all__ = ["add_parser"]
 
@@ -191,11 +192,14 @@ def compare(args: argparse.Namespace) -> int:
         "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv),
         "methods": results,
     }
-    (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
-    (out / "compare.md").write_text(markdown_table(results))
-    write_compare_png(
-        results, out / "compare.png", title=f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps"
-    )
+    try:  # each file whole or not at all (runtime/disk.py); a full disk in one line
+        atomic_write_text(out / "compare.json", json.dumps(document, indent=2) + "\n", "the comparison")
+        atomic_write_text(out / "compare.md", markdown_table(results), "the comparison table")
+        title = f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps"
+        write_compare_png(results, out / "compare.png", title=title)
+    except DiskFullError as exc:
+        print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
+        return 1
     print(markdown_table(results))
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0

@@ -30,6 +30,7 @@ from mgrpo_actors.evaluation.metrics import METRICS
 from mgrpo_actors.evaluation.report import EvalSetup, eval_report
 from mgrpo_actors.evaluation.runner import EvalConfig, evaluate
 from mgrpo_actors.models.loader import ModelSpecError
+from mgrpo_actors.runtime.disk import DiskFullError, atomic_write_text
 
 __all__ = ["run_eval_command"]
 
@@ -175,7 +176,11 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     report = eval_report(setup, eval_cfg, questions, runs, time.perf_counter() - started)
     out.print(_table(report))
     if args.out is not None:
-        Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        try:  # whole or not at all (runtime/disk.py); a full disk in one line
+            atomic_write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "the eval report")
+        except DiskFullError as exc:
+            err.print(f"mgrpo eval: {exc.strerror}", markup=False)
+            return 1
         out.print(f"report written to {args.out}", markup=False)
     return 0
 

@@ -1,4 +1,6 @@
-"""`mgrpo ping`: list the nodes of a run (each answers with roles, versions, uptime, dead letters)."""
+"""`mgrpo ping`: list the nodes of a run (each answers with roles, versions, uptime, dead letters). Without
+--nats, --config and --run-dir, a run of this machine's `mgrpo run` (runs/<run id>/nats-credentials.json) is
+reached on its embedded server as its user."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ async def ping_nodes(url: str, run_id: str, wait_s: float = 1.0, security: Any =
 def _run(args: Any) -> int:
     try:
         validate_run_id(args.run_id)
-        url, security, _ = connection(args)
+        url, security, _ = connection(args, run_id=args.run_id)
     except ValueError as exc:  # a bad run id, --config, password file or certificate
         print(f"mgrpo ping: error: {exc}", file=sys.stderr)
         return 2

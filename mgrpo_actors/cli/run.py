@@ -27,6 +27,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -37,6 +38,8 @@ from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.config.node import METHODS
 from mgrpo_actors.log import configure_logging, quiet_libraries
 from mgrpo_actors.monitoring.run_view import RunView
+from mgrpo_actors.runtime.disk import DiskFullError
+from mgrpo_actors.runtime.run_credentials import credentials_path
 
 __all__ = ["add_parser", "run_job"]
 
@@ -59,6 +62,12 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
     if "sub" in config.sides:
         shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
     console.print(f"{shape}; loading models…")
+    run_dir = Path(config.run.dir) / config.run.id
+    # Where its other clients find the run's server and user (the password is never printed).
+    console.print(
+        f"the server's URL and run user: {credentials_path(run_dir)} (mode 0600; mgrpo tap --run-dir {run_dir})",
+        markup=False,
+    )
     started = time.perf_counter()
     code = composition.run_node(
         config,
@@ -75,7 +84,9 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
     if view.log.steps:
         try:
             view.write_report(seconds=seconds)  # <run.dir>/<run.id>/summary.json and rewards.png
-        except Exception as exc:  # the run itself is done: say so, do not fail it
+        except DiskFullError as exc:  # the run itself is done: say so in one line, do not fail it
+            console.print(f"run report not written: {exc.strerror}", markup=False)
+        except Exception as exc:
             console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
     learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:

@@ -3,6 +3,7 @@
     mgrpo tap --nats nats://host:4222                         # everything of every run, live
     mgrpo tap 'mgrpo.r1.metrics.>' --count 10                 # ten metric samples of run r1
     mgrpo tap --stream mgrpo-r1-metrics --from-start          # replay a JetStream stream
+    mgrpo tap --run-dir runs/r1 'mgrpo.r1.events'             # a local `mgrpo run`: its server, as its user
 
 Each line: {"subject", "time" (send time, ISO 8601), "type", "payload"}; arrays are shown as
 {"dtype", "shape"}, bytes as {"bytes": length}. A message that does not decode is shown with its

@@ -4,10 +4,13 @@ matplotlib draws without a display (Agg), as monitoring/report.py does."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from mgrpo_actors.runtime.disk import atomic_write_bytes
 
 __all__ = ["write_compare_png"]
 
@@ -55,6 +58,6 @@ def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, titl
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
-    return path
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    return atomic_write_bytes(path, png.getvalue(), "the comparison plot")  # whole or not at all

@@ -4,12 +4,27 @@ else (users, permissions, the node configs' `nats` sections) is derived from it 
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from mgrpo_actors.config.node import check_range
 from protocols import DEFAULT_MAX_BYTES, validate_run_id
 
 __all__ = ["DeploymentDescription", "JetStreamSettings", "ServerAddress", "TlsSettings"]
+
+
+def _is_address(host: str) -> bool:
+    """An IP address, or a DNS name (letters, digits, '-' in dot-separated labels)."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        labels = host.split(".")
+        return (
+            bool(host)
+            and len(host) <= 253
+            and all(label and len(label) <= 63 and all(c.isalnum() or c == "-" for c in label) for label in labels)
+        )
 
 
 @dataclass(frozen=True)
@@ -21,12 +36,25 @@ class ServerAddress:
     client_port: int = 4222  # clients (nodes, mgrpo tap)
     cluster_port: int = 6222  # routes between the servers of a cluster
     monitor_port: int = 8222  # HTTP monitoring (/varz, /jsz), on 127.0.0.1 only
+    # the address its client and cluster ports listen on: 0.0.0.0 every interface (IPv4), :: every interface (IPv6),
+    # or one interface's IP (or name) so the server is not reachable on the others (a public one, say)
+    listen_host: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
             raise ValueError(f"servers[].name {self.name!r}: letters, digits, '-' and '_' only")
         for key in ("client_port", "cluster_port", "monitor_port"):
             check_range(f"servers[{self.name}].{key}", getattr(self, key), 1, 65535)
+        if not _is_address(self.listen_host):
+            raise ValueError(
+                f"servers[{self.name}].listen_host {self.listen_host!r}: an IP address (0.0.0.0: every interface) "
+                "or a host name"
+            )
+
+    def listen(self, port: int) -> str:
+        """`host:port` for nats-server's `listen` on `listen_host` (an IPv6 address in brackets)."""
+        host = self.listen_host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def _server_config(
     lines = [
         "# Rendered by `mgrpo deploy nats-config` from the deployment description: edit that, not this.",
         f"server_name: {json.dumps(server.name)}",
-        f"listen: {json.dumps(f'0.0.0.0:{server.client_port}')}",
+        f"listen: {json.dumps(server.listen(server.client_port))}",
         f"http: {json.dumps(f'127.0.0.1:{server.monitor_port}')}",
         f"max_payload: {description.max_payload}",
         'write_deadline: "10s"',
@@ -209,7 +209,7 @@ def _server_config(
             )
         lines.append(
             f"cluster {{\n  name: {json.dumps(description.cluster_name)}\n"
-            f"  listen: {json.dumps(f'0.0.0.0:{server.cluster_port}')}\n  routes: {json.dumps(routes)}{tls}\n}}"
+            f"  listen: {json.dumps(server.listen(server.cluster_port))}\n  routes: {json.dumps(routes)}{tls}\n}}"
         )
     return "\n".join(lines) + "\n" + security
 

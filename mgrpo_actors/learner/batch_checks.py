@@ -6,7 +6,8 @@ that fails is dead-lettered with the reason and counted, never trained on (actor
 - Its size is what the step requires: B·K samples for M, B·K·D for S with D the configured one (or, under
   `D: auto`, within [d_min, d_max]).
 - Weights are 0 or 1; placeholders (weight 0) have advantage 0; every value is finite; a trained sample names
-  its advantage group and a policy version >= 0.
+  one of the step's B advantage groups (a query, or under `alignment.mode: none` a chunk of K·D) and a policy
+  version from 0 to the newest this side announced (an engine samples only with announced weights).
 - Each group's advantages are the group normalisation of the batch's own rewards over the group's trained
   samples (docs/method.md §Group-relative advantages), recomputed here: a batch with an advantage of 1e6, or one
   whose advantages do not follow from its rewards, is refused. Where a group's rewards are too close together
@@ -40,14 +41,19 @@ def check_batch(
     samples_per_d: int,
     alignment: AlignmentConfig,
     advantages: AdvantageConfig,
+    *,
+    queries: int,
+    newest_version: int,
 ) -> None:
     """BatchCheck naming the first thing wrong with `batch` for this learner (`side` of run `run_id`); the batch's
-    size must be `samples_per_d` (B·K) for main, `samples_per_d`·D for sub."""
+    size must be `samples_per_d` (B·K) for main, `samples_per_d`·D for sub; `queries` is B and `newest_version` the
+    newest weights version the side announced."""
     if batch.run_id != run_id or batch.side != side:
         raise BatchCheck(f"batch of run {batch.run_id!r}, side {batch.side!r}: this learner is {side} of {run_id!r}")
     _check_shapes(batch)
     _check_size(batch, side, samples_per_d, alignment)
     _check_values(batch)
+    _check_origins(batch, queries, newest_version)
     _check_advantages(batch, advantages)
 
 
@@ -90,6 +96,15 @@ def _check_values(batch: AlignedBatch) -> None:
         raise BatchCheck("a placeholder (weight 0) with an advantage")
     if (batch.groups[trained] < 0).any() or (batch.policy_versions[trained] < 0).any():
         raise BatchCheck("a trained sample without an advantage group or a policy version")
+
+
+def _check_origins(batch: AlignedBatch, queries: int, newest_version: int) -> None:
+    trained = batch.weights > 0
+    groups, versions = batch.groups[trained], batch.policy_versions[trained]
+    if (groups >= queries).any():
+        raise BatchCheck(f"advantage group {int(groups.max())} where the step has B = {queries} queries")
+    if (versions > newest_version).any():
+        raise BatchCheck(f"a sample of policy version {int(versions.max())}: the newest announced is {newest_version}")
 
 
 def _check_advantages(batch: AlignedBatch, cfg: AdvantageConfig) -> None:

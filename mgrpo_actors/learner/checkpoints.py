@@ -13,6 +13,7 @@ from typing import Any
 from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import CHECKPOINT, timed
+from mgrpo_actors.runtime.disk import disk_full, no_space_left
 
 __all__ = ["Checkpoints", "export_hf"]
 
@@ -46,8 +47,12 @@ def export_hf(module: Any, state: dict[str, Any], tokenizer: Any, directory: Pat
     written beside it and renamed into place, so a process killed meanwhile leaves no half directory."""
     partial = directory.with_name(f".{directory.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    module.save_pretrained(str(partial), state_dict=state, safe_serialization=True)
-    tokenizer.save_pretrained(str(partial))
+    try:
+        module.save_pretrained(str(partial), state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(str(partial))
+    except BaseException:  # a full disk, an interrupt: no half directory left behind
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(directory, ignore_errors=True)
     partial.rename(directory)
     return directory
@@ -71,14 +76,35 @@ class Checkpoints:
     @timed(CHECKPOINT)
     def save(self, trainer: PolicyTrainer, tokenizer: Any, tag: str, record: dict[str, Any]) -> Path:
         """Model, optimizer and `record`; the HF directory; older checkpoints removed. Returns the HF dir."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # every rank of the learner saves its part
-        trainer.save_checkpoint(str(self.directory), tag, {"record": record})
-        layout = {"zero_stage": trainer.zero_stage, "world_size": trainer.world_size}
-        (self.directory / tag / _LAYOUT).write_text(json.dumps(layout))
-        hf = export_hf(trainer.module, trainer.full_state_dict(), tokenizer, self.hf_dir(tag))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # every rank of the learner saves its part
+            trainer.save_checkpoint(str(self.directory), tag, {"record": record})
+            layout = {"zero_stage": trainer.zero_stage, "world_size": trainer.world_size}
+            (self.directory / tag / _LAYOUT).write_text(json.dumps(layout))
+            hf = export_hf(trainer.module, trainer.full_state_dict(), tokenizer, self.hf_dir(tag))
+        except Exception as exc:  # a short write: torch's zip writer says RuntimeError, safetensors its own error
+            full = no_space_left(exc, self.directory)  # before the partial files go and free the space again
+            self._remove_partial(tag)
+            if full:
+                raise disk_full(f"checkpoint {tag}", self.directory / tag) from exc
+            raise
         self._prune(keep=tag)
         return hf
+
+    def _remove_partial(self, tag: str) -> None:
+        """What a failed save of `tag` left; `latest` (DeepSpeed's pointer, written once its own part was saved)
+        then names the newest complete checkpoint again, or nothing."""
+        shutil.rmtree(self.directory / tag, ignore_errors=True)
+        log.warning("partial checkpoint removed", directory=str(self.directory / tag))
+        if self.latest() != tag:
+            return
+        complete = [p for p in self.directory.iterdir() if (p / _LAYOUT).is_file() and (p / "hf").is_dir()]
+        latest = self.directory / _LATEST
+        if complete:
+            latest.write_text(max(complete, key=lambda p: p.stat().st_mtime).name)
+        else:
+            latest.unlink(missing_ok=True)
 
     def load(self, trainer: PolicyTrainer) -> dict[str, Any] | None:
         """Restore the newest checkpoint into `trainer`; its record, or None when there is none."""

@@ -5,7 +5,9 @@ resumes from, and when applied batches are acked (`learners.<side>.checkpoint_ev
 actor (actors/learner.py) keeps the trainer, the weights, KV and the acks themselves.
 
 Applied record (KV `learner.<side>`, and in each checkpoint): {"step": the last step applied, "batch_id": its
-batch, "version": the policy version it made, "history": every batch id applied, in order}.
+batch, "version": the policy version it made, "applied": how many batches were applied, "history": the last
+HISTORY batch ids applied, in order} (records before kept every batch id, and no "applied": a record that grew
+by an id a step, for ever).
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from typing import Any, Generic, TypeVar
 
 from protocols import AlignedBatch
 
-__all__ = ["AckSchedule", "Arrival", "BatchAssembler", "resumed_record", "step_version"]
+__all__ = [
+    "HISTORY",
+    "AckSchedule",
+    "Arrival",
+    "BatchAssembler",
+    "applied_count",
+    "next_record",
+    "resumed_record",
+    "step_version",
+]
+
+HISTORY = 64  # batch ids the applied record keeps, for whoever reads it (the newest steps')
 
 D = TypeVar("D")  # what a chunk came with (the bus's Delivery), handed back untouched
 
@@ -68,6 +81,22 @@ def step_version(applied: dict[str, Any], step: int) -> int:
     """The version step `step` (applied before) made: steps are applied in order, one version each, so it is
     the applied record's version less the steps applied since."""
     return applied["version"] - (applied["step"] - step)
+
+
+def applied_count(applied: dict[str, Any]) -> int:
+    """How many batches the record says were applied (a record of before counted them by its whole history)."""
+    return int(applied.get("applied", len(applied["history"])))
+
+
+def next_record(applied: dict[str, Any], step: int, batch_id: str, version: int) -> dict[str, Any]:
+    """The applied record once `batch_id` of `step` is applied as `version`."""
+    return {
+        "step": step,
+        "batch_id": batch_id,
+        "version": version,
+        "applied": applied_count(applied) + 1,
+        "history": [*applied["history"], batch_id][-HISTORY:],
+    }
 
 
 def resumed_record(saved: dict[str, Any] | None, announced: tuple[int, int] | None) -> dict[str, Any]:

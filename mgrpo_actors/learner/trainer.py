@@ -44,6 +44,7 @@ from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.learner.forward import chunkable, micro_batch_log_probs, no_dropout
 from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches, target_mask_sums, trainable_rows
 from mgrpo_actors.learner.reference import ReferencePolicy, learner_dtype, reference_model
+from mgrpo_actors.learner.shm_op import load_shm_op
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import LEARN, timed
 from protocols import AlignedBatch
@@ -57,6 +58,7 @@ __all__ = [
     "deepspeed_config",
     "ensure_process_group_env",
     "init_process_group",
+    "rebalance_threads",
 ]
 
 log = get_logger(__name__)
@@ -110,6 +112,7 @@ def init_process_group(backend: str, attempts: int = 3) -> None:
     started from this one (tests, benches) pick their own instead of colliding with it."""
     import deepspeed
 
+    load_shm_op()  # under our own lock first: a killed loader's lock file would stall init_distributed
     for attempt in range(attempts):
         picked = ensure_process_group_env()
         try:
@@ -171,6 +174,17 @@ def _applying_here() -> Iterator[int]:
             _applying -= 1
 
 
+def rebalance_threads(cfg: LearnerConfig) -> int:
+    """Set this thread's torch threads to its share of the cores for the learners applying now, and return it: a
+    learner that started beside another takes every core once the other is done, and the first of two gives up
+    its second core when the other starts (called per micro-batch)."""
+    with _applying_lock:
+        threads = cfg.threads(max(1, _applying))
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
+
+
 @contextmanager
 def _torch_threads(threads: int) -> Iterator[None]:
     """torch's CPU threads set to `threads` inside (the process may share them with agents: --role all)."""
@@ -180,7 +194,7 @@ def _torch_threads(threads: int) -> Iterator[None]:
     try:
         yield
     finally:
-        if threads != previous:
+        if torch.get_num_threads() != previous:  # rebalance_threads may have changed it inside
             torch.set_num_threads(previous)
 
 
@@ -326,6 +340,7 @@ class PolicyTrainer:
         rounds = self._rounds(len(mbs))
         stand_in = micro_batches(batch, 1, self.pad_id, rows[:1])[0] if len(mbs) < rounds else None
         for i in range(rounds):
+            rebalance_threads(self.cfg)
             real = i < len(mbs)
             stats = self._micro_step(
                 mbs[i] if real else stand_in, denominator, last=i == rounds - 1, weight=1.0 if real else 0.0

@@ -4,11 +4,14 @@ rate). matplotlib is imported only here, when the PNG is written, and draws with
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from mgrpo_actors.runtime.disk import atomic_write_bytes, atomic_write_text
 
 __all__ = ["SUMMARY_FILE", "REWARDS_FILE", "write_report", "write_rewards_png", "write_summary_json"]
 
@@ -37,9 +40,7 @@ def write_summary_json(rows: Sequence[dict[str, Any]], path: Path, run_id: str, 
         "seconds": _clean(seconds),
         "steps": [{k: _clean(v) for k, v in row.items()} for row in rows],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
-    return path
+    return atomic_write_text(path, json.dumps(document, indent=2, allow_nan=False) + "\n", "the run summary")
 
 
 def write_rewards_png(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
@@ -62,9 +63,9 @@ def write_rewards_png(rows: Sequence[dict[str, Any]], path: Path, title: str = "
     axes.grid(alpha=0.3)
     axes.legend(loc="best", fontsize="small")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
-    return path
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    return atomic_write_bytes(path, png.getvalue(), "the rewards plot")
 
 
 def write_report(

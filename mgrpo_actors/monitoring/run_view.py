@@ -25,7 +25,7 @@ from mgrpo_actors.runtime import Bus, Delivery
 from mgrpo_actors.runtime.replay import stored_messages
 from protocols import Event, ProtocolError, QueryDone, decode_envelope
 
-__all__ = ["RunView"]
+__all__ = ["RunView", "questions_table"]
 
 
 class RunView:
@@ -95,8 +95,8 @@ class RunView:
     def _query_done(self, done: QueryDone) -> None:
         failed = f", {done.failed_rollouts} failed" if done.failed_rollouts else ""
         self._print(
-            f"  query {done.query_id}: {done.num_rollouts} rollouts, "
-            f"{done.sub_calls} sub calls{failed} ({done.seconds:.1f} s)"
+            f"  query {done.query_id}: {done.num_rollouts} rollouts, {done.sub_calls} sub calls{failed}, "
+            f"correct {done.correct_rollouts}/{done.num_rollouts}, R_M {done.reward_mean:.3f} ({done.seconds:.1f} s)"
         )
 
     def _event(self, event: Event, sent_at: float) -> None:
@@ -165,6 +165,9 @@ class RunView:
             )
         self.console.print(rewards)
         self.console.print(learning)
+        if (per_question := questions_table(rows)) is not None:
+            self.console.print("M's correct rollouts (of K) per question, per step:", markup=False)
+            self.console.print(per_question)
 
     def write_report(self, run_dir: Path | None = None, seconds: float | None = None) -> list[Path]:
         """summary.json and rewards.png in the run directory (default `<run.dir>/<run.id>`); prints their paths."""
@@ -175,6 +178,26 @@ class RunView:
         paths = write_report(rows, run_dir, self.config.run.id, seconds)
         self._print("run report: " + ", ".join(str(path) for path in paths))
         return paths
+
+
+def questions_table(rows: list[dict[str, Any]], most_steps: int = 16) -> Table | None:
+    """M's correct rollouts per question and step (its last `most_steps` steps), for the questions met in more than
+    one step (a pipeline.question_pool: the same questions again, so each row is a learning curve); None when no
+    question came back."""
+    rows = rows[-most_steps:]
+    seen: dict[str, int] = {}
+    for row in rows:
+        for query in row.get("questions") or {}:
+            seen[query] = seen.get(query, 0) + 1
+    repeated = sorted(query for query, steps in seen.items() if steps > 1)
+    if not repeated:
+        return None
+    table = _table("", ("question", *(str(r["step"]) for r in rows)))
+    table.columns[0].justify = "left"
+    for query in repeated:
+        cells = [(row.get("questions") or {}).get(query) for row in rows]
+        table.add_row(escape(query), *("" if cell is None else f"{cell[0]}/{cell[1]}" for cell in cells))
+    return table
 
 
 def step_line(record: StepRecord) -> str:

@@ -33,6 +33,7 @@ class StepRecord:
     started_at: float | None = None
     last_query_at: float | None = None
     queries: set[str] = field(default_factory=set)
+    answered: dict[str, tuple[int, int]] = field(default_factory=dict)  # query id -> (rollouts correct, rollouts)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> the batch event's data
     batch_at: dict[str, float] = field(default_factory=dict)
     learned: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> the learner event's data
@@ -66,6 +67,8 @@ class StepRecord:
             "queries": len(self.queries),
             "main_tokens": _num(main.get("tokens")),
             "main_gen_tokens_per_s": _rate(main.get("tokens"), rollout_s),
+            # per question: [rollouts whose answer was correct, rollouts] (a pipeline.question_pool's learning curve)
+            "questions": {query: list(counts) for query, counts in sorted(self.answered.items())},
         }
         for side in SIDES:
             figures = self.learned.get(side, {})
@@ -111,7 +114,7 @@ class StepLog:
         side, _, what = event.kind.partition(".")
         if event.kind == "step.started":
             if record.started_at is not None:  # the step again (resumed): its rollouts start over
-                record.last_query_at, record.queries = None, set()
+                record.last_query_at, record.queries, record.answered = None, set(), {}
             record.started_at = sent_at
             self.first_at = sent_at if self.first_at is None else min(self.first_at, sent_at)
         elif event.kind == "step.finished":
@@ -128,6 +131,7 @@ class StepLog:
         record = self._record(done.step)
         if record is not None:
             record.queries.add(done.query_id)
+            record.answered[done.query_id] = (done.correct_rollouts, done.num_rollouts)  # a redelivered query: its last
             record.last_query_at = sent_at if record.last_query_at is None else max(record.last_query_at, sent_at)
         return record
 

@@ -110,8 +110,16 @@ def _query_outcome(
                 attempt=attempt,
             )
         )
-    sub_calls = sum(s.num_sub_calls for s in stats)
-    done = QueryDone(**ids, attempt=attempt, num_rollouts=len(records), sub_calls=sub_calls, seconds=seconds, node=node)
+    done = QueryDone(
+        **ids,
+        attempt=attempt,
+        num_rollouts=len(records),
+        sub_calls=sum(s.num_sub_calls for s in stats),
+        seconds=seconds,
+        node=node,
+        correct_rollouts=sum(s.r_correct >= 1.0 for s in stats),  # full credit from the judge
+        reward_mean=sum(s.reward_main for s in stats) / len(stats) if stats else 0.0,
+    )
     return QueryOutcome(request, attempt, trajectories, stats, done)
 
 

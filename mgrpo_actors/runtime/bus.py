@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from mgrpo_actors.runtime.outbox import Outbox, PublishOp, SendOp
 from mgrpo_actors.runtime.requests import ReplyFuture, ReplyRouter, RequestOp
 from mgrpo_actors.runtime.security import ConnectSecurity, explain_connect_error, plaintext_refusal
 from mgrpo_actors.runtime.slow_consumers import SlowConsumers
+from mgrpo_actors.runtime.store_full import StoreWatch
 from mgrpo_actors.runtime.subscription import Subscription, mailbox_feeder
 from mgrpo_actors.runtime.targets import Target
 from protocols import DEFAULT_MAX_BYTES, Message, Subjects, encode
@@ -69,7 +71,10 @@ class Bus(JetStreamCalls):
         mailbox_limit: int = 256,
         pending_bytes_limit: int = 64 * 1024 * 1024,
         security: ConnectSecurity | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        """store_dir: the JetStream store of the server this process started (EmbeddedNats.jetstream_dir), so a
+        write it leaves unanswered on a full disk stops the run saying so (runtime/store_full.py)."""
         self.url = url
         self.subjects = Subjects(run_id)
         self.run_id = run_id
@@ -86,8 +91,11 @@ class Bus(JetStreamCalls):
         self.on_connection_lost = on_connection_lost
         # Called (on the actor's thread) with (actor name, error) when an actor of this process died.
         self.on_actor_failed: Callable[[str, str], None] | None = None
-        # Called (on the actor's thread) with why, when a role stops the run unfinished (the controller's watchdog).
+        # Called (on the actor's thread) with why, when a role stops the run unfinished (the controller's watchdog,
+        # or a write that found the server's store full).
         self.on_run_stopped: Callable[[str], None] | None = None
+        # Writes into the server's store that fail for want of room: StoreFull, and the run stopped (once).
+        self.store_watch = StoreWatch(store_dir, url, self._stop_run)
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
@@ -101,6 +109,8 @@ class Bus(JetStreamCalls):
         self._js: Any = None
         # what ensure_streams made: recreated if lost
         self._streams: tuple[list[str], StreamLimits] = ([], StreamLimits())
+        self._purge_failed: set[str] = set()
+        self._purge_refused: set[str] = set()
         self._subscriptions: list[Subscription] = []
         self._consumers: list[Consumer] = []
         self._counter_lock = threading.Lock()
@@ -180,6 +190,10 @@ class Bus(JetStreamCalls):
             self.max_bytes = self._nc.max_payload
         self._js = self._nc.jetstream()
         await self._replies.open(self._nc)
+
+    def _stop_run(self, why: str) -> None:
+        if self.on_run_stopped is not None:
+            self.on_run_stopped(why)
 
     def _stop_loop(self) -> None:
         self._closing = True

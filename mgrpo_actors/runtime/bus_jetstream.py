@@ -10,6 +10,7 @@ import nats.js.errors
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.consumer import Consumer
+from mgrpo_actors.runtime.errors import BusError
 from mgrpo_actors.runtime.jetstream import (
     ApiDenials,
     StreamLimits,
@@ -22,8 +23,11 @@ from mgrpo_actors.runtime.jetstream import (
 )
 from mgrpo_actors.runtime.kv import KvBucket, open_kv
 from mgrpo_actors.runtime.objects import ObjectBucket, open_object_store
+from mgrpo_actors.runtime.retention import ack_floor, purge_below
+from mgrpo_actors.runtime.store_full import StoreWatch
 from mgrpo_actors.runtime.targets import Target
 from protocols import Message, Subjects
+from protocols.durables import DURABLES, WORK_DURABLES
 
 if TYPE_CHECKING:
     from mgrpo_actors.runtime.audit import DeliveryLog
@@ -47,6 +51,9 @@ class JetStreamCalls:
     _streams: tuple[list[str], StreamLimits]
     _consumers: list[Consumer]
     _api_denials: ApiDenials
+    store_watch: StoreWatch  # a write that finds the server's store full stops the run (runtime/store_full.py)
+    _purge_failed: set[str]  # streams whose purge failed already (said once)
+    _purge_refused: set[str]  # streams this node's user may not purge (not tried again)
     call: Any
     _after_outbox: Any
     _encode: Any
@@ -94,23 +101,25 @@ class JetStreamCalls:
 
         msg_id: JetStream's de-duplication id; a second publish with the same id within the stream's
         duplicate window is acknowledged but not stored again (republishing after a crash is safe).
+        StoreFull (a BusError) when the server's store has no room for it: the run is stopped (runtime/store_full.py).
         """
         data = self._encode(message)
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        try:
-            ack = self.call(
-                self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)),
-                timeout=timeout_s + 1,
-            )
-        except nats.js.errors.NoStreamResponseError:
-            if not self._streams[0]:
-                raise
-            log.warning("no stream takes this subject: recreating the node's streams", subject=subject)
-            self.call(self._recreate_streams("a publish found no stream"))
-            ack = self.call(
-                self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)),
-                timeout=timeout_s + 1,
-            )
+        with self.store_watch.writing(f"a publish to {subject}", len(data)):
+            try:
+                ack = self.call(
+                    self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)),
+                    timeout=timeout_s + 1,
+                )
+            except nats.js.errors.NoStreamResponseError:
+                if not self._streams[0]:
+                    raise
+                log.warning("no stream takes this subject: recreating the node's streams", subject=subject)
+                self.call(self._recreate_streams("a publish found no stream"))
+                ack = self.call(
+                    self._after_outbox(self._js.publish(subject, data, timeout=timeout_s, headers=headers)),
+                    timeout=timeout_s + 1,
+                )
         return ack.seq
 
     def consume(
@@ -135,6 +144,15 @@ class JetStreamCalls:
         )
         config = consumer_config(durable, ack_wait_s, max_ack_pending, max_deliver)
 
+        async def durable_gone() -> bool:
+            try:
+                await self._js.consumer_info(stream, durable)
+                return False
+            except nats.js.errors.NotFoundError:  # the consumer, or its stream
+                return True
+
+        consumer.durable_gone, consumer.on_durable_gone = durable_gone, self._durable_gone
+
         async def _start() -> Any:
             psub = await with_api_retries(
                 lambda: self._js.pull_subscribe(subject or ">", durable=durable, stream=stream, config=config),
@@ -148,6 +166,67 @@ class JetStreamCalls:
         self._consumers.append(consumer)
         return consumer
 
+    def _durable_gone(self, why: str) -> None:
+        """A consumer's durable was deleted under it: the run stops (its node exits 3) rather than hang."""
+        if self.on_run_stopped is not None:
+            self.on_run_stopped(
+                f"{why}: this node's role would receive nothing more; "
+                "restarting the node (mgrpo run --resume) makes it again"
+            )
+
+    def _work_stream(self, durable: str) -> str:
+        if durable not in WORK_DURABLES:
+            raise ValueError(f"{durable!r} is not the one reader of its stream: nothing of it may be purged")
+        return self.subjects.stream(DURABLES[durable].stream)
+
+    def _consumed_work_failed(self, stream: str, exc: BaseException) -> None:
+        # Said once per stream. Refused (a deployment rendered before its users could purge): never tried again,
+        # since each refusal costs the API's timeout on the step's path; else tried again after the next step.
+        refused = isinstance(exc, BusError)
+        say = log.debug if stream in self._purge_failed else log.warning
+        self._purge_failed.add(stream)
+        if refused:
+            self._purge_refused.add(stream)
+        say(
+            "consumed work not removed from its stream"
+            + (": this node's user may not purge it (not tried again)" if refused else " (tried again after a step)"),
+            stream=stream,
+            error=f"{type(exc).__name__}: {exc}"[:300],
+        )
+
+    def ack_floor(self, durable: str) -> int | None:
+        """How far `durable` (one of protocols.durables.WORK_DURABLES) has acknowledged every message of its stream
+        (runtime/retention.py); None, said once, when the server cannot tell now."""
+        stream = self._work_stream(durable)
+        if stream in self._purge_refused:
+            return None
+        try:
+            return self.call(
+                with_api_retries(
+                    lambda: ack_floor(self._js, stream, durable), f"{durable}'s ack floor", self._api_denials
+                ),
+                timeout=60,
+            )
+        except Exception as exc:
+            self._consumed_work_failed(stream, exc)
+            return None
+
+    def purge_below(self, durable: str, seq: int) -> int:
+        """Remove the messages below `seq` from the stream `durable` alone reads (below its ack floor: acknowledged
+        work, runtime/retention.py); returns how many went. A failure is said once, not raised: a stream keeping
+        more for a while is no reason to stop a step."""
+        stream = self._work_stream(durable)
+        if stream in self._purge_refused or seq < 1:  # nats.py would send seq 0 as no seq: purge everything
+            return 0
+        try:
+            return self.call(
+                with_api_retries(lambda: purge_below(self._js, stream, seq), f"purging {stream}", self._api_denials),
+                timeout=60,
+            )
+        except Exception as exc:
+            self._consumed_work_failed(stream, exc)
+            return 0
+
     def kv(self, bucket: str, history: int = 1) -> KvBucket:
         """Open a KV bucket, creating it if missing (with the replicas of the node's streams)."""
         return KvBucket(
@@ -155,6 +234,7 @@ class JetStreamCalls:
             bucket,
             self.call(open_kv(self._js, bucket, history, self._streams[1].replicas, self._api_denials), timeout=120),
             self.max_bytes,
+            self.store_watch,
         )
 
     def object_store(self, bucket: str) -> ObjectBucket:
@@ -163,4 +243,5 @@ class JetStreamCalls:
             self.loop,
             bucket,
             self.call(open_object_store(self._js, bucket, self._streams[1].replicas, self._api_denials), timeout=120),
+            store_watch=self.store_watch,
         )

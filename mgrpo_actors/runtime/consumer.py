@@ -6,6 +6,7 @@ import asyncio
 import collections
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,11 @@ class Consumer:
     delivered: int = 0
     settled: collections.Counter = field(default_factory=collections.Counter)
     _stopping: bool = False
+    # Whether the server lost this durable (deleted, or its stream with it), asked after a failed fetch; and what
+    # then stops the run, saying why (Bus.consume sets both): retrying for ever left the role deaf and the run hung.
+    durable_gone: Callable[[], Awaitable[bool]] | None = None
+    on_durable_gone: Callable[[str], None] | None = None
+    _gone_answers: int = 0  # "no such durable" answers in a row
 
     def owns(self, delivery: Delivery) -> bool:
         """True while `delivery` is unsettled (False once acked, nak'ed or handed back on stop)."""
@@ -119,10 +125,13 @@ class Consumer:
                     continue
                 try:
                     msgs = await _fetch(psub, room, backlog)
+                    self._gone_answers = 0  # the durable answered: it exists
                 except (TimeoutError, nats.errors.TimeoutError):
-                    backlog = 0
+                    backlog, self._gone_answers = 0, 0
                     continue
                 except Exception as exc:  # disconnected, consumer deleted, ...: keep trying, slowly
+                    if await self._gone():
+                        return
                     log.warning(
                         "consumer fetch failed; retrying", stream=self.stream, durable=self.durable, error=str(exc)
                     )
@@ -143,6 +152,27 @@ class Consumer:
                 await psub.unsubscribe()
             except Exception:
                 pass
+
+    async def _gone(self) -> bool:
+        """True (and the run stopped) when the server says this durable no longer exists: nothing would ever reach
+        its role again. Not recreated: a new durable would start over from the stream's first message, and the
+        messages this one had delivered but not settled, here or in another process sharing it, are unknown.
+        `--resume` makes it again from the stream (every consumer is idempotent under redelivery)."""
+        if self.durable_gone is None:
+            return False
+        try:
+            gone = await self.durable_gone()
+        except Exception:  # the server cannot be asked either (disconnected): a passing failure
+            gone = False
+        # Twice in a row, a fetch (1 s) apart: one answer of a cluster changing leaders is not taken for a deletion.
+        self._gone_answers = self._gone_answers + 1 if gone else 0
+        gone = self._gone_answers >= 2
+        if gone:
+            why = f"durable consumer {self.durable!r} of stream {self.stream!r} no longer exists (deleted?)"
+            log.error("durable consumer lost: stopping the run", stream=self.stream, durable=self.durable)
+            if self.on_durable_gone is not None:
+                self.on_durable_gone(why)
+        return gone
 
     async def _keep_alive(self) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """The venv's nats-server, started with JetStream on a free loopback port and a temporary store.
 
-Used by `mgrpo-node --role all` without `--nats`, by `mgrpo run`, the benchmarks and the tests.
+Used by `mgrpo-node --role all` without `--nats`, by `mgrpo run` (both with the run's own user:
+runtime/run_server.py), the benchmarks and the tests. Its config file is mode 0600: it may hold users.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mgrpo_actors.runtime.run_credentials import RunCredentials
 from protocols import DEFAULT_MAX_BYTES
 
 __all__ = ["EmbeddedNats", "nats_server_binary"]
@@ -60,9 +62,13 @@ class EmbeddedNats:
         max_payload: int = DEFAULT_MAX_BYTES,
         extra_config: str = "",
         host: str = "127.0.0.1",
+        credentials: RunCredentials | None = None,
+        memory_limit_mib: int = 0,
     ) -> None:
         """extra_config: nats-server configuration appended as it is (TLS, users: deploy/); host: the
-        address it listens on (0.0.0.0: every interface; `url` stays on loopback)."""
+        address it listens on (0.0.0.0: every interface; `url` stays on loopback); credentials: the one
+        user it admits (None: anyone who reaches it); memory_limit_mib: the Go runtime's soft memory limit
+        (GOMEMLIMIT) for the server, 0 = none (a GOMEMLIMIT in the environment wins)."""
         # port None: the server picks a free one itself (-1) and we read it from its log, so two
         # servers started at once can never race for the same port.
         self.port = port or -1
@@ -70,22 +76,35 @@ class EmbeddedNats:
         self.max_payload = max_payload
         self.extra_config = extra_config
         self.host = host
+        self.credentials = credentials
+        self.memory_limit_mib = memory_limit_mib
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="mgrpo-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self._proc: subprocess.Popen | None = None
         self._log_path = self.store_dir / "nats-server.log"
 
+    @property
+    def jetstream_dir(self) -> Path:
+        """Where the server keeps its JetStream store (a Bus told it names it when the disk there is full)."""
+        return self.store_dir / "js"
+
     def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
         conf = self.store_dir / "nats.conf"
-        conf.write_text(
-            f"listen: {json.dumps(f'{self.host}:{self.port}')}\n"
-            f"max_payload: {self.max_payload}\n"
-            # The server's write deadline must cover a max_payload message to a slow client.
-            'write_deadline: "10s"\n'
-            f"jetstream {{ store_dir: {json.dumps(str(self.store_dir / 'js'))} }}\n"
-            f"{self.extra_config}\n"
-        )
+        authorization = self.credentials.server_authorization() if self.credentials else ""
+        # 0600 from the first byte: its users' hashes are nobody else's business
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a config left by an earlier start keeps its mode through O_TRUNC
+        with os.fdopen(fd, "w", encoding="utf-8") as conf_file:
+            conf_file.write(
+                f"listen: {json.dumps(f'{self.host}:{self.port}')}\n"
+                f"max_payload: {self.max_payload}\n"
+                # The server's write deadline must cover a max_payload message to a slow client.
+                'write_deadline: "10s"\n'
+                f"jetstream {{ store_dir: {json.dumps(str(self.jetstream_dir))} }}\n"
+                f"{authorization}"
+                f"{self.extra_config}\n"
+            )
         try:
             with open(self._log_path, "wb") as log_file:  # a fresh log: the port is read from it
                 self._proc = subprocess.Popen(
@@ -93,6 +112,7 @@ class EmbeddedNats:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
+                    env=self._environment(),
                     preexec_fn=_die_with_parent,
                 )
             self._wait_ready(timeout_s)
@@ -100,6 +120,15 @@ class EmbeddedNats:
             self.stop()
             raise
         return self
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.memory_limit_mib > 0:
+            # Without a limit Go lets the heap grow to twice what is live before collecting, so the server's RSS
+            # rose by ~80 % while its streams filled to their caps (mgrpo bench storage); a soft limit makes it
+            # collect sooner instead (it never refuses memory). A GOMEMLIMIT set by the user is theirs.
+            env.setdefault("GOMEMLIMIT", f"{self.memory_limit_mib}MiB")
+        return env
 
     def _listening_port(self) -> int | None:
         try:

@@ -80,9 +80,11 @@ async def with_api_retries(call: Callable[[], Awaitable[T]], what: str, denials:
 # Streams whose messages are work for one consumer and go once acked (a JetStream work queue): the
 # controller's rollout requests. Every other stream keeps its messages (limits) for replay and audit.
 WORK_QUEUE_STREAMS = ("rollouts",)
-# Streams for watching a run: full, they drop their oldest messages. Every other stream carries work:
-# full, it refuses new messages (the publisher gets an error and retries) and never drops one unread.
-DISCARD_OLD_STREAMS = ("metrics", "dlq")
+# Streams that, full, drop their oldest messages: those for watching a run, and the step plans and events,
+# whose readers are never thousands of steps behind (the controller's watchdog stops a run that stalls). Every
+# other stream carries work: full, it refuses new messages (the publisher gets an error and retries) and
+# never drops one unread; what its one reader acknowledged goes (runtime/retention.py).
+DISCARD_OLD_STREAMS = ("metrics", "dlq", "steps")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats.js.errors
@@ -12,6 +12,7 @@ import nats.js.errors
 from mgrpo_actors.runtime.delivery import KvUpdate
 from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
+from mgrpo_actors.runtime.store_full import StoreWatch
 from mgrpo_actors.runtime.targets import Target, tell
 from protocols import Message, encode
 
@@ -39,6 +40,8 @@ class KvBucket:
     name: str
     _kv: Any
     max_bytes: int  # encode limit of a Message value
+    # a put that finds the server's store full raises StoreFull and stops the run (the bus's; runtime/store_full.py)
+    store_watch: StoreWatch = field(default_factory=StoreWatch)
 
     def get(self, key: str) -> bytes | None:
         async def _get() -> bytes | None:
@@ -52,7 +55,8 @@ class KvBucket:
 
     def put(self, key: str, value: bytes | Message) -> int:
         data = encode(value, self.max_bytes) if isinstance(value, Message) else value
-        return self.loop.call(self._kv.put(key, data))
+        with self.store_watch.writing(f"KV put {self.name}/{key}", len(data)):
+            return self.loop.call(self._kv.put(key, data))
 
     def delete(self, key: str) -> None:
         self.loop.call(self._kv.delete(key))

@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,11 @@ from nats.js.api import Header, ObjectInfo, ObjectMetaOptions, ObjectStoreConfig
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.jetstream import ApiDenials, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop
+from mgrpo_actors.runtime.store_full import StoreWatch
 
 log = get_logger(__name__)
 
-__all__ = ["ObjectBucket", "open_object_store", "read_object", "write_object"]
+__all__ = ["ObjectBucket", "meta_subject", "open_object_store", "read_object", "write_object"]
 
 # A read that times out or finds the stream without a leader (a NATS server lost, an election under
 # way) is made again, this far apart, for at most this long: the ordered consumer this replaced rode
@@ -144,6 +145,21 @@ def _write_batch(into: Any, digest: Any, batch: list[bytes]) -> None:
         digest.update(data)
 
 
+def meta_subject(bucket: str, name: str) -> str:
+    """The subject of object `name`'s meta entry (nats.py's object store names it so)."""
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+async def _delete_object(js: Any, store: Any, bucket: str, name: str) -> None:
+    """nats.py's delete, which leaves a "deleted" meta entry per name for ever (a learner deletes one version a
+    step: measured, its bucket grew ~340 B a step), then that entry purged too: a reader then finds no object."""
+    try:
+        await store.delete(name)
+    except nats.js.errors.ObjectNotFoundError:
+        pass
+    await js.purge_stream(f"OBJ_{bucket}", subject=meta_subject(bucket, name))
+
+
 async def read_object(js: Any, store: Any, bucket: str, name: str, into: Any, sha256: str = "") -> int:
     """Write object `name` of `bucket` (nats-py's `store`) to the binary file `into`, chunk by chunk,
     without a consumer; returns its size. ObjectNotFoundError if absent; ValueError if its recorded digest
@@ -216,8 +232,9 @@ async def write_object(js: Any, store: Any, bucket: str, name: str, source: Any,
             digest="SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(sha256) if sha256 else digest.digest()).decode(),
             options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES),
         )
-        meta_subject = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
-        await js.publish(meta_subject, json.dumps(info.as_dict()).encode(), headers={Header.ROLLUP: "sub"})
+        await js.publish(
+            meta_subject(bucket, name), json.dumps(info.as_dict()).encode(), headers={Header.ROLLUP: "sub"}
+        )
     except BaseException:
         for ack in acks:
             ack.cancel()
@@ -236,11 +253,13 @@ class ObjectBucket:
     name: str
     _store: Any
     timeout_s: float = 600.0  # large objects take a while on slow links
+    # a chunk that finds the server's store full: StoreFull, and the run stopped (the bus's; runtime/store_full.py)
+    store_watch: StoreWatch = field(default_factory=StoreWatch)
 
     def put_file(self, name: str, path: str | Path, sha256: str = "") -> int:
         """Store the file at `path` as object `name` (read in chunks); returns its size. sha256: the file's digest
         (hex), if known."""
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, self.store_watch.writing(f"object {self.name}/{name}", CHUNK_BYTES):
             return self.loop.call(
                 write_object(self._store._js, self._store, self.name, name, f, sha256), timeout=self.timeout_s
             )
@@ -266,7 +285,5 @@ class ObjectBucket:
         return path
 
     def delete(self, name: str) -> None:
-        try:
-            self.loop.call(self._store.delete(name))
-        except nats.js.errors.ObjectNotFoundError:
-            pass
+        """Delete object `name`, leaving nothing of it in the bucket (absent already: nothing to do)."""
+        self.loop.call(_delete_object(self._store._js, self._store, self.name, name))

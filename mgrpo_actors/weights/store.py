@@ -18,6 +18,7 @@ from pathlib import Path
 from mgrpo_actors.config.learner import WeightsConfig
 from mgrpo_actors.phases import WEIGHTS, timed
 from mgrpo_actors.runtime import Bus
+from mgrpo_actors.runtime.disk import move_into
 from protocols import WeightsVersion
 
 __all__ = ["WeightsStore", "sha256_of"]
@@ -58,9 +59,8 @@ class WeightsStore:
             self._bucket.put_file(self._name(version), path, digest)
             uri = f"{_OBJECT_PREFIX}{self.bucket_name}/{self._name(version)}"
         else:
-            target = self.shared_dir / self._name(version)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target)
+            # whole or not at all, across filesystems too (runtime/disk.py move_into)
+            target = move_into(path, self.shared_dir / self._name(version), f"weights version {version}")
             uri = f"{_FILE_PREFIX}{target.resolve()}"
         self._forget_before(version, base)
         if self._bucket is not None:

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from mgrpo_actors.runtime.disk import disk_full, no_space_left
 from mgrpo_actors.weights.delta import SparseChange, WeightsDelta
 from mgrpo_actors.weights.files import SAFETENSORS_DTYPES, safetensors_header
 
@@ -95,10 +96,16 @@ def write_version(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metad
     encoded += b" " * (-len(encoded) % 8)  # tensor data 8-byte aligned, as safetensors writes it
     digest = hashlib.sha256()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        for block in (struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)):
-            f.write(block)
-            digest.update(block)
+    try:
+        with open(path, "wb") as f:
+            for block in (struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)):
+                f.write(block)
+                digest.update(block)
+    except BaseException as exc:  # a part of a version is no version: nothing is left to be mistaken for one
+        path.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and no_space_left(exc, path):
+            raise disk_full(f"weights version {metadata.get('mgrpo.version', '')}".strip(), path) from exc
+        raise
     return digest.hexdigest(), 8 + len(encoded) + offset
 
 

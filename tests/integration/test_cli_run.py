@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import expected_trained_line, run_script
+from tests.helpers import expected_trained_line, run_script, stored_messages
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,9 @@ def test_mgrpo_run_rejects_an_unknown_config_key():
 def test_a_resumed_run_reports_the_whole_run(tmp_path):
     """`mgrpo run --resume` after kill -9 of the run (its embedded nats-server with it) after step 1: the resumed
     view reads the earlier steps back from the run's metrics stream, so its tables, summary.json and closing line
-    cover all 3 steps, not only the resumed one."""
+    cover all 3 steps, not only the resumed one. With nats.keep_consumed_steps 0 every step's consumed work leaves
+    the streams (runtime/retention.py), across the kill too: each step is still applied exactly once, and at the
+    end the work streams hold at most the last step's messages."""
     import json
     import os
     import signal
@@ -54,7 +56,7 @@ def test_a_resumed_run_reports_the_whole_run(tmp_path):
     args = [
         *("--main", "tiny:main", "--sub", "tiny:sub"),
         *("--set", "tools.web_entities=150", "--set", "pipeline.steps=3", "--set", "pipeline.ack_wait_s=5"),
-        *("--set", f"run.dir={tmp_path / 'runs'}", "--set", "run.id=resumed"),
+        *("--set", f"run.dir={tmp_path / 'runs'}", "--set", "run.id=resumed", "--set", "nats.keep_consumed_steps=0"),
     ]
     log = tmp_path / "first.log"
     with open(log, "w") as out:
@@ -79,3 +81,13 @@ def test_a_resumed_run_reports_the_whole_run(tmp_path):
     summary = json.loads((tmp_path / "runs" / "resumed" / "summary.json").read_text())
     assert [row["step"] for row in summary["steps"]] == [0, 1, 2], summary["steps"]
     assert [row["main_version"] for row in summary["steps"]] == [1.0, 2.0, 3.0]
+    for row in summary["steps"]:  # per question: [correct, rollouts], B = K = 2; together M's correct rate
+        counts = list(row["questions"].values())
+        assert len(counts) == 2 and sum(n for _, n in counts) == 4, row["questions"]
+        assert sum(c for c, _ in counts) / 4 == pytest.approx(row["main_correct"]), row
+    # B = K = 2, D = 8: a step publishes 4 main trajectories, 4 reward reports, up to 32 sub trajectories and one
+    # batch per side (one chunk); 3 steps published three times that, of which at most the last step's stays.
+    stored = stored_messages(tmp_path / "runs" / "resumed")
+    assert stored["traj-main"] <= 4 and stored["stats"] <= 4 and stored["traj-sub"] <= 32, stored
+    assert stored["batch-main"] <= 1 and stored["batch-sub"] <= 1, stored
+    assert stored["metrics"] > 0 and stored["steps"] > 0, stored  # watching streams and plans keep theirs

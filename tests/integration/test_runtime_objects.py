@@ -102,3 +102,21 @@ def test_deltas_through_the_object_store_bring_a_late_engine_to_the_learners_wei
     assert all(torch.equal(held[n].view(torch.int16), wire.view(torch.int16)) for n, wire in encoder.last.items())
     with pytest.raises(FileNotFoundError):  # before full snapshot 4 and the newest one: let go
         learner.fetch_version(announced, 2, "")
+
+
+def test_a_deleted_object_leaves_nothing_in_its_bucket(bus, tmp_path):
+    """A learner deletes one old version a step: nats-py's delete alone kept a 'deleted' meta entry per name, so the
+    bucket grew for the whole run. Deleting an absent object is no error."""
+    store = bus.object_store(bus.subjects.bucket("weights-main"))
+    stream = f"OBJ_{store.name}"
+    source = tmp_path / "w.bin"
+    for version in range(1, 6):
+        source.write_bytes(os.urandom(200 * 1024))  # 2 chunks
+        store.put_file(f"v{version}.safetensors", source)
+        if version > 2:
+            store.delete(f"v{version - 2}.safetensors")
+    assert bus.stream_info(stream).state.messages == 2 * 3  # v4 and v5: 2 chunks and a meta entry each
+    store.delete("v1.safetensors")
+    with pytest.raises(FileNotFoundError, match="no object 'v3.safetensors'"):
+        store.get_file("v3.safetensors", tmp_path / "v3.bin")
+    assert store.get_file("v5.safetensors", tmp_path / "v5.bin").read_bytes() == source.read_bytes()

@@ -15,5 +15,15 @@ def checked(batch: AlignedBatch, plan: StepPlan, algo: AlgoConfig) -> AlignedBat
     their own: it is the configured D here (test_batch_checks.py checks D against the config)."""
     samples_per_d = len(plan.query_ids) * plan.num_rollouts
     alignment = dataclasses.replace(algo.alignment, d=batch.d) if batch.side == "sub" else algo.alignment
-    check_batch(batch, batch.run_id, batch.side, samples_per_d, alignment, algo.advantages)
+    newest = int(batch.policy_versions.max(initial=0))  # the versions are the tests' own
+    check_batch(
+        batch,
+        batch.run_id,
+        batch.side,
+        samples_per_d,
+        alignment,
+        algo.advantages,
+        queries=len(plan.query_ids),
+        newest_version=newest,
+    )
     return batch

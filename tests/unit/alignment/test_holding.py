@@ -1,5 +1,5 @@
 """What an aligner holds of its steps (alignment/holding.py), docs/architecture.md §One training step, step 5 and
-§Delivery and state: the first copy of each piece (repeats counted as duplicates or superseded), every delivery
+§Delivery and state: the first copy of each piece (repeats counted as redelivered or superseded), every delivery
 held until the step's batch is out, late pieces of a published step counted, the published record read from KV
 once, timed-out steps and failed publishes due on a tick, and the figures a published batch carries."""
 
@@ -29,7 +29,7 @@ class Kv:
         return self.records.get(step)
 
 
-def test_keep_first_counts_duplicates_and_superseded_attempts():
+def test_keep_first_counts_redelivered_pieces_and_superseded_attempts():
     held = HeldStep(step=0)
     first = piece("a1", "first")
     held.keep_first("trajectories", ("q1", 0), first)
@@ -39,7 +39,7 @@ def test_keep_first_counts_duplicates_and_superseded_attempts():
     held.keep_first("trajectories", ("q1", 1), piece("a2", "other rollout"))
     assert held.collection("trajectories")[("q1", 0)] is first
     assert len(held.collection("trajectories")) == 2
-    assert held.counts == {"duplicates": 2, "superseded": 1}
+    assert held.counts == {"redelivered": 2, "superseded": 1}
 
 
 def test_pieces_of_a_step_are_held_with_their_deliveries():
@@ -106,13 +106,28 @@ def test_due_steps_are_timed_out_ones_and_complete_ones_whose_publish_failed():
 def test_the_record_and_figures_of_a_published_batch():
     batch = SimpleNamespace(batch_id="run-main-step7", sample_ids=["s0", "s1", "s2"])  # an AlignedBatch's two fields
     assert batch_record(batch, num_chunks=2) == {"batch_id": "run-main-step7", "num_samples": 3, "num_chunks": 2}
-    held = HeldStep(step=7, counts={"duplicates": 2, "superseded": 1})
+    held = HeldStep(step=7, counts={"redelivered": 2, "superseded": 1})
     figures = batch_figures({"reward_mean": 0.5}, held, late=4, timed_out=True, num_chunks=2)
     assert figures == {
         "reward_mean": 0.5,
-        "duplicates": 2.0,
+        "redelivered": 2.0,
         "superseded": 1.0,
         "late": 4.0,
         "timed_out": 1.0,
         "chunks": 2.0,
     }
+
+
+def test_a_refused_kept_piece_gives_its_place_to_another_attempts_copy():
+    held = HeldStep(step=0)
+    forged, redelivered, real = piece("a1", "forged"), piece("a1", "same attempt"), piece("a2", "real")
+    d_forged, d_redelivered, d_real = object(), object(), object()
+    held.deliveries += [d_forged, d_redelivered, d_real]
+    held.keep_first("trajectories", "call", forged, d_forged)
+    held.keep_first("trajectories", "call", redelivered, d_redelivered)  # a duplicate: no alternate
+    held.keep_first("trajectories", "call", real, d_real)  # another attempt: kept as the alternate
+    assert held.drop_kept("trajectories", "call") is d_forged
+    assert held.collection("trajectories")["call"] is real
+    assert held.deliveries == [d_redelivered, d_real]  # the dropped one is dead-lettered, not acked with the step
+    assert held.drop_kept("trajectories", "call") is d_real
+    assert "call" not in held.collection("trajectories") and held.deliveries == [d_redelivered]

@@ -69,3 +69,33 @@ def test_trainers_applying_at_once_are_counted_and_uncounted():
             assert again == 2
     with _applying_here() as alone:
         assert alone == 1
+
+
+def test_a_learner_takes_its_share_of_the_cores_anew_at_every_micro_batch(monkeypatch):
+    import torch
+
+    from mgrpo_actors.learner.trainer import _applying_here, _torch_threads, rebalance_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    with _applying_here(), _torch_threads(4):  # the main learner, alone when it started: every core
+        assert rebalance_threads(LearnerConfig()) == 4 and torch.get_num_threads() == 4
+        with _applying_here():  # the sub learner starts beside it: the main one gives up half
+            assert rebalance_threads(LearnerConfig()) == 2 and torch.get_num_threads() == 2
+        # the sub learner is done: the main one takes every core again at its next micro-batch
+        assert rebalance_threads(LearnerConfig()) == 4 and torch.get_num_threads() == 4
+        assert rebalance_threads(LearnerConfig(torch_threads=3)) == 3  # a set count stays the user's
+    assert torch.get_num_threads() == before
+
+
+def test_threads_a_rebalance_changed_are_restored_even_when_the_entry_changed_nothing():
+    import torch
+
+    from mgrpo_actors.learner.trainer import _torch_threads
+
+    before = torch.get_num_threads()
+    with _torch_threads(before):  # the learner's share was what the thread had already
+        torch.set_num_threads(before + 1)  # a rebalance inside (the other learner finished)
+    assert torch.get_num_threads() == before

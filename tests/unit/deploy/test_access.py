@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.roles import ROLES
+from mgrpo_actors.config.node import STREAM_NAMES
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, common_access, permissions, subject_matches
 from protocols import SIDES, Subjects
 
@@ -116,7 +117,7 @@ _LEARNER_LIKE = RoleAccess(
 
 def test_permissions_of_a_small_access_by_hand():
     """Common part first, then the role's subjects, stream/consumer/ack APIs (bind, pull, ack: never
-    create) and its KV key, each once."""
+    create; the one reader of a work stream also purges what it acknowledged) and its KV key, each once."""
     p = permissions(_LEARNER_LIKE, "r1", "_INBOX.x")
     assert p.publish == [
         "mgrpo.r1.events",
@@ -129,6 +130,7 @@ def test_permissions_of_a_small_access_by_hand():
         "$JS.API.CONSUMER.INFO.mgrpo-r1-batch-main.main-learner",
         "$JS.API.CONSUMER.MSG.NEXT.mgrpo-r1-batch-main.main-learner",
         "$JS.ACK.mgrpo-r1-batch-main.main-learner.>",
+        "$JS.API.STREAM.PURGE.mgrpo-r1-batch-main",
         "$JS.API.STREAM.INFO.KV_mgrpo-r1-state",
         "$JS.API.STREAM.MSG.GET.KV_mgrpo-r1-state",
         "$JS.API.DIRECT.GET.KV_mgrpo-r1-state",
@@ -311,3 +313,19 @@ def test_a_role_of_one_run_gets_nothing_of_another_run():
     assert not p.may_publish(other.batches("main")) and not p.may_publish(
         f"$JS.API.STREAM.INFO.{other.stream('batch-main')}"
     )
+
+
+def test_each_work_streams_one_reader_and_nobody_else_may_purge_it():
+    """runtime/retention.py: the aligners purge their trajectory (and reward-report) streams, the learners their
+    batch streams; no role may purge any other stream (the plans, the metrics, the rollout requests)."""
+    owners = {
+        "main-aligner": {"traj-main"},
+        "sub-aligner": {"traj-sub", "stats"},
+        "main-learner": {"batch-main"},
+        "sub-learner": {"batch-sub"},
+    }
+    s = Subjects("r1")
+    for name in ROLES:
+        p = _role(name)
+        purged = {what for what in STREAM_NAMES if p.may_publish(f"$JS.API.STREAM.PURGE.{s.stream(what)}")}
+        assert purged == owners.get(name, set()), name

@@ -35,7 +35,7 @@ def _grouped(rewards: list[list[float]], side: str = "main", d: int = 0):
 
 
 def _check(batch, side: str = "main", alignment: AlignmentConfig | None = None) -> None:
-    check_batch(batch, "run", side, B * K, alignment or AlignmentConfig(d=D), ADV)
+    check_batch(batch, "run", side, B * K, alignment or AlignmentConfig(d=D), ADV, queries=B, newest_version=0)
 
 
 def test_batches_as_the_aligners_build_them_pass():
@@ -65,6 +65,8 @@ def test_batches_as_the_aligners_build_them_pass():
         (lambda b: dataclasses.replace(b, sample_ids=["a", "a", "b", "c"]), "repeat"),
         (lambda b: dataclasses.replace(b, lengths=np.array([3, 3, 3, 2], np.int32)), "token arrays"),
         (lambda b: dataclasses.replace(b, top_ks=np.zeros(3, np.int32)), "top_ks holds 3"),
+        (lambda b: dataclasses.replace(b, groups=np.array([0, 0, 1, 2], np.int32)), "group 2 where the step has B = 2"),
+        (lambda b: dataclasses.replace(b, policy_versions=np.array([0, 0, 1, 0], np.int32)), "newest announced is 0"),
     ],
 )
 def test_a_forged_batch_is_refused_with_its_reason(forge, reason):

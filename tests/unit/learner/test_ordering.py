@@ -125,3 +125,16 @@ def test_acks_count_every_applied_batch_of_the_run():
     assert acks.due(5) is False  # a resumed learner: the 5th batch of the run
     acks.hold(["b6"])
     assert acks.due(6) is True and acks.release() == ["b5", "b6"] and acks.release() == []
+
+
+def test_the_applied_record_counts_every_batch_but_keeps_only_the_newest_ids():
+    """The record is in KV and in every checkpoint: it must not grow by an id a step for the whole run."""
+    from mgrpo_actors.learner.ordering import HISTORY, applied_count, next_record
+
+    record = resumed_record(None, None)
+    for step in range(HISTORY + 10):
+        record = next_record(record, step, f"b{step}", step + 1)
+    assert applied_count(record) == HISTORY + 10 and record["version"] == HISTORY + 10
+    assert record["history"] == [f"b{s}" for s in range(10, HISTORY + 10)]
+    old = {"step": 2, "batch_id": "b2", "version": 3, "history": ["b0", "b1", "b2"]}  # a record of before
+    assert applied_count(old) == 3 and applied_count(next_record(old, 3, "b3", 4)) == 4

@@ -139,7 +139,10 @@ def test_the_view_fed_with_messages_shows_each_step_and_writes_the_report(tmp_pa
     assert view.feed(encode(Metric(name="main.reward_mean", value=0.5))) is None  # metrics are skipped
     assert view.feed(b"not msgpack") is None  # and what does not decode
     text = out.getvalue()
-    assert "step 0: 2 queries × 2 rollouts" in text and "query q1: 2 rollouts, 3 sub calls (4.0 s)" in text
+    assert (
+        "step 0: 2 queries × 2 rollouts" in text
+        and "query q1: 2 rollouts, 3 sub calls, correct 1/2, R_M 0.550 (4.0 s)" in text
+    )
     assert "main batch: 4 samples, R_M mean 0.500" in text and "sub batch: 32 samples (D = 8)" in text
     assert "step 1 finished in 9.0 s" in text and "run r1 finished after 2 steps" in text
     lines = text.splitlines()
@@ -159,9 +162,15 @@ def test_the_view_fed_with_messages_shows_each_step_and_writes_the_report(tmp_pa
         and "10/16/0" in table
         and "seconds per phase" in table
     )
+    per_question = table.split("M's correct rollouts (of K) per question, per step:")[1].splitlines()
+    assert [line.split() for line in per_question if line.startswith(" q") and "question" not in line] == [
+        ["q0", "0/2", "1/2"],
+        ["q1", "1/2", "2/2"],
+    ]
     paths = view.write_report()
     assert paths == [tmp_path / "r1" / "summary.json", tmp_path / "r1" / "rewards.png"]
-    assert len(json.loads(paths[0].read_text())["steps"]) == 2
+    steps = json.loads(paths[0].read_text())["steps"]
+    assert [step["questions"] for step in steps] == [{"q0": [0, 2], "q1": [1, 2]}, {"q0": [1, 2], "q1": [2, 2]}]
     assert f"run report: {paths[0]}, {paths[1]}" in out.getvalue()
 
 
@@ -183,3 +192,15 @@ def test_the_monitor_is_a_built_role_that_all_does_not_start():
         ["all"], load_config(NodeConfig, None, [])
     )
     assert expand_roles(["monitor", "tool"]) == ["tool", "monitor"]
+
+
+def test_the_per_question_table_needs_a_question_met_twice():
+    from mgrpo_actors.monitoring.run_view import questions_table
+
+    once = [{"step": 0, "questions": {"a": [1, 4]}}, {"step": 1, "questions": {"b": [2, 4]}}]
+    assert questions_table(once) is None
+    again = [*once, {"step": 2, "questions": {"a": [3, 4]}}]
+    table = questions_table(again)
+    assert (
+        table is not None and table.row_count == 1 and [c.header for c in table.columns] == ["question", "0", "1", "2"]
+    )
