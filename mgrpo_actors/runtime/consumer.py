@@ -20,7 +20,7 @@ from mgrpo_actors.runtime.jetstream import consumer_config, with_api_retries
 from mgrpo_actors.runtime.loop import BusLoop, cancel_task
 from mgrpo_actors.runtime.targets import Target, tell
 
-__all__ = ["Consumer", "ensure_durable"]
+__all__ = ["DURABLE_LOST_AFTER_S", "Consumer", "ensure_durable"]
 
 log = get_logger(__name__)
 
@@ -29,6 +29,9 @@ FETCH_WAIT_S = 1.0
 # How long a pull for messages the server said are waiting may take (another process sharing the
 # durable consumer may have taken them meanwhile: then it returns what it got after this).
 BACKLOG_WAIT_S = 0.05
+# A durable the server has answered "not found" for, on end, for this long is taken as deleted and the run stopped
+# (runtime/consumer.py `_gone`): longer than a cluster's leader election, short beside a watchdog's minutes.
+DURABLE_LOST_AFTER_S = 15.0
 # A message redelivered this often is logged as suspicious (its handler may be killing its process).
 _WARN_DELIVERIES = 3
 
@@ -63,7 +66,8 @@ class Consumer:
     # then stops the run, saying why (Bus.consume sets both): retrying for ever left the role deaf and the run hung.
     durable_gone: Callable[[], Awaitable[bool]] | None = None
     on_durable_gone: Callable[[str], None] | None = None
-    _gone_answers: int = 0  # "no such durable" answers in a row
+    clock: Callable[[], float] = time.monotonic  # what `_gone` measures DURABLE_LOST_AFTER_S by (tests inject one)
+    _gone_since: float | None = None  # when the first of the "no such durable" answers in a row came
 
     def owns(self, delivery: Delivery) -> bool:
         """True while `delivery` is unsettled (False once acked, nak'ed or handed back on stop)."""
@@ -125,9 +129,9 @@ class Consumer:
                     continue
                 try:
                     msgs = await _fetch(psub, room, backlog)
-                    self._gone_answers = 0  # the durable answered: it exists
+                    self._gone_since = None  # the durable answered: it exists
                 except (TimeoutError, nats.errors.TimeoutError):
-                    backlog, self._gone_answers = 0, 0
+                    backlog, self._gone_since = 0, None
                     continue
                 except Exception as exc:  # disconnected, consumer deleted, ...: keep trying, slowly
                     if await self._gone():
@@ -164,15 +168,21 @@ class Consumer:
             gone = await self.durable_gone()
         except Exception:  # the server cannot be asked either (disconnected): a passing failure
             gone = False
-        # Twice in a row, a fetch (1 s) apart: one answer of a cluster changing leaders is not taken for a deletion.
-        self._gone_answers = self._gone_answers + 1 if gone else 0
-        gone = self._gone_answers >= 2
-        if gone:
-            why = f"durable consumer {self.durable!r} of stream {self.stream!r} no longer exists (deleted?)"
-            log.error("durable consumer lost: stopping the run", stream=self.stream, durable=self.durable)
-            if self.on_durable_gone is not None:
-                self.on_durable_gone(why)
-        return gone
+        now = self.clock()
+        if not gone:
+            self._gone_since = None
+            return False
+        if self._gone_since is None:
+            self._gone_since = now
+        # Only "no such durable" for DURABLE_LOST_AFTER_S on end: a cluster electing the consumer's or the stream's
+        # new leader after a server died can answer "not found" for seconds (Raft election timeouts are 4-9 s).
+        if now - self._gone_since < DURABLE_LOST_AFTER_S:
+            return False
+        why = f"durable consumer {self.durable!r} of stream {self.stream!r} no longer exists (deleted?)"
+        log.error("durable consumer lost: stopping the run", stream=self.stream, durable=self.durable)
+        if self.on_durable_gone is not None:
+            self.on_durable_gone(why)
+        return True
 
     async def _keep_alive(self) -> None:
         with self._lock:
