@@ -16,13 +16,17 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
     mgrpo compare --methods m-grpo,main-only --set pipeline.queries_per_step=4
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
-`<out>/logs/`; a failed one stops the comparison with its log's tail. Methods: m-grpo, main-only,
+`<out>/logs/`; a failed one stops the comparison with its log's tail. Before each step it says where the plan
+is ("[5/14] run-m-grpo", steps done, time elapsed and an estimate of the time left). Finished steps are
+recorded in `<out>/progress.json`: the same command into the same `--out` resumes an interrupted comparison
+without redoing them (other settings start the plan over). Methods: m-grpo, main-only,
 single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchronised condition).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -63,11 +67,41 @@ def _mgrpo(out: Path, name: str, *args: str) -> float:
     return seconds
 
 
+def _step(progress: Any, out: Path, name: str, output: Path, *args: str) -> float:
+    """Step `name` of the plan (`mgrpo ARGS`, writing `output`), unless it finished before; its seconds."""
+    if progress.is_done(name, output):
+        print(f"  {progress.where(name)}: finished before, reused ({output})", flush=True)
+        return progress.done[name]
+    print(f"  {progress.where(name)}", flush=True)
+    seconds = _mgrpo(out, name, *args)
+    progress.record(name, seconds)
+    return seconds
+
+
+def _plan_steps(cfg: Any, layouts: list[str], warmup: bool) -> list[str]:
+    """The names of the comparison's steps, in the order they run."""
+    first = [
+        name
+        for layout in layouts
+        for name, wanted in ((f"warmup-{layout}", warmup), (f"stage1-{layout}", cfg.stage1_steps > 0))
+        if wanted
+    ]
+    starts = [f"eval-start-{layout}" for layout in layouts]
+    methods = [
+        name
+        for method in cfg.methods
+        for name in (f"run-{method}", *(f"eval-{method}-step{step}" for step in cfg.eval_steps[1:]))
+    ]
+    return [*first, *starts, *methods]
+
+
 def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
     return [arg for value in overrides for arg in ("--set", value)]
 
 
-def _evaluate(out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool) -> Path:
+def _evaluate(
+    progress: Any, out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool
+) -> Path:
     report = out / "evals" / f"{name}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     args = [
@@ -85,7 +119,7 @@ def _evaluate(out: Path, name: str, config: list[str], cfg: Any, models: dict[st
         "--out",
         str(report),
     ]
-    _mgrpo(out, f"eval-{name}", *args, *(["--single-agent"] if single else []))
+    _step(progress, out, f"eval-{name}", report, *args, *(["--single-agent"] if single else []))
     return report
 
 
@@ -104,9 +138,14 @@ def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trai
     return models
 
 
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in settings.items()}
+
+
 def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
     from mgrpo_actors.compare.plot import write_compare_png
+    from mgrpo_actors.compare.progress import PlanProgress, duration
     from mgrpo_actors.compare.results import markdown_table, method_result
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 
@@ -135,27 +174,56 @@ def compare(args: argparse.Namespace) -> int:
         else {"main": base.agents.main.model, "sub": base.agents.sub.model}
         for layout in layouts
     }
+    config_text = Path(args.config).read_bytes() if args.config else b""  # the file's content: an edit is another plan
+    identity = {
+        "compare": _plain(vars(cfg)),
+        "config": args.config,
+        "config_sha256": hashlib.sha256(config_text).hexdigest(),
+        "warmup": args.warmup,
+    }
+    progress = PlanProgress(out, identity, _plan_steps(cfg, layouts, args.warmup))
     print(
         f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
-        f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs",
+        f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs; "
+        f"{len(progress.steps)} steps",
         flush=True,
     )
+    if progress.done:
+        print(
+            f"resuming: {len(progress.done)} of {len(progress.steps)} steps finished before ({progress.path}); "
+            "one whose output is gone runs again",
+            flush=True,
+        )
+    elif progress.other_plan:
+        print(f"{progress.path} is another comparison's (other settings): this one starts over", flush=True)
     try:
         for layout in layouts:
             if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
                 method = ["run.method=single-agent"] if layout == "single" else []
                 warmed = out / f"warmup-{layout}"
                 if (warmed / "warmup.json").is_file():  # finished by an earlier compare into this --out: reused
-                    print(f"  warmup-{layout}: reusing {warmed} (delete it to warm up again)", flush=True)
+                    print(f"  {progress.where(f'warmup-{layout}')}: reusing {warmed} (delete it to warm up again)")
+                    took = json.loads((warmed / "warmup.json").read_text()).get("seconds", 0.0)
+                    progress.record(f"warmup-{layout}", progress.done.get(f"warmup-{layout}", float(took)))
                 else:
-                    _mgrpo(
-                        out, f"warmup-{layout}", "warmup", *config, *_sets([*cfg.extra, *method]), "--out", str(warmed)
+                    _step(
+                        progress,
+                        out,
+                        f"warmup-{layout}",
+                        warmed / "warmup.json",
+                        "warmup",
+                        *config,
+                        *_sets([*cfg.extra, *method]),
+                        "--out",
+                        str(warmed),
                     )
                 starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             if cfg.stage1_steps:
-                _mgrpo(
+                _step(
+                    progress,
                     out,
                     f"stage1-{layout}",
+                    run_dir / f"stage1-{layout}" / "summary.json",
                     "run",
                     *config,
                     *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])),
@@ -164,16 +232,18 @@ def compare(args: argparse.Namespace) -> int:
                     run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout])
                 )
         start_evals = {
-            layout: _evaluate(out, f"start-{layout}", config, cfg, starts[layout], layout == "single")
+            layout: _evaluate(progress, out, f"start-{layout}", config, cfg, starts[layout], layout == "single")
             for layout in layouts
         }
         results = {}
         for run in method_runs(cfg, starts, str(run_dir)):
-            seconds = _mgrpo(out, f"run-{run.method}", "run", *config, *_sets(run.overrides))
+            summary = run_dir / run.run_id / "summary.json"
+            seconds = _step(progress, out, f"run-{run.method}", summary, "run", *config, *_sets(run.overrides))
             start = starts[layout_of(run.method)]
             evals = {0: start_evals[layout_of(run.method)]}
             for step in cfg.eval_steps[1:]:
                 evals[step] = _evaluate(
+                    progress,
                     out,
                     f"{run.method}-step{step}",
                     config,
@@ -181,12 +251,12 @@ def compare(args: argparse.Namespace) -> int:
                     _exported(run_dir, run.run_id, step, start, trained_sides(run.method)),
                     run.method == "single-agent",
                 )
-            results[run.method] = method_result(run_dir / run.run_id / "summary.json", evals, seconds)
+            results[run.method] = method_result(summary, evals, seconds)
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
     document = {
-        "config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()}, "warmup": args.warmup},
+        "config": {**_plain(vars(cfg)), "warmup": args.warmup},
         "eval_steps": cfg.eval_steps,
         "starts": starts,
         "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv),
@@ -201,6 +271,7 @@ def compare(args: argparse.Namespace) -> int:
         print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
         return 1
     print(markdown_table(results))
+    print(f"{len(progress.steps)} steps, {duration(sum(progress.done.values()))} in all (resumed steps included)")
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0
 

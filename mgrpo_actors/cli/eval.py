@@ -7,6 +7,7 @@ answers, each the mean of `--runs` sampled runs (one rollout per question per ru
     mgrpo eval --checkpoints runs/default                          # the latest checkpoints of run "default"
     mgrpo eval --file gaia.jsonl --question-field Question --answer-field "Final answer" --id-field task_id
     mgrpo eval --single-agent --set agents.main.model=path/to/hf_dir
+    mgrpo eval --compare a.json b.json                             # paired difference of two reports
 
 Models, budgets, sampling and judges come from the node config (`--config`, `--set`; see
 deploy/configs/default.yaml) as for `mgrpo rollout`; the flags below are shortcuts and win over it.
@@ -14,7 +15,12 @@ deploy/configs/default.yaml) as for `mgrpo rollout`; the flags below are shortcu
 run's latest checkpoints; an agent that did not train keeps its configured model; `--main`/`--sub` win.
 A JSONL file's other fields are ignored; a line that is not UTF-8 or JSON, or without a question or an
 answer, is an error naming its line. Run r samples with seed `--seed` + r. Tools: search and visit
-serve the built-in web (or `tools.pages`), reason runs on M.
+serve the built-in web (or `tools.pages`), reason runs on M. `--out FILE` also writes FILE's name with
+`.questions.jsonl` for `.json`: one line per question and run (id, answer, gold, correct, sub calls, turns).
+
+`--compare A B` evaluates nothing: it pairs two `--out` reports question by question (each question's accuracy
+over its report's runs) and prints A - B with a 95 % bootstrap interval, a sign-flip permutation p-value and
+the questions each got more of; with `--out`, as JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ __all__ = ["add_parser"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.compare is not None:  # two reports read, no model loaded
+        return importlib.import_module("mgrpo_actors.cli.eval_compare").run_compare_command(args)
     # Imported on use: torch and transformers take seconds to import, and `mgrpo tap` should not wait.
     return importlib.import_module("mgrpo_actors.cli.eval_view").run_eval_command(args)
 
@@ -74,7 +82,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="questions rolled out together as one generate batch (default 16)",
     )
     p.add_argument("--seed", type=int, default=0, help="base sampling seed: run r uses seed + r (default 0)")
-    p.add_argument("--out", metavar="FILE", help="write the JSON report here")
+    p.add_argument(
+        "--out", metavar="FILE", help="write the JSON report here (and each question's outcome per run beside it)"
+    )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="evaluate nothing: the paired difference A - B of two --out reports, question by question",
+    )
     p.add_argument("--web-seed", type=int, metavar="N", help="seed of the synthetic web (tools.web_seed)")
     p.add_argument("--entities", type=int, metavar="N", help="entities of the synthetic web (tools.web_entities)")
     p.add_argument("--max-turns", type=int, metavar="N", help="turns per agent (both agents' max_turns)")

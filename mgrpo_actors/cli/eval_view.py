@@ -27,7 +27,7 @@ from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFields
 from mgrpo_actors.evaluation.checkpoints import CheckpointError, checkpoint_models, with_models
 from mgrpo_actors.evaluation.metrics import METRICS
-from mgrpo_actors.evaluation.report import EvalSetup, eval_report
+from mgrpo_actors.evaluation.report import EvalSetup, eval_report, question_lines, questions_path
 from mgrpo_actors.evaluation.runner import EvalConfig, evaluate
 from mgrpo_actors.models.loader import ModelSpecError
 from mgrpo_actors.runtime.disk import DiskFullError, atomic_write_text
@@ -178,10 +178,11 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.out is not None:
         try:  # whole or not at all (runtime/disk.py); a full disk in one line
             atomic_write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "the eval report")
+            lines = atomic_write_text(questions_path(args.out), question_lines(report), "the per-question outcomes")
         except DiskFullError as exc:
             err.print(f"mgrpo eval: {exc.strerror}", markup=False)
             return 1
-        out.print(f"report written to {args.out}", markup=False)
+        out.print(f"report written to {args.out}, each question's outcome per run to {lines}", markup=False)
     return 0
 
 

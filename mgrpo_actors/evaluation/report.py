@@ -3,15 +3,17 @@ every question's outcome per run (so two reports can be compared question by que
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.evaluation.metrics import QuestionOutcome, run_metrics, spread_over_runs
 from mgrpo_actors.evaluation.runner import EvalConfig
 
-__all__ = ["EvalSetup", "eval_report"]
+__all__ = ["EvalSetup", "eval_report", "question_lines", "questions_path"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +67,31 @@ def eval_report(
         "questions": [_question_row(question, index, runs) for index, question in enumerate(questions)],
         "seconds": round(seconds, 3),
     }
+
+
+def questions_path(report_path: str | Path) -> Path:
+    """Where the per-question lines go beside a report: eval.json -> eval.questions.jsonl."""
+    path = Path(report_path)
+    return path.with_name(f"{path.name.removesuffix('.json')}.questions.jsonl")
+
+
+def question_lines(report: dict[str, Any]) -> str:
+    """The report's outcomes as JSON lines, one per question and run: id, run, seed, answer (M's), gold,
+    correct, format_valid, sub_calls, turns."""
+    seeds = report["setup"]["seeds"]
+    lines = []
+    for row in report["questions"]:
+        for run, seed in enumerate(seeds):
+            line = {
+                "id": row["id"],
+                "run": run,
+                "seed": seed,
+                "answer": row["answers"][run],
+                "gold": row["answer"],
+                "correct": row["correct"][run],
+                "format_valid": row["format_valid"][run],
+                "sub_calls": row["sub_calls"][run],
+                "turns": row["turns"][run],
+            }
+            lines.append(json.dumps(line, ensure_ascii=False))
+    return "".join(f"{line}\n" for line in lines)

@@ -10,34 +10,46 @@ import pytest
 
 from tests.helpers import run_script
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TINY = ("--main", "tiny:main", "--sub", "tiny:sub", "--set", "tools.web_entities=150")
 
 
+COMMAND = (
+    "mgrpo",
+    "compare",
+    *TINY,
+    "--methods",
+    "m-grpo,single-agent",
+    "--steps",
+    "1",
+    "--eval-every",
+    "1",
+    "--warmup",
+    "--stage1-steps",
+    "1",
+    "--eval-questions",
+    "2",
+    "--eval-runs",
+    "1",
+)
+STEPS = [
+    "warmup-multi",
+    "stage1-multi",
+    "warmup-single",
+    "stage1-single",
+    "eval-start-multi",
+    "eval-start-single",
+    "run-m-grpo",
+    "eval-m-grpo-step1",
+    "run-single-agent",
+    "eval-single-agent-step1",
+]
+
+
 def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     out = tmp_path / "cmp"
-    done = run_script(
-        "mgrpo",
-        "compare",
-        *TINY,
-        "--methods",
-        "m-grpo,single-agent",
-        "--steps",
-        "1",
-        "--eval-every",
-        "1",
-        "--warmup",
-        "--stage1-steps",
-        "1",
-        "--eval-questions",
-        "2",
-        "--eval-runs",
-        "1",
-        "--out",
-        str(out),
-        timeout_s=400,
-    )
+    done = run_script(*COMMAND, "--out", str(out), timeout_s=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((out / "compare.json").read_text())
     assert list(result["methods"]) == ["m-grpo", "single-agent"] and result["eval_steps"] == [0, 1]
@@ -70,6 +82,21 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
         "| single-agent",
     ]
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    # Progress over the whole plan, every step recorded as it finished.
+    assert "[7/10] run-m-grpo (6 of 10 done," in done.stdout and "after this one)" in done.stdout
+    assert list(json.loads((out / "progress.json").read_text())["done"]) == STEPS
+
+    # Interrupted after its last run: one evaluation's report is gone. The same command redoes that one only.
+    (out / "evals" / "single-agent-step1.json").unlink()
+    before = {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in ("m-grpo", "single-agent")}
+    again = run_script(*COMMAND, "--out", str(out), timeout_s=200)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resuming: 10 of 10 steps finished before" in again.stdout
+    reused = [name for name in STEPS if f"] {name} (" in again.stdout and f"{name}: done in" not in again.stdout]
+    assert reused == [name for name in STEPS if name != "eval-single-agent-step1"], again.stdout
+    assert "eval-single-agent-step1: done in" in again.stdout
+    assert before == {n: (out / "runs" / n / "summary.json").stat().st_mtime_ns for n in ("m-grpo", "single-agent")}
+    assert json.loads((out / "compare.json").read_text())["methods"].keys() == result["methods"].keys()
 
 
 def test_compare_refuses_an_unknown_method(tmp_path):

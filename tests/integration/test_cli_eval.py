@@ -121,6 +121,50 @@ def test_a_jsonl_file_with_custom_and_unknown_fields(tmp_path):
         and "R_M" in done.stdout
     )
     assert "6/6" in done.stderr  # the progress bar: questions × runs
+    # Beside the report, one line per question and run.
+    lines = [json.loads(line) for line in (tmp_path / "report.questions.jsonl").read_text().splitlines()]
+    assert [(line["id"], line["run"], line["seed"]) for line in lines] == [
+        (qid, run, run) for qid in ("t1", "t2", "t3") for run in (0, 1)
+    ]
+    rows = {row["id"]: row for row in report["questions"]}
+    for line in lines:
+        row, run = rows[line["id"]], line["run"]
+        assert line["gold"] == row["answer"] and line["answer"] == row["answers"][run]
+        assert (line["correct"], line["sub_calls"], line["turns"]) == (
+            row["correct"][run],
+            row["sub_calls"][run],
+            row["turns"][run],
+        )
+
+
+def test_compare_pairs_two_reports_question_by_question(tmp_path, capsys):
+    def report(correct):
+        return {
+            "setup": {"dataset": {"split": "validation"}},
+            "questions": [{"id": f"q{i}", "correct": c} for i, c in enumerate(correct)],
+        }
+
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "paired.json"
+    a.write_text(json.dumps(report([[1, 1], [1, 0], [0, 0], [1, 1]])))
+    b.write_text(json.dumps(report([[0], [1], [0], [0]])))
+    assert main(["eval", "--compare", str(a), str(b), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    paired = json.loads(out.read_text())
+    # d = [1, -0.5, 0, 1]: mean 0.375; of the 8 sign patterns of (1, -0.5, 1) those with |sum| >= 1.5: 4
+    assert paired["questions"] == 4 and paired["difference"] == pytest.approx(0.375)
+    assert paired["p_value"] == pytest.approx(0.5) and (paired["a_better"], paired["b_better"], paired["ties"]) == (
+        2,
+        1,
+        1,
+    )
+    assert (
+        "A - B = +0.375 (A 0.625, B 0.250), 95 % interval [" in printed
+        and "p = 0.5000 (exact sign flip); A better on 2, B on 1, tied on 1 of 4 questions" in printed
+    )
+    assert main(["eval", "--compare", str(a), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: no such report" in capsys.readouterr().err
+    assert main(["eval", "--compare", str(a), str(b), "--main", "tiny:main"]) == 2
+    assert "--compare reads two reports; --main" in capsys.readouterr().err
 
 
 def test_a_split_of_the_built_in_web_with_the_single_agent(tmp_path):

@@ -1,0 +1,102 @@
+"""`mgrpo compare`'s progress and resume (compare/progress.py): what counts as done, the time left, another plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgrpo_actors.cli.compare import _plan_steps
+from mgrpo_actors.compare.plan import CompareConfig
+from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_kind
+
+STEPS = ["stage1-multi", "eval-start-multi", "run-m-grpo", "eval-m-grpo-step2", "run-main-only", "eval-main-only-step2"]
+PLAN = {"compare": {"steps": 2}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_recorded_step_is_done_only_while_its_output_is_there(tmp_path):
+    output = tmp_path / "evals" / "start-multi.json"
+    output.parent.mkdir()
+    progress = PlanProgress(tmp_path, PLAN, STEPS)
+    assert not progress.is_done("eval-start-multi", output) and progress.done == {}
+    output.write_text("{}")
+    assert not progress.is_done("eval-start-multi", output)  # there, but never recorded: a step cut off
+    progress.record("eval-start-multi", 12.5)
+    again = PlanProgress(tmp_path, PLAN, STEPS)  # the next invocation of the same command
+    assert again.is_done("eval-start-multi", output) and again.done == {"eval-start-multi": 12.5}
+    output.unlink()
+    assert not again.is_done("eval-start-multi", output)
+
+
+def test_another_plan_starts_over(tmp_path):
+    PlanProgress(tmp_path, PLAN, STEPS).record("stage1-multi", 30.0)
+    other = PlanProgress(tmp_path, {"compare": {"steps": 8}}, STEPS)
+    assert other.other_plan and other.done == {}
+    same = PlanProgress(tmp_path, PLAN, STEPS)
+    assert not same.other_plan and same.done == {"stage1-multi": 30.0}
+
+
+def test_an_unreadable_progress_file_counts_nothing_as_done(tmp_path):
+    (tmp_path / PROGRESS_FILE).write_text("{not json")
+    progress = PlanProgress(tmp_path, PLAN, STEPS)
+    assert progress.done == {} and progress.other_plan
+
+
+def test_time_left_from_the_finished_steps_of_each_kind(tmp_path):
+    clock = Clock()
+    progress = PlanProgress(tmp_path, PLAN, STEPS, clock=clock)
+    assert progress.seconds_left("stage1-multi") is None
+    assert progress.where("stage1-multi") == "[1/6] stage1-multi (0 of 6 done, 0 s elapsed)"
+    progress.record("stage1-multi", 100.0)
+    progress.record("eval-start-multi", 10.0)
+    clock.now += 80
+    # after run-m-grpo: eval (10) + run (no run finished yet: the mean of all, 55) + eval (10)
+    assert progress.seconds_left("run-m-grpo") == pytest.approx(75.0)
+    assert progress.where("run-m-grpo") == "[3/6] run-m-grpo (2 of 6 done, 80 s elapsed, about 75 s after this one)"
+    progress.record("run-m-grpo", 300.0)
+    assert progress.seconds_left("eval-m-grpo-step2") == pytest.approx(300.0 + 10.0)
+    assert json.loads((tmp_path / PROGRESS_FILE).read_text())["done"] == {
+        "stage1-multi": 100.0,
+        "eval-start-multi": 10.0,
+        "run-m-grpo": 300.0,
+    }
+
+
+def test_names_kinds_and_durations():
+    assert [step_kind(n) for n in ("warmup-multi", "eval-start-single", "run-m-grpo-unaligned")] == [
+        "warmup",
+        "eval",
+        "run",
+    ]
+    assert [duration(s) for s in (42, 720, 3900)] == ["42 s", "12 min", "1 h 05 min"]
+    with pytest.raises(ValueError, match="unique"):
+        PlanProgress(__import__("pathlib").Path("/nonexistent"), PLAN, ["a", "a"])
+
+
+def test_the_plan_lists_every_step_in_the_order_it_runs():
+    cfg = CompareConfig(methods=("m-grpo", "single-agent"), steps=4, eval_every=2, stage1_steps=1)
+    assert _plan_steps(cfg, ["multi", "single"], warmup=True) == [
+        "warmup-multi",
+        "stage1-multi",
+        "warmup-single",
+        "stage1-single",
+        "eval-start-multi",
+        "eval-start-single",
+        "run-m-grpo",
+        "eval-m-grpo-step2",
+        "eval-m-grpo-step4",
+        "run-single-agent",
+        "eval-single-agent-step2",
+        "eval-single-agent-step4",
+    ]
+    assert _plan_steps(CompareConfig(methods=("main-only",), stage1_steps=0), ["multi"], warmup=False)[0] == (
+        "eval-start-multi"
+    )
