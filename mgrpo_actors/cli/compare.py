@@ -4,20 +4,22 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
     0. with `--warmup`, `mgrpo warmup` per agent layout (the optional supervised format warm-up);
     1. a stage-1 warm start per agent layout (`--stage1-steps`, one-fact lookups: M + S trained with
        M-GRPO, and the single agent trained alone), shared by every method of that layout;
-    2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), its
-       models exported every `--eval-every` steps;
+    2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), once per seed
+       of `--seeds`, its models exported every `--eval-every` steps;
     3. `mgrpo eval` of the start and of each export on `--eval-questions` validation questions,
        `--eval-runs` sampled runs each;
-    4. in `--out`: compare.json (every curve and figure), compare.md (the table) and compare.png
-       (reward curves of both agents and validation accuracy per method, like the paper's figures).
+    4. in `--out`: compare.json (every curve and figure; per method the final validation accuracy over the
+       seeds with a 95 % t-interval; M-GRPO paired against each other method question by question),
+       compare.md (the tables) and compare.png (reward curves of both agents and validation accuracy per
+       method, mean and spread over the seeds, like the paper's figures).
 
     mgrpo compare --main tiny:main --sub tiny:sub --steps 2 --eval-every 1 --out runs/compare-tiny
     mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --out runs/compare-smollm2  # see make compare
-    mgrpo compare --methods m-grpo,main-only --set pipeline.queries_per_step=4
+    mgrpo compare --methods m-grpo,main-only --seeds 0,1,2 --set pipeline.queries_per_step=4
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. Before each step it says where the plan
-is ("[5/14] run-m-grpo", steps done, time elapsed and an estimate of the time left). Finished steps are
+is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time left). Finished steps are
 recorded in `<out>/progress.json`: the same command into the same `--out` resumes an interrupted comparison
 without redoing them (other settings start the plan over). Methods: m-grpo, main-only,
 single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchronised condition).
@@ -90,7 +92,8 @@ def _plan_steps(cfg: Any, layouts: list[str], warmup: bool) -> list[str]:
     methods = [
         name
         for method in cfg.methods
-        for name in (f"run-{method}", *(f"eval-{method}-step{step}" for step in cfg.eval_steps[1:]))
+        for seed in cfg.seeds
+        for name in (f"run-{method}-seed{seed}", *(f"eval-{method}-seed{seed}-step{n}" for n in cfg.eval_steps[1:]))
     ]
     return [*first, *starts, *methods]
 
@@ -100,7 +103,7 @@ def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def _evaluate(
-    progress: Any, out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool
+    progress: Any, out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool, seed: int
 ) -> Path:
     report = out / "evals" / f"{name}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +118,7 @@ def _evaluate(
         "--runs",
         str(cfg.eval_runs),
         "--seed",
-        str(cfg.seed),
+        str(seed),
         "--out",
         str(report),
     ]
@@ -138,6 +141,13 @@ def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trai
     return models
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are integers separated by commas, got {text!r}") from None
+
+
 def _plain(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in settings.items()}
 
@@ -146,7 +156,7 @@ def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
     from mgrpo_actors.compare.plot import write_compare_png
     from mgrpo_actors.compare.progress import PlanProgress, duration
-    from mgrpo_actors.compare.results import markdown_table, method_result
+    from mgrpo_actors.compare.results import markdown_table, method_result, method_summary, paired_against
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 
     extra = (*args.overrides, *model_overrides(args))
@@ -158,7 +168,7 @@ def compare(args: argparse.Namespace) -> int:
             stage1_steps=args.stage1_steps,
             eval_questions=args.eval_questions,
             eval_runs=args.eval_runs,
-            seed=args.seed,
+            seeds=args.seeds,
             extra=extra,
         )
         base = load_config(NodeConfig, args.config, list(extra))
@@ -232,45 +242,51 @@ def compare(args: argparse.Namespace) -> int:
                     run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout])
                 )
         start_evals = {
-            layout: _evaluate(progress, out, f"start-{layout}", config, cfg, starts[layout], layout == "single")
+            layout: _evaluate(
+                progress, out, f"start-{layout}", config, cfg, starts[layout], layout == "single", cfg.seeds[0]
+            )
             for layout in layouts
         }
-        results = {}
+        per_seed: dict[str, list[dict[str, Any]]] = {method: [] for method in cfg.methods}
         for run in method_runs(cfg, starts, str(run_dir)):
             summary = run_dir / run.run_id / "summary.json"
-            seconds = _step(progress, out, f"run-{run.method}", summary, "run", *config, *_sets(run.overrides))
+            seconds = _step(progress, out, f"run-{run.run_id}", summary, "run", *config, *_sets(run.overrides))
             start = starts[layout_of(run.method)]
             evals = {0: start_evals[layout_of(run.method)]}
             for step in cfg.eval_steps[1:]:
                 evals[step] = _evaluate(
                     progress,
                     out,
-                    f"{run.method}-step{step}",
+                    f"{run.run_id}-step{step}",
                     config,
                     cfg,
                     _exported(run_dir, run.run_id, step, start, trained_sides(run.method)),
                     run.method == "single-agent",
+                    run.seed,
                 )
-            results[run.method] = method_result(summary, evals, seconds)
+            per_seed[run.method].append(method_result(summary, evals, seconds, run.seed))
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
+    results = {method: method_summary(runs) for method, runs in per_seed.items()}
+    paired = paired_against(results)
     document = {
         "config": {**_plain(vars(cfg)), "warmup": args.warmup},
         "eval_steps": cfg.eval_steps,
         "starts": starts,
         "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv),
         "methods": results,
+        "paired": paired,  # m-grpo - each other method, question by question on the final evaluations
     }
     try:  # each file whole or not at all (runtime/disk.py); a full disk in one line
         atomic_write_text(out / "compare.json", json.dumps(document, indent=2) + "\n", "the comparison")
-        atomic_write_text(out / "compare.md", markdown_table(results), "the comparison table")
+        atomic_write_text(out / "compare.md", markdown_table(results, paired), "the comparison table")
         title = f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps"
         write_compare_png(results, out / "compare.png", title=title)
     except DiskFullError as exc:
         print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
         return 1
-    print(markdown_table(results))
+    print(markdown_table(results, paired))
     print(f"{len(progress.steps)} steps, {duration(sum(progress.done.values()))} in all (resumed steps included)")
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0
@@ -320,7 +336,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")
     p.add_argument(
-        "--seed", type=int, default=0, help="run.seed of every run, base seed of the evaluations (default 0)"
+        "--seeds",
+        type=_seed_list,
+        default=(0,),
+        metavar="S,S,…",
+        help="one run per method and seed (run.seed; its evaluations sample from it too); the first also seeds the "
+        "shared warm starts (default 0)",
     )
     p.add_argument(
         "--out",

@@ -36,7 +36,9 @@ class CompareConfig:
     stage1_steps: int = 2
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
-    seed: int = 0  # run.seed of every run and the evaluations' base seed
+    # run.seed of each method's runs, one run per method and seed (their evaluations sample with the same seed);
+    # the first also seeds the shared warm starts and their evaluation
+    seeds: tuple[int, ...] = (0,)
     extra: tuple[str, ...] = field(default_factory=tuple)  # overrides applied to every run and evaluation (--set)
 
     def __post_init__(self) -> None:
@@ -46,6 +48,8 @@ class CompareConfig:
         for name in ("steps", "eval_every", "eval_questions", "eval_runs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be one or more distinct seeds, got {list(self.seeds)}")
         if self.stage1_steps < 0:
             raise ValueError(f"stage1-steps must be >= 0, got {self.stage1_steps}")
 
@@ -69,10 +73,11 @@ def layout_of(method: str) -> str:
 
 @dataclass(frozen=True)
 class MethodRun:
-    """One method's stage-2 run."""
+    """One method's stage-2 run with one seed."""
 
     method: str
-    run_id: str  # run.id (and the name of its directory under the comparison's run dir)
+    seed: int  # its run.seed
+    run_id: str  # run.id (and the name of its directory under the comparison's run dir): <method>-seed<seed>
     overrides: tuple[str, ...]  # for `mgrpo run --set`
 
 
@@ -90,7 +95,7 @@ def stage1_overrides(cfg: CompareConfig, layout: str, run_dir: str, start: dict[
         f"run.method={method}",
         f"run.id=stage1-{layout}",
         f"run.dir={run_dir}",
-        f"run.seed={cfg.seed}",
+        f"run.seed={cfg.seeds[0]}",
         f"pipeline.steps={cfg.stage1_steps}",
         f"pipeline.stage1_steps={cfg.stage1_steps}",
         *_exports(cfg.stage1_steps),
@@ -105,19 +110,22 @@ def _exports(every: int) -> tuple[str, ...]:
 
 
 def method_runs(cfg: CompareConfig, starts: dict[str, dict[str, str]], run_dir: str) -> list[MethodRun]:
-    """Every method's stage-2 run from its layout's start models ({layout: {side: model}})."""
+    """Every method's stage-2 runs, one per seed (method by method), from its layout's start models
+    ({layout: {side: model}})."""
     runs = []
     for method in cfg.methods:
-        overrides = (
-            *cfg.extra,
-            *METHODS[method],
-            f"run.id={method}",
-            f"run.dir={run_dir}",
-            f"run.seed={cfg.seed}",
-            f"pipeline.steps={cfg.steps}",
-            "pipeline.stage1_steps=0",
-            *_models(starts[layout_of(method)]),
-            *_exports(cfg.eval_every),
-        )
-        runs.append(MethodRun(method, method, overrides))
+        for seed in cfg.seeds:
+            run_id = f"{method}-seed{seed}"
+            overrides = (
+                *cfg.extra,
+                *METHODS[method],
+                f"run.id={run_id}",
+                f"run.dir={run_dir}",
+                f"run.seed={seed}",
+                f"pipeline.steps={cfg.steps}",
+                "pipeline.stage1_steps=0",
+                *_models(starts[layout_of(method)]),
+                *_exports(cfg.eval_every),
+            )
+            runs.append(MethodRun(method, seed, run_id, overrides))
     return runs

@@ -1,5 +1,6 @@
-"""`mgrpo compare`'s figure, like the paper's: per method, the training reward curves of both agents and
-the validation accuracy at every evaluated step (mean over the eval runs, bars from their min to max).
+"""`mgrpo compare`'s figure, like the paper's: per method, the training reward curves of both agents (mean
+over the seeds, shaded from the lowest seed's to the highest's) and the validation accuracy at every evaluated
+step (mean over the seeds of each evaluation's mean over its runs, bars from the lowest seed's to the highest's).
 matplotlib draws without a display (Agg), as monitoring/report.py does."""
 
 from __future__ import annotations
@@ -21,8 +22,18 @@ def _value(row: Mapping[str, Any], key: str) -> float:
     return math.nan if row.get(key) is None else float(row[key])
 
 
+def _per_step(runs: list[Mapping[str, Any]], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, mean, min, max) of `key` over the runs at each step every run has (NaN where none reports it)."""
+    steps = [row["step"] for row in runs[0]["rewards"]][: min(len(run["rewards"]) for run in runs)]
+    columns = [[_value(run["rewards"][i], key) for run in runs] for i in range(len(steps))]
+    present = [[v for v in column if not math.isnan(v)] for column in columns]
+    mean = [sum(c) / len(c) if c else math.nan for c in present]
+    return steps, mean, [min(c) if c else math.nan for c in present], [max(c) if c else math.nan for c in present]
+
+
 def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, title: str = "") -> Path:
-    """Three panels: R_M per training step, R_S per training step, validation accuracy per evaluated step."""
+    """Three panels: R_M per training step, R_S per training step, validation accuracy per evaluated step; each
+    method's `results[method]["runs"]` are its seeds."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -32,23 +43,25 @@ def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, titl
     for index, (method, result) in enumerate(results.items()):
         # one colour per method in every panel (a panel may lack a method: single-agent has no R_S)
         colour = f"C{index}"
+        runs = result["runs"]
+        label = f"{method} ({len(runs)} seed{'' if len(runs) == 1 else 's'})"
         # step n is rolled out by the policy after n updates (sync mode)
-        steps = [row["step"] for row in result["rewards"]]
         for ax, (key, _) in zip(axes[:2], _PANELS, strict=True):
-            values = [_value(row, key) for row in result["rewards"]]
-            if not all(math.isnan(v) for v in values):
-                ax.plot(steps, values, marker="o", label=method, color=colour)
-        points = result["evals"]
-        means = [p["accuracy"]["mean"] for p in points]
-        low = [p["accuracy"]["mean"] - p["accuracy"]["min"] for p in points]
-        high = [p["accuracy"]["max"] - p["accuracy"]["mean"] for p in points]
-        axes[2].errorbar(
-            [p["step"] for p in points], means, yerr=[low, high], marker="o", capsize=3, label=method, color=colour
-        )
+            steps, mean, low, high = _per_step(runs, key)
+            if not all(math.isnan(v) for v in mean):
+                ax.plot(steps, mean, marker="o", label=label, color=colour)
+                if len(runs) > 1:
+                    ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
+        evaluated = [p["step"] for p in runs[0]["evals"]]
+        by_step = [[run["evals"][i]["accuracy"]["mean"] for run in runs] for i in range(len(evaluated))]
+        means = [sum(v) / len(v) for v in by_step]
+        low = [m - min(v) for m, v in zip(means, by_step, strict=True)]
+        high = [max(v) - m for m, v in zip(means, by_step, strict=True)]
+        axes[2].errorbar(evaluated, means, yerr=[low, high], marker="o", capsize=3, label=label, color=colour)
     for ax, (_, label) in zip(axes[:2], _PANELS, strict=True):
         ax.set_title(label)
         ax.set_xlabel("steps trained (before the step's rollouts)")
-    axes[2].set_title("validation accuracy (min-max over eval runs)")
+    axes[2].set_title("validation accuracy (mean over seeds, min-max)")
     axes[2].set_xlabel("steps trained")
     for ax in axes:
         ax.xaxis.get_major_locator().set_params(integer=True)

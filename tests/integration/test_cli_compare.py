@@ -40,10 +40,10 @@ STEPS = [
     "stage1-single",
     "eval-start-multi",
     "eval-start-single",
-    "run-m-grpo",
-    "eval-m-grpo-step1",
-    "run-single-agent",
-    "eval-single-agent-step1",
+    "run-m-grpo-seed0",
+    "eval-m-grpo-seed0-step1",
+    "run-single-agent-seed0",
+    "eval-single-agent-seed0-step1",
 ]
 
 
@@ -68,34 +68,39 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
         "single": {"main": str(runs / "stage1-single/exports/main/step1")},
     }
     for method, models in (
-        ("m-grpo", {"main": "m-grpo/exports/main/step1", "sub": "m-grpo/exports/sub/step1"}),
-        ("single-agent", {"main": "single-agent/exports/main/step1"}),
+        ("m-grpo", {"main": "m-grpo-seed0/exports/main/step1", "sub": "m-grpo-seed0/exports/sub/step1"}),
+        ("single-agent", {"main": "single-agent-seed0/exports/main/step1"}),
     ):
-        report = json.loads((out / "evals" / f"{method}-step1.json").read_text())
+        report = json.loads((out / "evals" / f"{method}-seed0-step1.json").read_text())
         assert report["setup"]["models"] == {side: str(runs / path) for side, path in models.items()}
         assert report["setup"]["questions"] == 2 and report["setup"]["runs"] == 1
-        assert [p["step"] for p in result["methods"][method]["evals"]] == [0, 1]
-        assert len(result["methods"][method]["rewards"]) == 1
+        (run,) = result["methods"][method]["runs"]
+        assert run["seed"] == 0 and [p["step"] for p in run["evals"]] == [0, 1] and len(run["rewards"]) == 1
+        assert result["methods"][method]["seeds"] == [0] and len(run["final_questions"]) == 2
+    assert result["config"]["seeds"] == [0] and result["config"]["eval_questions"] == 2
+    # M-GRPO paired against the other method on the same 2 questions
+    assert list(result["paired"]) == ["single-agent"] and result["paired"]["single-agent"]["questions"] == 2
     table = (out / "compare.md").read_text().splitlines()
-    assert table[0].startswith("| method | val. accuracy, start") and [line.split(" | ")[0] for line in table[2:]] == [
-        "| m-grpo",
-        "| single-agent",
-    ]
+    assert table[0].startswith("| method | seeds | val. accuracy, start") and [
+        line.split(" | ")[0] for line in table[2:4]
+    ] == ["| m-grpo", "| single-agent"]
+    assert table[7].startswith("| m-grpo − single-agent | 2 | ")
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
     # Progress over the whole plan, every step recorded as it finished.
-    assert "[7/10] run-m-grpo (6 of 10 done," in done.stdout and "after this one)" in done.stdout
+    assert "[7/10] run-m-grpo-seed0 (6 of 10 done," in done.stdout and "after this one)" in done.stdout
     assert list(json.loads((out / "progress.json").read_text())["done"]) == STEPS
 
     # Interrupted after its last run: one evaluation's report is gone. The same command redoes that one only.
-    (out / "evals" / "single-agent-step1.json").unlink()
-    before = {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in ("m-grpo", "single-agent")}
+    (out / "evals" / "single-agent-seed0-step1.json").unlink()
+    names = ("m-grpo-seed0", "single-agent-seed0")
+    before = {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in names}
     again = run_script(*COMMAND, "--out", str(out), timeout_s=200)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming: 10 of 10 steps finished before" in again.stdout
     reused = [name for name in STEPS if f"] {name} (" in again.stdout and f"{name}: done in" not in again.stdout]
-    assert reused == [name for name in STEPS if name != "eval-single-agent-step1"], again.stdout
-    assert "eval-single-agent-step1: done in" in again.stdout
-    assert before == {n: (out / "runs" / n / "summary.json").stat().st_mtime_ns for n in ("m-grpo", "single-agent")}
+    assert reused == [name for name in STEPS if name != "eval-single-agent-seed0-step1"], again.stdout
+    assert "eval-single-agent-seed0-step1: done in" in again.stdout
+    assert before == {n: (out / "runs" / n / "summary.json").stat().st_mtime_ns for n in names}
     assert json.loads((out / "compare.json").read_text())["methods"].keys() == result["methods"].keys()
 
 

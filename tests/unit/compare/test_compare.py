@@ -6,7 +6,7 @@ import pytest
 
 from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides
 from mgrpo_actors.compare.plot import write_compare_png
-from mgrpo_actors.compare.results import markdown_table, method_result
+from mgrpo_actors.compare.results import markdown_table, method_result, method_summary, paired_against
 from mgrpo_actors.config.learner import LearnerConfig
 
 
@@ -28,6 +28,8 @@ def test_eval_steps_are_the_start_every_n_and_the_last():
         ({"steps": 0}, "steps must be >= 1"),
         ({"stage1_steps": -1}, "stage1-steps must be >= 0"),
         ({"methods": ()}, "unknown or no methods"),
+        ({"seeds": ()}, "one or more distinct seeds"),
+        ({"seeds": (1, 1)}, "one or more distinct seeds"),
     ],
 )
 def test_bad_settings_are_refused(bad, message):
@@ -36,9 +38,18 @@ def test_bad_settings_are_refused(bad, message):
 
 
 def test_every_method_starts_from_its_layouts_start_with_the_same_budget():
-    cfg = CompareConfig(steps=4, eval_every=2, seed=3, extra=("tools.web_entities=150",))
+    cfg = CompareConfig(steps=4, eval_every=2, seeds=(3, 5), extra=("tools.web_entities=150",))
     starts = {"multi": {"main": "/s/m", "sub": "/s/s"}, "single": {"main": "/s/single"}}
-    runs = {run.method: set(run.overrides) for run in method_runs(cfg, starts, "/out/runs")}
+    planned = method_runs(cfg, starts, "/out/runs")
+    # one run per method and seed, method by method
+    assert [(run.method, run.seed, run.run_id) for run in planned[:3]] == [
+        ("m-grpo", 3, "m-grpo-seed3"),
+        ("m-grpo", 5, "m-grpo-seed5"),
+        ("main-only", 3, "main-only-seed3"),
+    ]
+    assert len(planned) == 8 and all(f"run.seed={run.seed}" in run.overrides for run in planned)
+    assert all(f"run.id={run.run_id}" in run.overrides for run in planned)
+    runs = {run.method: set(run.overrides) for run in planned if run.seed == 3}
     shared = {
         "tools.web_entities=150",
         "run.dir=/out/runs",
@@ -72,7 +83,7 @@ def test_the_stage1_warm_start_trains_on_lookups_and_exports_its_end():
     assert overrides.index("agents.main.model=/w/main") > overrides.index("agents.main.model=tiny:main")
 
 
-def _eval(path, means):
+def _eval(path, means, correct=(1, 0, 1, 0)):
     path.write_text(
         json.dumps(
             {
@@ -80,29 +91,70 @@ def _eval(path, means):
                 "aggregate": {
                     name: {"mean": m, "std": 0.1, "min": m - 0.1, "max": m + 0.1} for name, m in means.items()
                 },
+                "questions": [{"id": f"q{i}", "correct": [c]} for i, c in enumerate(correct)],
             }
         )
     )
     return path
 
 
-def test_results_table_and_figure(tmp_path):
-    summary = tmp_path / "summary.json"
-    summary.write_text(
+def _summary(path, rewards):
+    path.write_text(
         json.dumps(
-            {
-                "steps": [
-                    {"step": s, "main_reward_mean": r, "sub_reward_mean": None} for s, r in enumerate([0.1, 0.2, 0.6])
-                ]
-            }
+            {"steps": [{"step": s, "main_reward_mean": r, "sub_reward_mean": None} for s, r in enumerate(rewards)]}
         )
     )
-    metrics = {"accuracy": 0.25, "format_valid": 0.5, "sub_calls": 1.0, "turns": 2.0, "reward": 0.3}
-    evals = {0: _eval(tmp_path / "a.json", metrics), 2: _eval(tmp_path / "b.json", {**metrics, "accuracy": 0.75})}
-    result = method_result(summary, evals, seconds=90)
+    return path
+
+
+METRICS = {"accuracy": 0.25, "format_valid": 0.5, "sub_calls": 1.0, "turns": 2.0, "reward": 0.3}
+
+
+def test_results_table_and_figure(tmp_path):
+    summary = _summary(tmp_path / "summary.json", [0.1, 0.2, 0.6])
+    evals = {0: _eval(tmp_path / "a.json", METRICS), 2: _eval(tmp_path / "b.json", {**METRICS, "accuracy": 0.75})}
+    result = method_result(summary, evals, seconds=90, seed=4)
     assert [p["step"] for p in result["evals"]] == [0, 2] and result["rewards"][2]["main_reward_mean"] == 0.6
-    table = markdown_table({"single-agent": result})
-    # R_M over the last 2 steps: (0.2 + 0.6) / 2 = 0.4; no R_S; 90 s = 1.5 min.
-    assert "| single-agent | 0.250 ± 0.100 | 0.750 ± 0.100 (step 2) | 0.500 ± 0.100 | 1.00 | 0.400 | – | 1.5 |" in table
-    png = write_compare_png({"single-agent": result}, tmp_path / "c.png")
+    assert result["seed"] == 4 and result["final_questions"] == {"q0": 1.0, "q1": 0.0, "q2": 1.0, "q3": 0.0}
+    results = {"single-agent": method_summary([result])}
+    assert results["single-agent"]["final_accuracy"] == {
+        "values": [0.75],
+        "mean": 0.75,
+        "ci_low": None,
+        "ci_high": None,
+    }
+    table = markdown_table(results, paired_against(results))
+    # R_M over the last 2 steps: (0.2 + 0.6) / 2 = 0.4; no R_S; 90 s = 1.5 min; no m-grpo: nothing paired.
+    assert "| single-agent | 1 | 0.250 | 0.750 (one seed) (step 2) | 0.750 | 0.500 | 1.00 | 0.400 | – | 1.5 |" in table
+    assert "m-grpo −" not in table
+    png = write_compare_png(results, tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_seeds_give_an_interval_and_m_grpo_is_paired_against_each_method(tmp_path):
+    def run(name, seed, accuracy, correct, rewards):
+        evals = {
+            0: _eval(tmp_path / f"{name}-start.json", METRICS),
+            2: _eval(tmp_path / f"{name}-{seed}.json", {**METRICS, "accuracy": accuracy}, correct),
+        }
+        return method_result(_summary(tmp_path / f"{name}-{seed}-s.json", rewards), evals, seconds=60, seed=seed)
+
+    results = {
+        "m-grpo": method_summary(
+            [run("m", 0, 0.5, (1, 1, 0, 0), [0.1, 0.3]), run("m", 1, 0.75, (1, 1, 1, 0), [0.2, 0.5])]
+        ),
+        "main-only": method_summary(
+            [run("o", 0, 0.25, (1, 0, 0, 0), [0.1, 0.1]), run("o", 1, 0.25, (0, 1, 0, 0), [0.1, 0.2])]
+        ),
+    }
+    # final accuracies 0.5 and 0.75: mean 0.625, sd 0.1768, t(0.975, 1) = 12.706: ± 12.706 · 0.1768 / sqrt(2)
+    final = results["m-grpo"]["final_accuracy"]
+    assert final["mean"] == pytest.approx(0.625) and final["ci_high"] - 0.625 == pytest.approx(12.706 * 0.125)
+    paired = paired_against(results)
+    # pooled over the seeds: m-grpo (1, 1, 0.5, 0), main-only (0.5, 0.5, 0, 0): d = (0.5, 0.5, 0.5, 0)
+    assert list(paired) == ["main-only"] and paired["main-only"]["difference"] == pytest.approx(0.375)
+    assert paired["main-only"]["p_value"] == pytest.approx(2 / 8) and paired["main-only"]["ties"] == 1
+    table = markdown_table(results, paired)
+    assert "| m-grpo | 2 | 0.250 | 0.625 [" in table and "| 0.500, 0.750 |" in table
+    assert "| m-grpo − main-only | 4 | +0.375 | [" in table and "| 0.2500 | 3 / 0 / 1 |" in table
+    assert write_compare_png(results, tmp_path / "seeds.png").read_bytes()[:4] == b"\x89PNG"

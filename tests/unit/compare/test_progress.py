@@ -90,12 +90,20 @@ def test_the_plan_lists_every_step_in_the_order_it_runs():
         "stage1-single",
         "eval-start-multi",
         "eval-start-single",
-        "run-m-grpo",
-        "eval-m-grpo-step2",
-        "eval-m-grpo-step4",
-        "run-single-agent",
-        "eval-single-agent-step2",
-        "eval-single-agent-step4",
+        "run-m-grpo-seed0",
+        "eval-m-grpo-seed0-step2",
+        "eval-m-grpo-seed0-step4",
+        "run-single-agent-seed0",
+        "eval-single-agent-seed0-step2",
+        "eval-single-agent-seed0-step4",
+    ]
+    two = _plan_steps(CompareConfig(methods=("main-only",), seeds=(0, 7), steps=1, stage1_steps=0), ["multi"], False)
+    assert two == [
+        "eval-start-multi",
+        "run-main-only-seed0",
+        "eval-main-only-seed0-step1",
+        "run-main-only-seed7",
+        "eval-main-only-seed7-step1",
     ]
     assert _plan_steps(CompareConfig(methods=("main-only",), stage1_steps=0), ["multi"], warmup=False)[0] == (
         "eval-start-multi"
