@@ -20,8 +20,9 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. Before each step it says where the plan
 is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time left). Finished steps are
-recorded in `<out>/progress.json`: the same command into the same `--out` resumes an interrupted comparison
-without redoing them (other settings start the plan over). Methods: m-grpo, main-only,
+recorded in `<out>/progress.json` under the key of its command: the same command into the same `--out`
+resumes an interrupted comparison without redoing them, and a changed one redoes only the steps it changes
+(and what builds on them). Methods: m-grpo, main-only,
 single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchronised condition).
 """
 
@@ -69,15 +70,29 @@ def _mgrpo(out: Path, name: str, *args: str) -> float:
     return seconds
 
 
-def _step(progress: Any, out: Path, name: str, output: Path, *args: str) -> float:
-    """Step `name` of the plan (`mgrpo ARGS`, writing `output`), unless it finished before; its seconds."""
-    if progress.is_done(name, output):
-        print(f"  {progress.where(name)}: finished before, reused ({output})", flush=True)
-        return progress.done[name]
-    print(f"  {progress.where(name)}", flush=True)
-    seconds = _mgrpo(out, name, *args)
-    progress.record(name, seconds)
-    return seconds
+class _Steps:
+    """Runs the comparison's steps in order: each one reused when it finished before with the same command, its
+    outputs still there and nothing it builds on redone (compare/progress.py), else run and recorded."""
+
+    def __init__(self, progress: Any, out: Path, config: list[str], config_sha256: str) -> None:
+        self.progress, self.out, self.config, self.config_sha256 = progress, out, config, config_sha256
+
+    def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
+        """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
+        steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs."""
+        from mgrpo_actors.compare.progress import step_key
+
+        key = step_key(args, self.config_sha256)
+        if self.progress.reusable(name, key, outputs, after):
+            print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
+            return float(self.progress.records[name]["seconds"])
+        print(f"  {self.progress.where(name)}", flush=True)
+        seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
+        missing = [str(path) for path in outputs if not path.exists()]
+        if missing:
+            raise StepFailed(f"{name} exited 0 but did not write {missing[0]} (log: {self.out / 'logs' / name}.log)")
+        self.progress.record(name, key, seconds)
+        return seconds
 
 
 def _plan_steps(cfg: Any, layouts: list[str], warmup: bool) -> list[str]:
@@ -103,13 +118,12 @@ def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def _evaluate(
-    progress: Any, out: Path, name: str, config: list[str], cfg: Any, models: dict[str, str], single: bool, seed: int
+    steps: _Steps, name: str, after: list[str], cfg: Any, models: dict[str, str], single: bool, seed: int
 ) -> Path:
-    report = out / "evals" / f"{name}.json"
+    report = steps.out / "evals" / f"{name}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     args = [
         "eval",
-        *config,
         *_sets([*cfg.extra, *(f"agents.{side}.model={path}" for side, path in models.items())]),
         "--split",
         "validation",
@@ -122,7 +136,7 @@ def _evaluate(
         "--out",
         str(report),
     ]
-    _step(progress, out, f"eval-{name}", report, *args, *(["--single-agent"] if single else []))
+    steps.run(f"eval-{name}", [report], after, *args, *(["--single-agent"] if single else []))
     return report
 
 
@@ -156,7 +170,7 @@ def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
     from mgrpo_actors.compare.plot import write_compare_png
     from mgrpo_actors.compare.progress import PlanProgress, duration
-    from mgrpo_actors.compare.results import markdown_table, method_result, method_summary, paired_against
+    from mgrpo_actors.compare.results import REFERENCE, markdown_table, method_result, method_summary, paired_against
     from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 
     extra = (*args.overrides, *model_overrides(args))
@@ -184,14 +198,9 @@ def compare(args: argparse.Namespace) -> int:
         else {"main": base.agents.main.model, "sub": base.agents.sub.model}
         for layout in layouts
     }
-    config_text = Path(args.config).read_bytes() if args.config else b""  # the file's content: an edit is another plan
-    identity = {
-        "compare": _plain(vars(cfg)),
-        "config": args.config,
-        "config_sha256": hashlib.sha256(config_text).hexdigest(),
-        "warmup": args.warmup,
-    }
-    progress = PlanProgress(out, identity, _plan_steps(cfg, layouts, args.warmup))
+    config_text = Path(args.config).read_bytes() if args.config else b""  # its content, not its path, is a step's
+    progress = PlanProgress(out, _plan_steps(cfg, layouts, args.warmup))
+    steps = _Steps(progress, out, config, hashlib.sha256(config_text).hexdigest())
     print(
         f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
         f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs; "
@@ -201,64 +210,57 @@ def compare(args: argparse.Namespace) -> int:
     if progress.done:
         print(
             f"resuming: {len(progress.done)} of {len(progress.steps)} steps finished before ({progress.path}); "
-            "one whose output is gone runs again",
+            "each runs again if its command changed, its output is gone or what it builds on was redone",
             flush=True,
         )
-    elif progress.other_plan:
-        print(f"{progress.path} is another comparison's (other settings): this one starts over", flush=True)
+    start_step: dict[str, list[str]] = {layout: [] for layout in layouts}  # the step that made a layout's start
     try:
         for layout in layouts:
             if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
                 method = ["run.method=single-agent"] if layout == "single" else []
                 warmed = out / f"warmup-{layout}"
-                if (warmed / "warmup.json").is_file():  # finished by an earlier compare into this --out: reused
-                    print(f"  {progress.where(f'warmup-{layout}')}: reusing {warmed} (delete it to warm up again)")
-                    took = json.loads((warmed / "warmup.json").read_text()).get("seconds", 0.0)
-                    progress.record(f"warmup-{layout}", progress.done.get(f"warmup-{layout}", float(took)))
-                else:
-                    _step(
-                        progress,
-                        out,
-                        f"warmup-{layout}",
-                        warmed / "warmup.json",
-                        "warmup",
-                        *config,
-                        *_sets([*cfg.extra, *method]),
-                        "--out",
-                        str(warmed),
-                    )
+                made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
+                steps.run(f"warmup-{layout}", made, [], "warmup", *_sets([*cfg.extra, *method]), "--out", str(warmed))
                 starts[layout] = {side: str(warmed / side) for side in starts[layout]}
+                start_step[layout] = [f"warmup-{layout}"]
             if cfg.stage1_steps:
-                _step(
-                    progress,
-                    out,
-                    f"stage1-{layout}",
-                    run_dir / f"stage1-{layout}" / "summary.json",
-                    "run",
-                    *config,
-                    *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout])),
-                )
+                stage1 = run_dir / f"stage1-{layout}"
+                made = [
+                    stage1 / "summary.json",
+                    *(stage1 / "exports" / side / f"step{cfg.stage1_steps}" for side in starts[layout]),
+                ]
+                overrides = stage1_overrides(cfg, layout, str(run_dir), starts[layout])
+                steps.run(f"stage1-{layout}", made, start_step[layout], "run", *_sets(overrides))
                 starts[layout] = _exported(
                     run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout])
                 )
+                start_step[layout] = [f"stage1-{layout}"]
         start_evals = {
             layout: _evaluate(
-                progress, out, f"start-{layout}", config, cfg, starts[layout], layout == "single", cfg.seeds[0]
+                steps, f"start-{layout}", start_step[layout], cfg, starts[layout], layout == "single", cfg.seeds[0]
             )
             for layout in layouts
         }
         per_seed: dict[str, list[dict[str, Any]]] = {method: [] for method in cfg.methods}
         for run in method_runs(cfg, starts, str(run_dir)):
             summary = run_dir / run.run_id / "summary.json"
-            seconds = _step(progress, out, f"run-{run.run_id}", summary, "run", *config, *_sets(run.overrides))
-            start = starts[layout_of(run.method)]
-            evals = {0: start_evals[layout_of(run.method)]}
+            made = [
+                summary,
+                *(
+                    run_dir / run.run_id / "exports" / side / f"step{step}"
+                    for side in trained_sides(run.method)
+                    for step in cfg.eval_steps[1:]
+                ),
+            ]
+            layout = layout_of(run.method)
+            seconds = steps.run(f"run-{run.run_id}", made, start_step[layout], "run", *_sets(run.overrides))
+            start = starts[layout]
+            evals = {0: start_evals[layout]}
             for step in cfg.eval_steps[1:]:
                 evals[step] = _evaluate(
-                    progress,
-                    out,
+                    steps,
                     f"{run.run_id}-step{step}",
-                    config,
+                    [f"run-{run.run_id}"],
                     cfg,
                     _exported(run_dir, run.run_id, step, start, trained_sides(run.method)),
                     run.method == "single-agent",
@@ -270,6 +272,12 @@ def compare(args: argparse.Namespace) -> int:
         return 1
     results = {method: method_summary(runs) for method, runs in per_seed.items()}
     paired = paired_against(results)
+    if not paired:
+        print(
+            f"no paired test: it pairs {REFERENCE} with each other method, and needs both among --methods "
+            "and at least 2 questions they share",
+            flush=True,
+        )
     document = {
         "config": {**_plain(vars(cfg)), "warmup": args.warmup},
         "eval_steps": cfg.eval_steps,

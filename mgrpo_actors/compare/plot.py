@@ -24,8 +24,9 @@ def _value(row: Mapping[str, Any], key: str) -> float:
 
 def _per_step(runs: list[Mapping[str, Any]], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
     """(steps, mean, min, max) of `key` over the runs at each step every run has (NaN where none reports it)."""
-    steps = [row["step"] for row in runs[0]["rewards"]][: min(len(run["rewards"]) for run in runs)]
-    columns = [[_value(run["rewards"][i], key) for run in runs] for i in range(len(steps))]
+    rows = [{row["step"]: row for row in run["rewards"]} for run in runs]
+    steps = sorted(set.intersection(*(set(by_step) for by_step in rows)))
+    columns = [[_value(by_step[step], key) for by_step in rows] for step in steps]
     present = [[v for v in column if not math.isnan(v)] for column in columns]
     mean = [sum(c) / len(c) if c else math.nan for c in present]
     return steps, mean, [min(c) if c else math.nan for c in present], [max(c) if c else math.nan for c in present]
@@ -52,8 +53,9 @@ def write_compare_png(results: Mapping[str, Mapping[str, Any]], path: Path, titl
                 ax.plot(steps, mean, marker="o", label=label, color=colour)
                 if len(runs) > 1:
                     ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
-        evaluated = [p["step"] for p in runs[0]["evals"]]
-        by_step = [[run["evals"][i]["accuracy"]["mean"] for run in runs] for i in range(len(evaluated))]
+        points = [{p["step"]: p for p in run["evals"]} for run in runs]
+        evaluated = sorted(set.intersection(*(set(by_step) for by_step in points)))  # steps every seed evaluated
+        by_step = [[run[step]["accuracy"]["mean"] for run in points] for step in evaluated]
         means = [sum(v) / len(v) for v in by_step]
         low = [m - min(v) for m, v in zip(means, by_step, strict=True)]
         high = [max(v) - m for m, v in zip(means, by_step, strict=True)]

@@ -1,34 +1,46 @@
 """`mgrpo compare`'s progress over its whole plan, kept in `<out>/progress.json` so an interrupted comparison
-resumes where it stopped: a step (a warm-up, a run or an evaluation: one `mgrpo` process) counts as done once
-it exited 0 and was recorded, and only while what it wrote is still there. Re-running the same command into
-the same `--out` redoes nothing finished; a step cut off part-way runs again from its start (a fresh `mgrpo
-run` clears its own run directory). The file also holds the plan's identity (the comparison's settings): a
-plan with other settings into the same `--out` starts over (nothing of the old plan counts as done; a finished
-`--warmup` is still reused, as the comparison always did) rather than mixing the two plans' results.
+resumes where it stopped, and a changed one redoes only what changed.
 
-Before each step the comparison says where it is ("[5/14] run-m-grpo") and, once a step of any kind has
-finished, how long the rest should take: each step left at the mean seconds of the finished steps of its kind
-(warmup, stage1, run, eval), or of all finished steps where none of its kind has finished yet.
+A step (a warm-up, a run or an evaluation: one `mgrpo` process) is recorded once it exited 0 and wrote its
+outputs, under a key: the sha256 of its command line (with the `--config` file's content, not its path). A
+later invocation reuses a recorded step only when all of these hold:
+
+- its key is the same (the same command: a changed `--set`, model, budget, seed or config file is another step);
+- its outputs are all still there (its warm-up, `summary.json` and exports, or report);
+- none of the steps it builds on ran again in this invocation (a redone stage-1 start means every run and
+  evaluation from it is redone: their command lines name the same directories, whose contents changed).
+
+Anything else runs again from its start (a fresh `mgrpo run` clears its own run directory). So `--seeds 0,1`
+after `--seeds 0` runs only seed 1's steps; more `--eval-questions` redoes the evaluations, not the runs.
+
+Before each step the comparison says where it is ("[5/14] run-m-grpo-seed0") and, once a step has finished,
+how long the rest should take: each step left at the mean seconds of the finished steps of its kind (warmup,
+stage1, run, eval), or of all finished steps where none of its kind has finished yet.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from mgrpo_actors.runtime.disk import atomic_write_text
 
-__all__ = ["PROGRESS_FILE", "PlanProgress", "duration", "step_kind"]
+__all__ = ["PROGRESS_FILE", "PlanProgress", "duration", "step_kind", "step_key"]
 
 PROGRESS_FILE = "progress.json"
 
 
 def step_kind(name: str) -> str:
-    """A step's kind, the start of its name: "run-m-grpo" -> "run", "eval-start-multi" -> "eval"."""
+    """A step's kind, the start of its name: "run-m-grpo-seed0" -> "run", "eval-start-multi" -> "eval"."""
     return name.split("-", 1)[0]
+
+
+def step_key(command: Sequence[str], config_sha256: str) -> str:
+    """What identifies a step: its command line and the content of the config file it reads."""
+    return hashlib.sha256(json.dumps([list(command), config_sha256]).encode()).hexdigest()
 
 
 def duration(seconds: float) -> str:
@@ -39,55 +51,73 @@ def duration(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _records(path: Path) -> dict[str, dict]:
+    """The recorded steps of progress.json; nothing from a file that is unreadable or of another layout."""
+    try:
+        done = json.loads(path.read_text()).get("done", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(done, dict):
+        return {}
+    return {
+        name: record
+        for name, record in done.items()
+        if isinstance(record, dict) and isinstance(record.get("key"), str) and isinstance(record.get("seconds"), float)
+    }
+
+
 class PlanProgress:
     """The steps of one comparison in order, which of them are done (and took how long), and the time left."""
 
-    def __init__(
-        self, out: Path, identity: dict[str, Any], steps: Sequence[str], clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, out: Path, steps: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
         if len(set(steps)) != len(steps):
             raise ValueError(f"a plan's step names must be unique, got {list(steps)}")
-        self.path, self.identity, self.steps, self.clock = out / PROGRESS_FILE, identity, list(steps), clock
-        self.done: dict[str, float] = {}  # step -> seconds it took
+        self.path, self.steps, self.clock = out / PROGRESS_FILE, list(steps), clock
+        self.records = _records(self.path)  # every step recorded, this plan's or not: {name: {key, seconds}}
+        self.ran: set[str] = set()  # steps that ran (not reused) in this invocation
         self.started = clock()
-        self.other_plan = False  # progress.json was another plan's: this one starts over
-        if self.path.is_file():
-            try:
-                recorded = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                recorded = {}  # unreadable: nothing counts as done (each write is atomic, so this is not ours)
-            self.other_plan = recorded.get("identity") != identity
-            if not self.other_plan:
-                done = recorded.get("done", {})
-                self.done = {name: float(s) for name, s in done.items() if name in self.steps}
 
-    def is_done(self, name: str, output: Path) -> bool:
-        """Whether step `name` finished in this or an earlier invocation and its `output` is still there."""
-        return name in self.done and output.exists()
+    @property
+    def done(self) -> dict[str, float]:
+        """This plan's steps recorded as finished (whether still reusable or not) -> their seconds."""
+        return {name: self.records[name]["seconds"] for name in self.steps if name in self.records}
 
-    def record(self, name: str, seconds: float) -> None:
-        """Step `name` exited 0 after `seconds`: written to progress.json at once (whole or not at all)."""
-        self.done[name] = seconds
-        document = {"identity": self.identity, "done": self.done}
+    def reusable(self, name: str, key: str, outputs: Iterable[Path], after: Iterable[str] = ()) -> bool:
+        """Whether step `name` (command key `key`) finished before with the same key, its `outputs` are all there
+        and none of the steps it builds on (`after`) ran again in this invocation."""
+        record = self.records.get(name)
+        return (
+            record is not None
+            and record["key"] == key
+            and all(path.exists() for path in outputs)
+            and not (set(after) & self.ran)
+        )
+
+    def record(self, name: str, key: str, seconds: float) -> None:
+        """Step `name` ran and exited 0 after `seconds`: written to progress.json at once (whole or not at all)."""
+        self.records[name] = {"key": key, "seconds": float(seconds)}
+        self.ran.add(name)
+        document = {"done": self.records}
         atomic_write_text(self.path, json.dumps(document, indent=2) + "\n", "the comparison's progress")
 
     def seconds_left(self, after: str) -> float | None:
         """Estimated seconds of the steps after `after` not yet done; None before any step finished."""
-        if not self.done:
+        done = self.done
+        if not done:
             return None
         by_kind: dict[str, list[float]] = {}
-        for name, seconds in self.done.items():
+        for name, seconds in done.items():
             by_kind.setdefault(step_kind(name), []).append(seconds)
-        overall = sum(self.done.values()) / len(self.done)
+        overall = sum(done.values()) / len(done)
         rest = self.steps[self.steps.index(after) + 1 :]
         return sum(
             (sum(by_kind[k]) / len(by_kind[k])) if (k := step_kind(name)) in by_kind else overall
             for name in rest
-            if name not in self.done
+            if name not in done
         )
 
     def where(self, name: str) -> str:
-        """ "[5/14] run-m-grpo" with how many are done, time elapsed and the estimate of what is left."""
+        """ "[5/14] run-m-grpo-seed0" with how many are done, time elapsed and the estimate of what is left."""
         position = f"[{self.steps.index(name) + 1}/{len(self.steps)}] {name}"
         elapsed = duration(self.clock() - self.started)
         left = self.seconds_left(name)

@@ -124,6 +124,8 @@ def question_accuracy(report: Mapping[str, Any]) -> dict[str, float]:
     for row in rows:
         if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row.get("correct"):
             raise ValueError(f"not an `mgrpo eval` report: a question row without id or correct ({str(row)[:80]})")
+        if row["id"] in accuracy:
+            raise ValueError(f"question id {row['id']!r} appears twice in one report: ids must be unique to pair")
         accuracy[row["id"]] = float(np.mean(row["correct"]))
     return accuracy
 

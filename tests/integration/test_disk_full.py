@@ -128,7 +128,7 @@ def test_a_comparison_plot_that_does_not_fit_leaves_no_file_and_says_why(mount_t
     rewards = [{"step": s, "main_reward_mean": 0.1 * s, "sub_reward_mean": 0.05 * s} for s in range(50)]
     result = {"rewards": rewards, "evals": [{"step": 0, "accuracy": {"mean": 0.1, "min": 0.0, "max": 0.2}}]}
     with pytest.raises(DiskFullError) as raised:
-        write_compare_png({"m-grpo": result}, disk / "compare.png")
+        write_compare_png({"m-grpo": {"runs": [result]}}, disk / "compare.png")
     assert (
         raised.value.strerror == f"no space left on device: the comparison plot not written to {disk / 'compare.png'}"
     )

@@ -8,10 +8,9 @@ import pytest
 
 from mgrpo_actors.cli.compare import _plan_steps
 from mgrpo_actors.compare.plan import CompareConfig
-from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_kind
+from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_key, step_kind
 
 STEPS = ["stage1-multi", "eval-start-multi", "run-m-grpo", "eval-m-grpo-step2", "run-main-only", "eval-main-only-step2"]
-PLAN = {"compare": {"steps": 2}}
 
 
 class Clock:
@@ -22,51 +21,53 @@ class Clock:
         return self.now
 
 
-def test_a_recorded_step_is_done_only_while_its_output_is_there(tmp_path):
+def test_a_step_is_reused_only_with_the_same_command_its_outputs_and_nothing_redone_before_it(tmp_path):
     output = tmp_path / "evals" / "start-multi.json"
     output.parent.mkdir()
-    progress = PlanProgress(tmp_path, PLAN, STEPS)
-    assert not progress.is_done("eval-start-multi", output) and progress.done == {}
+    key = step_key(["eval", "--limit", "16"], "cfg")
+    progress = PlanProgress(tmp_path, STEPS)
+    assert not progress.reusable("eval-start-multi", key, [output]) and progress.done == {}
     output.write_text("{}")
-    assert not progress.is_done("eval-start-multi", output)  # there, but never recorded: a step cut off
-    progress.record("eval-start-multi", 12.5)
-    again = PlanProgress(tmp_path, PLAN, STEPS)  # the next invocation of the same command
-    assert again.is_done("eval-start-multi", output) and again.done == {"eval-start-multi": 12.5}
+    assert not progress.reusable("eval-start-multi", key, [output])  # there, but never recorded: a step cut off
+    progress.record("eval-start-multi", key, 12.5)
+    again = PlanProgress(tmp_path, STEPS)  # the next invocation
+    assert again.reusable("eval-start-multi", key, [output], after=["stage1-multi"])
+    assert again.done == {"eval-start-multi": 12.5}
+    # another command (more questions), another config file's content: another step
+    assert not again.reusable("eval-start-multi", step_key(["eval", "--limit", "200"], "cfg"), [output])
+    assert not again.reusable("eval-start-multi", step_key(["eval", "--limit", "16"], "edited"), [output])
+    # what it builds on ran again in this invocation: redone too
+    again.record("stage1-multi", step_key(["run"], "cfg"), 30.0)
+    assert not again.reusable("eval-start-multi", key, [output], after=["stage1-multi"])
+    assert again.reusable("eval-start-multi", key, [output], after=["warmup-multi"])
     output.unlink()
-    assert not again.is_done("eval-start-multi", output)
+    assert not PlanProgress(tmp_path, STEPS).reusable("eval-start-multi", key, [output])
 
 
-def test_another_plan_starts_over(tmp_path):
-    PlanProgress(tmp_path, PLAN, STEPS).record("stage1-multi", 30.0)
-    other = PlanProgress(tmp_path, {"compare": {"steps": 8}}, STEPS)
-    assert other.other_plan and other.done == {}
-    same = PlanProgress(tmp_path, PLAN, STEPS)
-    assert not same.other_plan and same.done == {"stage1-multi": 30.0}
-
-
-def test_an_unreadable_progress_file_counts_nothing_as_done(tmp_path):
-    (tmp_path / PROGRESS_FILE).write_text("{not json")
-    progress = PlanProgress(tmp_path, PLAN, STEPS)
-    assert progress.done == {} and progress.other_plan
+@pytest.mark.parametrize("text", ["{not json", '{"done": {"stage1-multi": 30.0}}', '{"done": [1]}', "[]"])
+def test_an_unreadable_or_older_progress_file_counts_nothing_as_done(tmp_path, text):
+    (tmp_path / PROGRESS_FILE).write_text(text)
+    progress = PlanProgress(tmp_path, STEPS)
+    assert progress.done == {} and not progress.reusable("stage1-multi", "k", [])
 
 
 def test_time_left_from_the_finished_steps_of_each_kind(tmp_path):
     clock = Clock()
-    progress = PlanProgress(tmp_path, PLAN, STEPS, clock=clock)
+    progress = PlanProgress(tmp_path, STEPS, clock=clock)
     assert progress.seconds_left("stage1-multi") is None
     assert progress.where("stage1-multi") == "[1/6] stage1-multi (0 of 6 done, 0 s elapsed)"
-    progress.record("stage1-multi", 100.0)
-    progress.record("eval-start-multi", 10.0)
+    progress.record("stage1-multi", "a", 100.0)
+    progress.record("eval-start-multi", "b", 10.0)
     clock.now += 80
     # after run-m-grpo: eval (10) + run (no run finished yet: the mean of all, 55) + eval (10)
     assert progress.seconds_left("run-m-grpo") == pytest.approx(75.0)
     assert progress.where("run-m-grpo") == "[3/6] run-m-grpo (2 of 6 done, 80 s elapsed, about 75 s after this one)"
-    progress.record("run-m-grpo", 300.0)
+    progress.record("run-m-grpo", "c", 300.0)
     assert progress.seconds_left("eval-m-grpo-step2") == pytest.approx(300.0 + 10.0)
     assert json.loads((tmp_path / PROGRESS_FILE).read_text())["done"] == {
-        "stage1-multi": 100.0,
-        "eval-start-multi": 10.0,
-        "run-m-grpo": 300.0,
+        "stage1-multi": {"key": "a", "seconds": 100.0},
+        "eval-start-multi": {"key": "b", "seconds": 10.0},
+        "run-m-grpo": {"key": "c", "seconds": 300.0},
     }
 
 
@@ -78,7 +79,7 @@ def test_names_kinds_and_durations():
     ]
     assert [duration(s) for s in (42, 720, 3900)] == ["42 s", "12 min", "1 h 05 min"]
     with pytest.raises(ValueError, match="unique"):
-        PlanProgress(__import__("pathlib").Path("/nonexistent"), PLAN, ["a", "a"])
+        PlanProgress(__import__("pathlib").Path("/nonexistent"), ["a", "a"])
 
 
 def test_the_plan_lists_every_step_in_the_order_it_runs():

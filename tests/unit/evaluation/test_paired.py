@@ -73,6 +73,7 @@ def test_reports_pair_by_question_id_over_their_runs():
         (report([("q1", [1])]), report([("q2", [1])]), "share no question"),
         ({"runs": []}, report([("q1", [1])]), "no per-question rows"),
         (report([("q1", [])]), report([("q1", [1])]), "without id or correct"),
+        (report([("q1", [1]), ("q1", [0])]), report([("q1", [1])]), "appears twice"),
     ],
 )
 def test_reports_that_cannot_pair_are_errors(a, b, message):
