@@ -80,13 +80,12 @@ class _Steps:
     def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
         """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
         steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs."""
-        from mgrpo_actors.compare.progress import step_key
-
-        key = step_key(args, self.config_sha256)
-        if self.progress.reusable(name, key, outputs, after):
+        key = self.progress.key(args, self.config_sha256, after)
+        if self.progress.reusable(name, key, outputs):
             print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
             return float(self.progress.records[name]["seconds"])
         print(f"  {self.progress.where(name)}", flush=True)
+        self.progress.forget(name)
         seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
         missing = [str(path) for path in outputs if not path.exists()]
         if missing:
@@ -189,7 +188,8 @@ def compare(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
         return 2
-    out, config = Path(args.out), (["--config", args.config] if args.config else [])
+    # absolute: the steps' command lines name paths under it, so "x" and "./x" must give the same keys
+    out, config = Path(args.out).absolute(), (["--config", args.config] if args.config else [])
     run_dir = out / "runs"
     layouts = sorted({layout_of(m) for m in cfg.methods})
     starts = {
@@ -269,6 +269,9 @@ def compare(args: argparse.Namespace) -> int:
             per_seed[run.method].append(method_result(summary, evals, seconds, run.seed))
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
+        return 1
+    except DiskFullError as exc:  # progress.json
+        print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
         return 1
     results = {method: method_summary(runs) for method, runs in per_seed.items()}
     paired = paired_against(results)

@@ -2,15 +2,19 @@
 resumes where it stopped, and a changed one redoes only what changed.
 
 A step (a warm-up, a run or an evaluation: one `mgrpo` process) is recorded once it exited 0 and wrote its
-outputs, under a key: the sha256 of its command line (with the `--config` file's content, not its path). A
-later invocation reuses a recorded step only when all of these hold:
+outputs, with a random id and under a key: the sha256 of its command line (with the `--config` file's
+content, not its path) and of the ids of the records of the steps it builds on. A later invocation reuses a
+recorded step only when both hold:
 
-- its key is the same (the same command: a changed `--set`, model, budget, seed or config file is another step);
-- its outputs are all still there (its warm-up, `summary.json` and exports, or report);
-- none of the steps it builds on ran again in this invocation (a redone stage-1 start means every run and
-  evaluation from it is redone: their command lines name the same directories, whose contents changed).
+- its key is the same: the same command (a changed `--set`, model, budget, seed or config file is another
+  step) from the same results of what it builds on (a redone stage-1 start has a new id, so every run and
+  evaluation from it is redone, in this invocation or any later one: their command lines name the same
+  directories, whose contents changed);
+- its outputs are all still there (its warm-up, `summary.json` and exports, or report).
 
-Anything else runs again from its start (a fresh `mgrpo run` clears its own run directory). So `--seeds 0,1`
+A step about to run loses its record first, so one cut off part-way (a warm-up saves its models one by one)
+never counts as done. Anything else runs again from its start (a fresh `mgrpo run` clears its own run
+directory). So `--seeds 0,1`
 after `--seeds 0` runs only seed 1's steps; more `--eval-questions` redoes the evaluations, not the runs.
 
 Before each step the comparison says where it is ("[5/14] run-m-grpo-seed0") and, once a step has finished,
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -38,9 +43,10 @@ def step_kind(name: str) -> str:
     return name.split("-", 1)[0]
 
 
-def step_key(command: Sequence[str], config_sha256: str) -> str:
-    """What identifies a step: its command line and the content of the config file it reads."""
-    return hashlib.sha256(json.dumps([list(command), config_sha256]).encode()).hexdigest()
+def step_key(command: Sequence[str], config_sha256: str, inputs: Sequence[str] = ()) -> str:
+    """What identifies a step: its command line, the content of the config file it reads and the record ids
+    of the steps whose results it reads (`inputs`)."""
+    return hashlib.sha256(json.dumps([list(command), config_sha256, list(inputs)]).encode()).hexdigest()
 
 
 def duration(seconds: float) -> str:
@@ -62,7 +68,10 @@ def _records(path: Path) -> dict[str, dict]:
     return {
         name: record
         for name, record in done.items()
-        if isinstance(record, dict) and isinstance(record.get("key"), str) and isinstance(record.get("seconds"), float)
+        if isinstance(record, dict)
+        and isinstance(record.get("key"), str)
+        and isinstance(record.get("id"), str)
+        and isinstance(record.get("seconds"), float)
     }
 
 
@@ -73,8 +82,7 @@ class PlanProgress:
         if len(set(steps)) != len(steps):
             raise ValueError(f"a plan's step names must be unique, got {list(steps)}")
         self.path, self.steps, self.clock = out / PROGRESS_FILE, list(steps), clock
-        self.records = _records(self.path)  # every step recorded, this plan's or not: {name: {key, seconds}}
-        self.ran: set[str] = set()  # steps that ran (not reused) in this invocation
+        self.records = _records(self.path)  # every step recorded, this plan's or not: {name: {key, id, seconds}}
         self.started = clock()
 
     @property
@@ -82,21 +90,26 @@ class PlanProgress:
         """This plan's steps recorded as finished (whether still reusable or not) -> their seconds."""
         return {name: self.records[name]["seconds"] for name in self.steps if name in self.records}
 
-    def reusable(self, name: str, key: str, outputs: Iterable[Path], after: Iterable[str] = ()) -> bool:
-        """Whether step `name` (command key `key`) finished before with the same key, its `outputs` are all there
-        and none of the steps it builds on (`after`) ran again in this invocation."""
+    def key(self, command: Sequence[str], config_sha256: str, after: Iterable[str] = ()) -> str:
+        """The key of a step running `command` on the results of the steps `after` (as recorded now)."""
+        return step_key(command, config_sha256, [self.records[n]["id"] if n in self.records else "" for n in after])
+
+    def reusable(self, name: str, key: str, outputs: Iterable[Path]) -> bool:
+        """Whether step `name` finished before under `key` and its `outputs` are all there."""
         record = self.records.get(name)
-        return (
-            record is not None
-            and record["key"] == key
-            and all(path.exists() for path in outputs)
-            and not (set(after) & self.ran)
-        )
+        return record is not None and record["key"] == key and all(path.exists() for path in outputs)
+
+    def forget(self, name: str) -> None:
+        """Step `name` is about to run: no longer done until it finishes (its outputs are being replaced)."""
+        if self.records.pop(name, None) is not None:
+            self._write()
 
     def record(self, name: str, key: str, seconds: float) -> None:
         """Step `name` ran and exited 0 after `seconds`: written to progress.json at once (whole or not at all)."""
-        self.records[name] = {"key": key, "seconds": float(seconds)}
-        self.ran.add(name)
+        self.records[name] = {"key": key, "id": uuid.uuid4().hex, "seconds": float(seconds)}
+        self._write()
+
+    def _write(self) -> None:
         document = {"done": self.records}
         atomic_write_text(self.path, json.dumps(document, indent=2) + "\n", "the comparison's progress")
 

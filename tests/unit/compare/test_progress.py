@@ -8,7 +8,7 @@ import pytest
 
 from mgrpo_actors.cli.compare import _plan_steps
 from mgrpo_actors.compare.plan import CompareConfig
-from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_key, step_kind
+from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_kind
 
 STEPS = ["stage1-multi", "eval-start-multi", "run-m-grpo", "eval-m-grpo-step2", "run-main-only", "eval-main-only-step2"]
 
@@ -21,30 +21,43 @@ class Clock:
         return self.now
 
 
-def test_a_step_is_reused_only_with_the_same_command_its_outputs_and_nothing_redone_before_it(tmp_path):
+def test_a_step_is_reused_only_with_the_same_command_inputs_and_outputs(tmp_path):
     output = tmp_path / "evals" / "start-multi.json"
     output.parent.mkdir()
-    key = step_key(["eval", "--limit", "16"], "cfg")
     progress = PlanProgress(tmp_path, STEPS)
-    assert not progress.reusable("eval-start-multi", key, [output]) and progress.done == {}
+    progress.record("stage1-multi", progress.key(["run"], "cfg"), 30.0)
+    key = progress.key(["eval", "--limit", "16"], "cfg", after=["stage1-multi"])
+    assert not progress.reusable("eval-start-multi", key, [output]) and progress.done == {"stage1-multi": 30.0}
     output.write_text("{}")
     assert not progress.reusable("eval-start-multi", key, [output])  # there, but never recorded: a step cut off
     progress.record("eval-start-multi", key, 12.5)
     again = PlanProgress(tmp_path, STEPS)  # the next invocation
-    assert again.reusable("eval-start-multi", key, [output], after=["stage1-multi"])
-    assert again.done == {"eval-start-multi": 12.5}
+    assert again.key(["eval", "--limit", "16"], "cfg", after=["stage1-multi"]) == key
+    assert again.reusable("eval-start-multi", key, [output])
     # another command (more questions), another config file's content: another step
-    assert not again.reusable("eval-start-multi", step_key(["eval", "--limit", "200"], "cfg"), [output])
-    assert not again.reusable("eval-start-multi", step_key(["eval", "--limit", "16"], "edited"), [output])
-    # what it builds on ran again in this invocation: redone too
-    again.record("stage1-multi", step_key(["run"], "cfg"), 30.0)
-    assert not again.reusable("eval-start-multi", key, [output], after=["stage1-multi"])
-    assert again.reusable("eval-start-multi", key, [output], after=["warmup-multi"])
+    assert again.key(["eval", "--limit", "200"], "cfg", after=["stage1-multi"]) != key
+    assert again.key(["eval", "--limit", "16"], "edited", after=["stage1-multi"]) != key
+    # what it builds on ran again (now or in any earlier invocation): a new record id, another key
+    again.record("stage1-multi", again.key(["run"], "cfg"), 31.0)
+    later = PlanProgress(tmp_path, STEPS)
+    assert later.key(["eval", "--limit", "16"], "cfg", after=["stage1-multi"]) != key
     output.unlink()
-    assert not PlanProgress(tmp_path, STEPS).reusable("eval-start-multi", key, [output])
+    assert not later.reusable("eval-start-multi", key, [output])
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"done": {"stage1-multi": 30.0}}', '{"done": [1]}', "[]"])
+def test_a_step_about_to_run_is_forgotten_first(tmp_path):
+    progress = PlanProgress(tmp_path, STEPS)
+    progress.record("stage1-multi", "k", 30.0)
+    progress.forget("stage1-multi")  # cut off after this: never done, whatever it left
+    assert PlanProgress(tmp_path, STEPS).done == {} and not PlanProgress(tmp_path, STEPS).reusable(
+        "stage1-multi", "k", []
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", '{"done": {"stage1-multi": 30.0}}', '{"done": {"stage1-multi": {"key": "k", "seconds": 1.0}}}', "[]"],
+)
 def test_an_unreadable_or_older_progress_file_counts_nothing_as_done(tmp_path, text):
     (tmp_path / PROGRESS_FILE).write_text(text)
     progress = PlanProgress(tmp_path, STEPS)
@@ -64,11 +77,13 @@ def test_time_left_from_the_finished_steps_of_each_kind(tmp_path):
     assert progress.where("run-m-grpo") == "[3/6] run-m-grpo (2 of 6 done, 80 s elapsed, about 75 s after this one)"
     progress.record("run-m-grpo", "c", 300.0)
     assert progress.seconds_left("eval-m-grpo-step2") == pytest.approx(300.0 + 10.0)
-    assert json.loads((tmp_path / PROGRESS_FILE).read_text())["done"] == {
-        "stage1-multi": {"key": "a", "seconds": 100.0},
-        "eval-start-multi": {"key": "b", "seconds": 10.0},
-        "run-m-grpo": {"key": "c", "seconds": 300.0},
+    recorded = json.loads((tmp_path / PROGRESS_FILE).read_text())["done"]
+    assert {name: (r["key"], r["seconds"]) for name, r in recorded.items()} == {
+        "stage1-multi": ("a", 100.0),
+        "eval-start-multi": ("b", 10.0),
+        "run-m-grpo": ("c", 300.0),
     }
+    assert len({r["id"] for r in recorded.values()}) == 3
 
 
 def test_names_kinds_and_durations():
