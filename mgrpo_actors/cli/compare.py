@@ -139,12 +139,17 @@ def _evaluate(
     return report
 
 
+def _export_dir(run_dir: Path, run_id: str, side: str, step: int) -> Path:
+    """Where a run's learner exported `side`'s model after `step` steps (plain HF directory)."""
+    return run_dir / run_id / "exports" / side / f"step{step}"
+
+
 def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trained: tuple[str, ...]) -> dict[str, str]:
     """The models after `step` steps of a run: the exports of the sides it trains, the start model of the
     others. A trained side without its export is an error, never silently its start model."""
     models = {}
     for side, model in start.items():
-        export = run_dir / run_id / "exports" / side / f"step{step}"
+        export = _export_dir(run_dir, run_id, side, step)
         if step == 0 or side not in trained:
             models[side] = model
         elif not export.is_dir():
@@ -227,7 +232,7 @@ def compare(args: argparse.Namespace) -> int:
                 stage1 = run_dir / f"stage1-{layout}"
                 made = [
                     stage1 / "summary.json",
-                    *(stage1 / "exports" / side / f"step{cfg.stage1_steps}" for side in starts[layout]),
+                    *(_export_dir(run_dir, stage1.name, side, cfg.stage1_steps) for side in starts[layout]),
                 ]
                 overrides = stage1_overrides(cfg, layout, str(run_dir), starts[layout])
                 steps.run(f"stage1-{layout}", made, start_step[layout], "run", *_sets(overrides))
@@ -247,7 +252,7 @@ def compare(args: argparse.Namespace) -> int:
             made = [
                 summary,
                 *(
-                    run_dir / run.run_id / "exports" / side / f"step{step}"
+                    _export_dir(run_dir, run.run_id, side, step)
                     for side in trained_sides(run.method)
                     for step in cfg.eval_steps[1:]
                 ),

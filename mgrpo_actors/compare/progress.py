@@ -14,8 +14,8 @@ recorded step only when both hold:
 
 A step about to run loses its record first, so one cut off part-way (a warm-up saves its models one by one)
 never counts as done. Anything else runs again from its start (a fresh `mgrpo run` clears its own run
-directory). So `--seeds 0,1`
-after `--seeds 0` runs only seed 1's steps; more `--eval-questions` redoes the evaluations, not the runs.
+directory). So `--seeds 0,1` after `--seeds 0` runs only seed 1's steps; more `--eval-questions` redoes the
+evaluations, not the runs.
 
 Before each step the comparison says where it is ("[5/14] run-m-grpo-seed0") and, once a step has finished,
 how long the rest should take: each step left at the mean seconds of the finished steps of its kind (warmup,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.evaluation.over_seeds import over_seeds
-from mgrpo_actors.evaluation.paired import paired_difference, question_accuracy
+from mgrpo_actors.evaluation.paired import paired_by_id, question_accuracy
 
 __all__ = ["REFERENCE", "REWARD_KEYS", "markdown_table", "method_result", "method_summary", "paired_against"]
 
@@ -83,10 +83,9 @@ def paired_against(results: Mapping[str, Mapping[str, Any]], reference: str = RE
     paired = {}
     for method, result in results.items():
         theirs = _pooled(result)
-        shared = [q for q in ours if q in theirs]
-        if method == reference or len(shared) < 2:
+        if method == reference or sum(q in theirs for q in ours) < 2:
             continue
-        paired[method] = asdict(paired_difference([ours[q] for q in shared], [theirs[q] for q in shared]))
+        paired[method] = asdict(paired_by_id(ours, theirs)[0])
     return paired
 
 

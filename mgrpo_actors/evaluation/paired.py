@@ -29,6 +29,7 @@ __all__ = [
     "EXACT_UP_TO",
     "PERMUTATIONS",
     "PairedDifference",
+    "paired_by_id",
     "paired_difference",
     "paired_from_reports",
     "question_accuracy",
@@ -130,12 +131,18 @@ def question_accuracy(report: Mapping[str, Any]) -> dict[str, float]:
     return accuracy
 
 
+def paired_by_id(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[PairedDifference, list[str]]:
+    """The paired difference A - B of per-question values by question id, over the ids both hold, and those ids
+    in A's order; ValueError when they share none (or only one)."""
+    shared = [qid for qid in a if qid in b]
+    if not shared:
+        raise ValueError("the two reports share no question id: nothing to pair")
+    return paired_difference([a[q] for q in shared], [b[q] for q in shared]), shared
+
+
 def paired_from_reports(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[PairedDifference, list[str], int, int]:
     """(the paired difference A - B over the questions both hold, their ids in A's order, questions only in A,
     questions only in B); ValueError when they share none."""
     acc_a, acc_b = question_accuracy(a), question_accuracy(b)
-    shared = [qid for qid in acc_a if qid in acc_b]
-    if not shared:
-        raise ValueError("the two reports share no question id: nothing to pair")
-    paired = paired_difference([acc_a[q] for q in shared], [acc_b[q] for q in shared])
+    paired, shared = paired_by_id(acc_a, acc_b)
     return paired, shared, len(acc_a) - len(shared), len(acc_b) - len(shared)
