@@ -63,12 +63,14 @@ def test_streams_lost_with_a_restarted_servers_store_come_back_on_reconnect(tmp_
         wait_until(lambda: bus.reconnects >= 1 and bus.connected, 20, what="bus reconnected")
 
         def recreated() -> bool:
+            # the node recreates its streams one by one (in name order): wait for both, not the first
             try:
+                bus.stream_info(bus.subjects.stream("metrics"))
                 return bus.stream_info(bus.subjects.stream("dlq")).config.max_msgs == 7
             except Exception:
                 return False
 
-        assert wait_until(recreated, 10, what="the dlq stream recreated with its limits")
+        assert wait_until(recreated, 10, what="the metrics and dlq streams recreated, dlq with its limits")
         # a core publish: lands only if the stream exists
         bus.publish(bus.subjects.metrics("after"), Metric(name="after", value=1.0))
         assert wait_until(lambda: _messages(bus, "metrics")[0] == 1, 10, what="the metric stored")
