@@ -123,6 +123,11 @@ class EventLog:
         with self._lock:
             return [e for e in self.events if e.kind == kind]
 
+    def timeline(self) -> str:
+        """Every event so far, one line each (kind, role, message): what a failed wait prints first."""
+        with self._lock:
+            return "\n".join(f"{e.kind} [{e.role or e.node}] {e.message[:160]}" for e in self.events)
+
     def wait_for(self, kind: str, timeout_s: float, describe: Any = "") -> Event:
         return wait_until(lambda: (self.kinds(kind) or [None])[0], timeout_s=timeout_s, what=describe)
 

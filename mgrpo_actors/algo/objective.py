@@ -146,11 +146,15 @@ def _ratio_and_advantages(
 
 
 def _kl_per_token(logprobs, ref_logprobs, on_loss, cfg: ObjectiveConfig) -> torch.Tensor:
-    """KL(π_θ ‖ π_ref) per token; both inputs zeroed off the loss tokens so padding cannot put NaN in grads."""
+    """KL(π_θ ‖ π_ref) per token; both inputs zeroed off the loss tokens so padding cannot put NaN in grads, and
+    where π_θ's own top-k/top-p excludes the token (log π_θ = −inf, which a recomputed or bf16 learner can meet at
+    the boundary): −inf − (−inf) is NaN where the reference excludes it too, and such a token adds no gradient
+    anyway, as in the policy term. A token only the reference excludes counts at the clamp."""
     zeros = torch.zeros_like(logprobs)
+    usable = on_loss & torch.isfinite(logprobs)
     return kl_estimate(
-        torch.where(on_loss, logprobs, zeros),
-        torch.where(on_loss, ref_logprobs.detach().to(logprobs.dtype), zeros),
+        torch.where(usable, logprobs, zeros),
+        torch.where(usable, ref_logprobs.detach().to(logprobs.dtype), zeros),
         cfg.kl_estimator,
         cfg.log_ratio_clamp,
     )

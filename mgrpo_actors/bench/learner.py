@@ -18,7 +18,8 @@ quick=True: shorter samples, two timed steps.
 `peak_rss(...)` (not part of `run`: the old path needs ~21 GB) measures a learner step's peak memory in
 a fresh process: `python -m mgrpo_actors.bench.learner --memory smollm2 4 2600 [chunk] [checkpointing 0|1]`.
 `kl_cost(...)` (not part of `run` either) times a learner step with the KL term to the frozen reference on
-against off: `python -m mgrpo_actors.bench.learner --kl smollm2 1 1000 [steps]`.
+against off: `python -m mgrpo_actors.bench.learner --kl smollm2 1 1000 [steps]`. A micro-batch's shared prefix
+computed once against every row whole: `python -m mgrpo_actors.bench.learner --prefix smollm2 4 480 650 [steps]`.
 """
 
 from __future__ import annotations
@@ -74,19 +75,23 @@ def _load(spec: str):  # noqa: ANN202
     return load_model(spec)
 
 
-def bench_batch(model: torch.nn.Module, samples: int, tokens: int, seed: int = 0) -> AlignedBatch:
-    """`samples` rows of `tokens` random ids; the first quarter is prompt, the rest on the loss mask with
-    the model's own logprobs (temperature 1) as behaviour logprobs; advantages alternate ±1."""
+def bench_batch(model: torch.nn.Module, samples: int, tokens: int, seed: int = 0, prefix: int = 0) -> AlignedBatch:
+    """`samples` rows of `tokens` random ids, the first `prefix` of them the same in every row (a system prompt
+    and question every rollout of a group opens with); the first quarter (at least the prefix) is prompt, the
+    rest on the loss mask with the model's own logprobs (temperature 1) as behaviour logprobs; advantages
+    alternate ±1."""
     rng = np.random.default_rng(seed)
     vocab = int(model.config.vocab_size)
+    shared = rng.integers(3, vocab, prefix).astype(np.int32)
     rows = []
     for i in range(samples):
         ids = rng.integers(3, vocab, tokens).astype(np.int32)
+        ids[:prefix] = shared
         with torch.no_grad():
             logits = model(input_ids=torch.from_numpy(ids[None].astype(np.int64))).logits[0, :-1].float()
             own = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))[:, 0]
         logprobs = np.concatenate([[0.0], own.numpy()]).astype(np.float32)
-        mask = (np.arange(tokens) >= tokens // 4).astype(np.uint8)
+        mask = (np.arange(tokens) >= max(prefix, tokens // 4)).astype(np.uint8)
         advantage = 1.0 if i % 2 == 0 else -1.0
         rows.append(BatchRow(f"q/a/r{i}", "original", ids, mask, logprobs, advantage, 1.0, 0.0, 0, group=0))
     return rows_to_batch("bench", "main", 0, "b0", rows)
@@ -236,6 +241,47 @@ def peak_rss(
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _alternated(trainers: dict, batch: AlignedBatch, steps: int) -> tuple[float, float]:
+    """Median seconds of `PolicyTrainer.apply` for trainers "off" and "on", alternating after a warm-up step each."""
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for i in range(steps + 1):  # step 0 of each is a warm-up
+        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            started = time.perf_counter()
+            trainers[name].apply(batch)
+            if i:
+                times[name].append(time.perf_counter() - started)
+    return statistics.median(times["off"]), statistics.median(times["on"])
+
+
+def shared_prefix_cost(spec: str, samples: int, prefix: int, tokens: int, steps: int = 3) -> dict:
+    """PolicyTrainer.apply with the micro-batch's shared prefix computed once (learners.<side>.shared_prefix_tokens
+    32, learner/shared_prefix.py) against every row whole (0), one micro-batch of `samples` rows of `tokens` ids
+    whose first `prefix` are the same, on copies of the same model, alternating after a warm-up; medians."""
+    from mgrpo_actors.learner.trainer import PolicyTrainer
+
+    model, tokenizer = _load(spec)
+    batch = bench_batch(model, samples, tokens, prefix=prefix)
+    trainers = {
+        name: PolicyTrainer(
+            copy.deepcopy(model),
+            tokenizer.pad_token_id,
+            LearnerConfig(micro_batch_samples=samples, shared_prefix_tokens=min_tokens),
+            ObjectiveConfig(),
+        )
+        for name, min_tokens in (("off", 0), ("on", 32))
+    }
+    off_s, on_s = _alternated(trainers, batch, steps)
+    return {
+        "case": f"{spec} {samples} × {tokens} (prefix {prefix})",
+        "dtype": trainers["on"].cfg.dtype,
+        "threads": trainers["on"].cfg.threads(),
+        "whole_rows_s": off_s,
+        "shared_prefix_s": on_s,
+        "ratio": on_s / off_s,
+        "steps": steps,
+    }
+
+
 def kl_cost(spec: str, samples: int, tokens: int, steps: int = 5, kl_coef: float = 0.01) -> dict:
     """PolicyTrainer.apply with algo.objective.kl_coef > 0 (the reference: the starting weights, one more
     no-grad forward per micro-batch) against kl_coef 0, on copies of the same model and micro-batch, the
@@ -249,14 +295,7 @@ def kl_cost(spec: str, samples: int, tokens: int, steps: int = 5, kl_coef: float
         name: PolicyTrainer(copy.deepcopy(model), tokenizer.pad_token_id, cfg, ObjectiveConfig(kl_coef=coef))
         for name, coef in (("off", 0.0), ("on", kl_coef))
     }
-    times: dict[str, list[float]] = {"off": [], "on": []}
-    for i in range(steps + 1):  # step 0 of each is a warm-up
-        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
-            started = time.perf_counter()
-            trainers[name].apply(batch)
-            if i:
-                times[name].append(time.perf_counter() - started)
-    off_s, on_s = (statistics.median(times[name]) for name in ("off", "on"))
+    off_s, on_s = _alternated(trainers, batch, steps)
     reference = trainers["on"].reference.module
     return {
         "case": f"{spec} {samples} × {tokens}",
@@ -273,6 +312,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--kl":
         spec, samples, tokens, *rest = sys.argv[2:]
         print(kl_cost(spec, int(samples), int(tokens), *(int(x) for x in rest)))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--prefix":
+        spec, samples, prefix, tokens, *rest = sys.argv[2:]
+        print(shared_prefix_cost(spec, int(samples), int(prefix), int(tokens), *(int(x) for x in rest)))
     elif len(sys.argv) > 1 and sys.argv[1] == "--memory":
         spec, samples, tokens, *rest = sys.argv[2:]
         figures = peak_rss(spec, int(samples), int(tokens), *(int(x) for x in rest))

@@ -54,6 +54,13 @@ class LearnerConfig:
     """loss positions per chunk of the lm_head and log-softmax: the logits [positions, vocab] never exist
     whole, and with more positions than one chunk each chunk is recomputed in backward
     (mgrpo_actors/learner/forward.py); 0 = the model's own logits at every position at once ([ours])"""
+    shared_prefix_tokens: int = 32
+    """compute the prefix that every sample of a micro-batch shares (the system prompt and worked example, a
+    question's K rollouts) once per micro-batch instead of once per sample, when at least this many tokens
+    long; values and gradients are the full forward's (mgrpo_actors/learner/shared_prefix.py). Llama, Qwen2
+    and Qwen3 models attending through sdpa, without activation checkpointing, below ZeRO-3; elsewhere every
+    sample runs whole.
+    It pays with micro_batch_samples > 1; 0 = off ([ours])"""
     activation_checkpointing: bool = False
     """recompute each transformer layer's activations in backward instead of keeping them all (transformers'
     activation checkpointing): a micro-batch's activations shrink to the layers' inputs and one layer's at a
@@ -85,10 +92,10 @@ class LearnerConfig:
             raise ValueError(f"learner lr must be > 0, got {self.lr}")
         if self.micro_batch_samples < 1:
             raise ValueError(f"learner micro_batch_samples must be >= 1, got {self.micro_batch_samples}")
-        if self.torch_threads < 0 or self.logprob_chunk_tokens < 0:
+        if self.torch_threads < 0 or self.logprob_chunk_tokens < 0 or self.shared_prefix_tokens < 0:
             raise ValueError(
-                "learner torch_threads and logprob_chunk_tokens must be >= 0, "
-                f"got {self.torch_threads} and {self.logprob_chunk_tokens}"
+                "learner torch_threads, logprob_chunk_tokens and shared_prefix_tokens must be >= 0, "
+                f"got {self.torch_threads}, {self.logprob_chunk_tokens} and {self.shared_prefix_tokens}"
             )
         if self.max_grad_norm < 0 or self.weight_decay < 0 or self.checkpoint_every < 0 or self.export_every < 0:
             raise ValueError("learner max_grad_norm, weight_decay, checkpoint_every and export_every must be >= 0")

@@ -44,7 +44,11 @@ METHODS = ("m-grpo", "main-only", "single-agent")
 Method = Literal["m-grpo", "main-only", "single-agent"]
 
 # Tools a node serves by name (`tools.serve`); `tools.extra` adds more by import path.
-BUILTIN_TOOLS = {"search": "mgrpo_actors.tools.search:SearchTool", "visit": "mgrpo_actors.tools.visit:VisitTool"}
+BUILTIN_TOOLS = {
+    "search": "mgrpo_actors.tools.search:SearchTool",
+    "visit": "mgrpo_actors.tools.visit:VisitTool",
+    "calculator": "mgrpo_actors.tools.calculator:CalculatorTool",
+}
 
 
 def check_range(key: str, value: float, low: float, high: float) -> None:
@@ -188,7 +192,7 @@ class ToolsConfig:
     actors_per_tool: int = 2
     """actors per tool in this process; all of a tool's actors anywhere share one queue group"""
     serve: list[str] = field(default_factory=lambda: ["search", "visit"])
-    """tools this node serves"""
+    """tools this node serves: built-in search, visit, calculator, or a name under tools.extra"""
     pages: str | None = None
     """pages.jsonl from `mgrpo world generate`; None = the built-in synthetic web below"""
     web_seed: int = 0
@@ -197,6 +201,10 @@ class ToolsConfig:
     """entities of the built-in synthetic web"""
     visit_max_chars: int = 1500
     """visit returns at most this much of a page (small models have small contexts)"""
+    search_results: int = 5
+    """results search returns when the call names no k (agents may ask for up to 20)"""
+    snippet_chars: int = 200
+    """characters of each search result's snippet (the page's first line)"""
     extra: list[dict[str, Any]] = field(default_factory=list)
     """more tools: {name, factory: "pkg.mod:Class", args: {...}}"""
 
@@ -227,6 +235,8 @@ class ToolsConfig:
         if problem is not None:
             raise ValueError(f"tools.pages file {self.pages!r} {problem}")
         check_range("tools.visit_max_chars", self.visit_max_chars, 1, 1_000_000)
+        check_range("tools.search_results", self.search_results, 1, 20)  # 20: search's most results per call
+        check_range("tools.snippet_chars", self.snippet_chars, 8, 100_000)
         # generation is in memory, seconds per 1,000
         check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)
 

@@ -2,7 +2,7 @@
 row per step, on a RowCache (kv_cache.py) that the next call starts from.
 
 Sampling is exactly the distribution the learner scores (logprobs.py `sampling_warpers`: temperature,
-top-k, top-p, transformers' own warpers): the last position's logits go through the warpers in float32,
+top-k, top-p by transformers' rules, nucleus.py): the last position's logits go through the warpers in float32,
 the behaviour logprob of a token is log-softmax of the warped scores at that token, and the token is
 drawn by inverse transform from those same probabilities (`_inverse_transform`). Each row draws from a
 stream of its own, seeded by the call's seed and the row's index: what row i samples depends on its own

@@ -2,7 +2,7 @@
 place.
 
 Two decoding paths, one sampling distribution (`sampling_warpers(params)`, logprobs.py):
-- `hf` (models of the families in ROW_CACHE_MODELS): our own loop (decode.py) on a key/value cache kept
+- `hf` (models of models/families.py EXTERNAL_CACHE_MODELS): our own loop (decode.py) on a key/value cache kept
   across calls (kv_cache.py): each prompt starts from the longest prefix of it the cache holds (the
   episode's history, or a shared system prompt), so a multi-turn episode's next turn costs its new
   tokens, not its whole history; attention through attention.py (grouped-query heads packed, not
@@ -31,15 +31,12 @@ from mgrpo_actors.engines.kv_cache import CacheShape, RowCache
 from mgrpo_actors.engines.logprobs import sampling_warpers
 from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.models.families import takes_external_cache
 from mgrpo_actors.phases import GENERATE, timed
 from mgrpo_actors.weights.delta import SparseChange, WeightsDelta, check_delta_fits, set_elements
 from mgrpo_actors.weights.files import StoredTensor, check_fits, read_into, safetensors_files, safetensors_header
 
-__all__ = ["ROW_CACHE_MODELS", "HFEngine", "left_pad", "supports_row_cache"]
-
-# Model families whose decoder layers take our cache and rotary positions as they are (tested on tiny Llama- and
-# Qwen2-style models and SmolLM2); others decode through `generate`.
-ROW_CACHE_MODELS = ("llama", "qwen2", "qwen3")
+__all__ = ["HFEngine", "left_pad"]
 
 log = get_logger("mgrpo.engines.hf")
 
@@ -100,17 +97,6 @@ def _trim(ids: list[int], logprobs: np.ndarray, stop_ids: set[int], version: int
     return Generation(token_ids=ids[:end], logprobs=logprobs[:end].copy(), finish_reason=reason, policy_version=version)
 
 
-def supports_row_cache(model: PreTrainedModel) -> bool:
-    """Whether `model` can decode on a RowCache: a family of ROW_CACHE_MODELS without sliding-window layers."""
-    config = model.config
-    sliding = (
-        getattr(config, "use_sliding_window", False)
-        or getattr(config, "layer_types", None)
-        and any(kind != "full_attention" for kind in config.layer_types)
-    )
-    return config.model_type in ROW_CACHE_MODELS and not sliding
-
-
 def _cache_shape(model: PreTrainedModel) -> CacheShape:
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -123,7 +109,7 @@ class HFEngine:
     """Rollouts of a transformers model; weights reload in place (whole tensors copied, a delta's elements set).
 
     `use_generate` forces transformers' `generate` (engine name `hf-generate`); otherwise a model of
-    ROW_CACHE_MODELS decodes on the engine's own cache."""
+    EXTERNAL_CACHE_MODELS decodes on the engine's own cache."""
 
     loads_deltas = True  # load_weights takes a WeightsDelta against the version it holds (weights/sync.py)
 
@@ -146,7 +132,7 @@ class HFEngine:
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.bos_token_id, eos_token_id=sorted(self.eos_token_ids), pad_token_id=self.pad_token_id
         )
-        self.row_cache = not use_generate and supports_row_cache(model)
+        self.row_cache = not use_generate and takes_external_cache(model)
         if self.row_cache:
             model.config._attn_implementation = attention.register()
         self.cache: RowCache | None = None  # what the last call left: the next starts from its prefixes

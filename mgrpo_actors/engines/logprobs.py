@@ -1,8 +1,9 @@
 """The sampling distribution of `SamplingParams`, shared by the engine that samples and whoever checks it.
 
 Behaviour logprobs must be those of the distribution actually sampled from, or the PPO ratio starts
-off 1. The hf engine samples through exactly the warpers built here (temperature, then top-k, then
-top-p, transformers' own classes, in transformers' own order) and records log-softmax of their output;
+off 1. The hf engine samples through exactly the warpers built here (temperature, transformers' own class,
+then top-k and top-p by transformers' rules without sorting the vocabulary, nucleus.py) and records
+log-softmax of their output;
 a learner or a test that recomputes logprobs from a forward pass uses `token_log_probs` with the same
 params and gets the same numbers. `chunked_token_log_probs` is the same computation from the last hidden
 states and the lm_head, a chunk of positions at a time, so a large vocabulary's logits [positions, vocab]
@@ -14,9 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import LogitsProcessorList, TemperatureLogitsWarper
 
 from mgrpo_actors.engines.base import SamplingParams
+from mgrpo_actors.engines.nucleus import NucleusWarper
 
 __all__ = ["chunked_token_log_probs", "sampling_log_probs", "sampling_warpers", "token_log_probs"]
 
@@ -28,10 +30,8 @@ def sampling_warpers(params: SamplingParams) -> LogitsProcessorList:
         return warpers
     if params.temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(params.temperature))
-    if params.top_k > 0:
-        warpers.append(TopKLogitsWarper(top_k=params.top_k))
-    if params.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p=params.top_p))
+    if params.top_k > 0 or params.top_p < 1.0:
+        warpers.append(NucleusWarper(top_k=params.top_k, top_p=params.top_p))
     return warpers
 
 

@@ -16,7 +16,7 @@ __all__ = ["WarperLogitsProcessor"]
 
 
 class WarperLogitsProcessor(LogitsProcessor):
-    """Top-k, then top-p, by transformers' warpers, on rows whose request carries `warper_args`."""
+    """Top-k, then top-p, by transformers' rules (logprobs.py), on rows whose request carries `warper_args`."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         self.warpers = RowWarpers()

@@ -1,12 +1,12 @@
 """Top-k and top-p inside vLLM with the project's own warpers, so vLLM samples the distribution the learner scores.
 
 vLLM's own top-k/top-p is not transformers': its Triton top-k/top-p kernel keeps exactly k tokens, while
-`TopKLogitsWarper` (the hf engine's and the learner's, logprobs.py) keeps every token tied with the k-th,
-and bf16 logits make such ties plausible: the learner would then normalise over more tokens than were
-sampled from. So the engine switches vLLM's top-k/top-p off and passes them in the request's
+transformers' top-k rule (the hf engine's and the learner's, logprobs.py and nucleus.py) keeps every token
+tied with the k-th, and bf16 logits make such ties plausible: the learner would then normalise over more
+tokens than were sampled from. So the engine switches vLLM's top-k/top-p off and passes them in the request's
 `extra_args` (`warper_args`); a vLLM logits processor (vllm_processor.py) runs `RowWarpers.apply` after
 vLLM's temperature and before its sampler, through `sampling_warpers` itself: temperature, then
-top-k, then top-p, transformers' classes, on float32 logits. vLLM's processed logprobs are then
+top-k, then top-p, by transformers' rules (nucleus.py), on float32 logits. vLLM's processed logprobs are then
 log-softmax of exactly these scores.
 
 `RowWarpers` is the state such a processor keeps (which row of vLLM's persistent batch has which

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ATTRIBUTE_QUESTIONS",
+    "COUNT_DIFFERENCES",
     "COUNT_EQUAL",
     "COUNT_LESS",
     "NUMBER_WORDS",
@@ -14,6 +15,7 @@ __all__ = [
     "RELATION_QUESTIONS",
     "SUPERLATIVES",
     "Superlative",
+    "YEAR_DIFFERENCES",
 ]
 
 # "{x}" is a name or a noun phrase; the question asks for one fact about it.
@@ -133,3 +135,19 @@ COUNT_LESS = {
     "year": "How many of {names} were held before {target}?",
 }
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+# Differences (two facts, then a subtraction): a year attribute -> (the clause naming the event for "{x}", its
+# participle), asked as "How many years after <clause of the earlier> was <later> <participle>?"; a count
+# attribute -> "How many more ... does {a} have than {b}?" with {a} the larger.
+YEAR_DIFFERENCES = {
+    "birth_year": ("{x} was born", "born"),
+    "founded_year": ("{x} was founded", "founded"),
+    "settled_year": ("{x} was settled", "settled"),
+    "release_year": ("{x} was first released", "first released"),
+    "year": ("{x} was held", "held"),
+}
+COUNT_DIFFERENCES = {
+    "employees": "How many more employees does {a} have than {b}?",
+    "population": "How many more people live in {a} than in {b}?",
+    "country_population": "How many more people live in {a} than in {b}?",
+}

@@ -8,6 +8,10 @@ Kinds (difficulty `level` = facts to find, summed over evidence chains; stage 1 
   was founded first?"): several independent subtasks, so it rewards delegating them.
 - compose: two noun phrases, each reached in 1-2 hops, compared on a numeric fact.
 - aggregate: count how many of 3-5 named entities have a property ("How many of A, B, C were born in Y?").
+- difference: two numeric facts of two named entities, then a subtraction ("How many years after A was born
+  was B founded?"): a lookup and an arithmetic step (the calculator tool), level 2. Drawn only when
+  `difference_share` > 0, after every other kind, so the other kinds' questions (texts, answers) are the same
+  with or without; their split assignment is not (dataset.py shuffles every kind and level with one rng).
 Every relation is functional and names are unique, so every question has exactly one answer.
 """
 
@@ -22,12 +26,14 @@ import structlog
 from mgrpo_actors.envs.qa import Evidence, Question
 from mgrpo_actors.envs.question_templates import (
     ATTRIBUTE_QUESTIONS,
+    COUNT_DIFFERENCES,
     COUNT_EQUAL,
     COUNT_LESS,
     NUMBER_WORDS,
     RELATION_PHRASES,
     RELATION_QUESTIONS,
     SUPERLATIVES,
+    YEAR_DIFFERENCES,
 )
 from mgrpo_actors.envs.world import ATTRIBUTES, Entity, World, format_value, parse_number
 
@@ -35,7 +41,7 @@ __all__ = ["QUESTION_KINDS", "QuestionConfig", "combine_facts", "generate_questi
 
 log = structlog.get_logger(__name__)
 
-QUESTION_KINDS = ("lookup", "chain", "compare", "compose", "aggregate")
+QUESTION_KINDS = ("lookup", "chain", "compare", "compose", "aggregate", "difference")
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ class QuestionConfig:
     lookup_share: float = 0.30  # fraction of lookup questions (stage 1)
     chain_share: float = 0.35  # fraction of 2..max_chain_hops hop chains
     compare_share: float = 0.15  # fraction of compare questions
-    compose_share: float = 0.10  # fraction of compose questions; the rest are aggregates
+    compose_share: float = 0.10  # fraction of compose questions; the rest (less difference_share) are aggregates
+    difference_share: float = 0.0  # fraction of difference questions (a lookup and an arithmetic step)
     max_chain_hops: int = 4  # longest chain, in facts followed
     max_compare_entities: int = 4  # compare questions name 2..this many entities
     max_aggregate_entities: int = 5  # aggregate questions name 3..this many entities
@@ -64,6 +71,8 @@ def combine_facts(operation: str, operand: str, evidence: Sequence[Evidence]) ->
         return str(sum(e.fact == operand for e in evidence))
     if operation == "count_less":
         return str(sum(parse_number(e.fact) < parse_number(operand) for e in evidence))
+    if operation == "difference":  # evidence ordered smaller value first: a positive whole number
+        return str(parse_number(evidence[1].fact) - parse_number(evidence[0].fact))
     raise ValueError(f"unknown operation {operation!r}")
 
 
@@ -243,6 +252,28 @@ class _Drafter:
         key = ("count_less", attribute, threshold, tuple(sorted(e.id for e in picked)))
         return _Draft(key, "aggregate", text, "count_less", threshold, evidence)
 
+    def difference(self) -> _Draft | None:
+        """Two entities' numeric facts and their difference, the larger value named as the later or the more."""
+        years = self.rng.random() < 0.5
+        attributes = list(YEAR_DIFFERENCES if years else COUNT_DIFFERENCES)
+        first = self.rng.choice(attributes)
+        second = self.rng.choice(attributes) if years else first  # years compare across kinds of entity
+        a = self.rng.choice(self.world.by_type[ATTRIBUTES[first].owner])
+        b = self.rng.choice(self.world.by_type[ATTRIBUTES[second].owner])
+        if a is b or a.attributes[first] == b.attributes[second]:
+            return None
+        (low, low_attr), (high, high_attr) = sorted(((a, first), (b, second)), key=lambda p: p[0].attributes[p[1]])
+        if years:
+            clause, participle = YEAR_DIFFERENCES[low_attr][0].format(x=low.name), YEAR_DIFFERENCES[high_attr][1]
+            text = f"How many years after {clause} was {high.name} {participle}?"
+        else:
+            text = COUNT_DIFFERENCES[first].format(a=high.name, b=low.name)
+        evidence = (_attribute_evidence(low, low_attr), _attribute_evidence(high, high_attr))
+        key = ("difference", low.id, low_attr, high.id, high_attr)
+        answer = parse_number(evidence[1].fact) - parse_number(evidence[0].fact)
+        aliases = (f"{answer:,}",) if answer >= 1000 else ()
+        return _Draft(key, "difference", text, "difference", "", evidence, aliases)
+
 
 def _capitalise(text: str) -> str:
     return text[:1].upper() + text[1:]
@@ -296,9 +327,11 @@ def _kind_targets(config: QuestionConfig) -> dict[str, int]:
         "compose": config.compose_share,
     }
     targets = {k: round(config.num_questions * s) for k, s in shares.items()}
-    targets["aggregate"] = config.num_questions - sum(targets.values())
+    difference = round(config.num_questions * config.difference_share)
+    targets["aggregate"] = config.num_questions - sum(targets.values()) - difference
+    targets["difference"] = difference  # drawn last: the other kinds' draws do not depend on it
     if min(targets.values()) < 0:
-        raise ValueError(f"question shares add up to more than 1: {shares}")
+        raise ValueError(f"question shares add up to more than 1: {shares | {'difference': config.difference_share}}")
     return targets
 
 
@@ -309,6 +342,7 @@ def _draw_kind(drafter: _Drafter, kind: str, rng: random.Random) -> _Draft | Non
         "compare": drafter.compare,
         "compose": drafter.compose,
         "aggregate": drafter.aggregate,
+        "difference": drafter.difference,
     }
     return draw[kind]()
 

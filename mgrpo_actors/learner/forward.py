@@ -19,6 +19,7 @@ import torch
 
 from mgrpo_actors.engines.logprobs import chunked_token_log_probs, token_log_probs
 from mgrpo_actors.learner.micro_batches import MicroBatch
+from mgrpo_actors.learner.shared_prefix import split_forward
 
 __all__ = ["chunkable", "micro_batch_log_probs", "no_dropout"]
 
@@ -68,24 +69,53 @@ def chunkable(forward: Callable[..., Any], module: torch.nn.Module, device: torc
 
 
 def micro_batch_log_probs(
-    forward: Callable[..., Any], module: torch.nn.Module, mb: MicroBatch, chunk: int | None, device: Any
+    forward: Callable[..., Any],
+    module: torch.nn.Module,
+    mb: MicroBatch,
+    chunk: int | None,
+    device: Any,
+    prefix: int = 0,
 ) -> torch.Tensor:
     """(n, T − 1) logprobs of `mb.targets` under `mb.sampling` (fp32), with grad.
 
     chunk: positions per chunk of the lm_head and log-softmax (chunked_token_log_probs), computed on
     the loss positions only (0 elsewhere); None: the model's own logits at every position at once.
+    prefix: the first `prefix` tokens, which every row shares and no loss target is predicted from
+    (shared_prefix.py shared_prefix_length), computed once for all rows; 0: every row whole.
     """
-    input_ids, attention_mask = mb.input_ids.to(device), mb.attention_mask.to(device)
-    targets = mb.targets.to(device)
+    targets = mb.targets[:, prefix:].to(device)
     if chunk is None:
-        logits = forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
-        return token_log_probs(logits, targets, mb.sampling)
-    out = forward(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=True, logits_to_keep=1
+        logits = _forward(forward, mb, prefix, device, chunked=False).logits[:, :-1]
+        picked = token_log_probs(logits, targets, mb.sampling)
+    else:
+        hidden = _forward(forward, mb, prefix, device, chunked=True).hidden_states[-1][:, :-1]
+        picked = _chunked(module, hidden, targets, mb.loss_mask[:, prefix:].to(device) > 0, mb, chunk)
+    if not prefix:
+        return picked
+    logprobs = picked.new_zeros(mb.targets.shape)  # the prefix's targets are off the loss mask
+    logprobs[:, prefix:] = picked
+    return logprobs
+
+
+def _forward(forward: Callable[..., Any], mb: MicroBatch, prefix: int, device: Any, chunked: bool) -> Any:
+    """The model's output from position `prefix` on: logits, or (chunked) the last hidden states."""
+    kwargs: dict[str, Any] = {"output_hidden_states": True, "logits_to_keep": 1} if chunked else {}
+    if prefix:
+        return split_forward(forward, mb, prefix, device, **kwargs)
+    return forward(
+        input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device), use_cache=False, **kwargs
     )
-    hidden = out.hidden_states[-1][:, :-1]
-    del out  # the other layers' states stay only where backward needs them
-    on_loss = mb.loss_mask.to(device) > 0
+
+
+def _chunked(
+    module: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    on_loss: torch.Tensor,
+    mb: MicroBatch,
+    chunk: int,
+) -> torch.Tensor:
+    """Logprobs [rows, positions] of the targets on the loss positions (0 elsewhere), a chunk at a time."""
     if not bool(on_loss.any()):
         # No loss token: one position anyway, so the lm_head stays in the graph (its gradient is 0).
         on_loss = on_loss.clone()

@@ -4,8 +4,8 @@ Token t of a trajectory is predicted at position t − 1, so targets, behaviour 
 mask are the trajectory's own from position 1 on. Samples with weight 0 (alignment placeholders,
 failed rollouts) have an all-zero loss mask and add nothing to the loss or to its global denominator,
 so they are skipped. Samples are grouped by the sampling settings that generated them (the ratio uses
-logprobs under the same distribution) and cut into micro-batches of at most `size` samples, padded on
-the right.
+logprobs under the same distribution), ordered longest first and cut into micro-batches of at most `size`
+samples, padded on the right.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ def micro_batches(batch: AlignedBatch, size: int, pad_id: int, rows: list[int] |
     result = []
     for (temperature, top_p, top_k), rows in groups.items():
         sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=1)
+        # Longest first, so the rows of a micro-batch are of like length: each is padded to its longest, and a
+        # sub-agent's episodes range from a few hundred to thousands of tokens (the sum over micro-batches, the
+        # batch's gradient, does not depend on the grouping; the largest micro-batch comes first).
+        rows = sorted(rows, key=lambda i: (-int(batch.lengths[i]), i))
         for start in range(0, len(rows), size):
             result.append(_micro_batch(batch, rows[start : start + size], offsets, pad_id, sampling))
     return result

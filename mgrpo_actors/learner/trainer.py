@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +42,9 @@ from mgrpo_actors.config.learner import LearnerConfig
 from mgrpo_actors.learner.forward import chunkable, micro_batch_log_probs, no_dropout
 from mgrpo_actors.learner.micro_batches import MicroBatch, micro_batches, target_mask_sums, trainable_rows
 from mgrpo_actors.learner.reference import ReferencePolicy, learner_dtype, reference_model
+from mgrpo_actors.learner.shared_prefix import shared_prefix_length, shares_prefixes
 from mgrpo_actors.learner.shm_op import load_shm_op
+from mgrpo_actors.learner.threads import applying_here, rebalance_threads, torch_threads
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.phases import LEARN, timed
 from protocols import AlignedBatch
@@ -58,7 +58,6 @@ __all__ = [
     "deepspeed_config",
     "ensure_process_group_env",
     "init_process_group",
-    "rebalance_threads",
 ]
 
 log = get_logger(__name__)
@@ -156,48 +155,6 @@ def deepspeed_config(cfg: LearnerConfig, world_size: int = 1) -> dict[str, Any]:
     }
 
 
-_applying_lock = threading.Lock()
-_applying = 0  # trainers of this process inside apply() now (--role all: the main and the sub learner)
-
-
-@contextmanager
-def _applying_here() -> Iterator[int]:
-    """Counts this trainer among those applying a batch in this process; yields how many are (itself included)."""
-    global _applying
-    with _applying_lock:
-        _applying += 1
-        count = _applying
-    try:
-        yield count
-    finally:
-        with _applying_lock:
-            _applying -= 1
-
-
-def rebalance_threads(cfg: LearnerConfig) -> int:
-    """Set this thread's torch threads to its share of the cores for the learners applying now, and return it: a
-    learner that started beside another takes every core once the other is done, and the first of two gives up
-    its second core when the other starts (called per micro-batch)."""
-    with _applying_lock:
-        threads = cfg.threads(max(1, _applying))
-    if threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
-    return threads
-
-
-@contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    """torch's CPU threads set to `threads` inside (the process may share them with agents: --role all)."""
-    previous = torch.get_num_threads()
-    if threads != previous:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != previous:  # rebalance_threads may have changed it inside
-            torch.set_num_threads(previous)
-
-
 class PolicyTrainer:
     """A model, its DeepSpeed engine and optimizer; `apply(batch)` takes one optimizer step.
 
@@ -245,6 +202,7 @@ class PolicyTrainer:
         self.logprob_chunk = (
             chunk if chunk > 0 and chunkable(self.engine, self.engine.module, self.engine.device) else None
         )
+        self.shared_prefix = shares_prefixes(cfg, self.zero_stage, self.engine.module)
         kl_on = objective.kl_coef > 0 and reference is not None
         self.reference = ReferencePolicy.on(reference, cfg, self.engine.device) if kl_on else None
         # Set on rank 0 of several (ranks.lead): called with a command and its payload before each collective call.
@@ -276,7 +234,8 @@ class PolicyTrainer:
         # The reference's no-grad forward first, so the policy's graph is not held while it runs.
         ref_logprobs = None if self.reference is None else self.reference.log_probs(mb, device)
         # fp32, under the sampling distribution; off the loss positions 0 when chunked
-        logprobs = micro_batch_log_probs(self.engine, self.engine.module, mb, self.logprob_chunk, device)
+        prefix = shared_prefix_length(mb, self.cfg.shared_prefix_tokens) if self.shared_prefix else 0
+        logprobs = micro_batch_log_probs(self.engine, self.engine.module, mb, self.logprob_chunk, device, prefix)
         loss, stats = clipped_policy_loss(
             logprobs,
             mb.old_logprobs.to(device),
@@ -370,7 +329,7 @@ class PolicyTrainer:
         if self.announce is not None:
             self.announce(CMD_APPLY, batch)
         # learners.<side>.torch_threads; 0: the cores, shared with the learners of this process applying now
-        with _applying_here() as applying, _torch_threads(self.cfg.threads(applying)):
+        with applying_here() as applying, torch_threads(self.cfg.threads(applying)):
             totals, num_micro, samples = self.accumulate(batch)
             if num_micro == 0:
                 return StepStats(0.0, 0.0, 0.0, 1.0, 0.0, 0, 0, time.perf_counter() - started, 0.0)

@@ -1,6 +1,8 @@
 """The files a run leaves in its directory (`<run.dir>/<run.id>/`) at its end: `summary.json` (one row
-per step, steps.py's StepRecord.row) and `rewards.png` (per-step R_M and R_S means and M's correct
-rate). matplotlib is imported only here, when the PNG is written, and draws without a display (Agg)."""
+per step, steps.py's StepRecord.row, and `learning`: M's correct rollouts in the first steps against the
+last ones on the same questions, learning.py; null where there is nothing like for like) and
+`rewards.png` (per-step R_M and R_S means and M's correct rate). matplotlib is imported only here, when
+the PNG is written, and draws without a display (Agg)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_actors.monitoring.learning import learning_check
 from mgrpo_actors.runtime.disk import atomic_write_bytes, atomic_write_text
 
 __all__ = ["SUMMARY_FILE", "REWARDS_FILE", "write_report", "write_rewards_png", "write_summary_json"]
@@ -34,11 +37,13 @@ def _clean(value: Any) -> Any:
 
 
 def write_summary_json(rows: Sequence[dict[str, Any]], path: Path, run_id: str, seconds: float | None = None) -> Path:
-    """{"run_id", "seconds", "steps": rows} as JSON (missing figures are null)."""
+    """{"run_id", "seconds", "steps": rows, "learning"} as JSON (missing figures are null)."""
+    check = learning_check(rows)
     document = {
         "run_id": run_id,
         "seconds": _clean(seconds),
         "steps": [{k: _clean(v) for k, v in row.items()} for row in rows],
+        "learning": None if check is None else check.as_dict(),
     }
     return atomic_write_text(path, json.dumps(document, indent=2, allow_nan=False) + "\n", "the run summary")
 

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring import StepLog, write_report
+from mgrpo_actors.monitoring.learning import learning_check
 from mgrpo_actors.monitoring.steps import StepRecord
 from mgrpo_actors.runtime import Bus, Delivery
 from mgrpo_actors.runtime.replay import stored_messages
@@ -168,6 +169,8 @@ class RunView:
         if (per_question := questions_table(rows)) is not None:
             self.console.print("M's correct rollouts (of K) per question, per step:", markup=False)
             self.console.print(per_question)
+        if (check := learning_check(rows)) is not None:
+            self.console.print(check.line(), markup=False)
 
     def write_report(self, run_dir: Path | None = None, seconds: float | None = None) -> list[Path]:
         """summary.json and rewards.png in the run directory (default `<run.dir>/<run.id>`); prints their paths."""

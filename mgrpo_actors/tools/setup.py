@@ -11,8 +11,13 @@ from mgrpo_actors.tools.registry import ToolRegistry
 
 __all__ = ["build_tool_registry", "served_pages"]
 
-# Keyword arguments the built-in tools take from the config besides the pages.
-_BUILTIN_ARGS = {"visit": lambda tools: {"max_chars": tools.visit_max_chars}}
+# The built-in tools that serve pages (the others, like the calculator, take none), and the keyword arguments
+# built-in tools take from the config besides the pages.
+_PAGE_TOOLS = ("search", "visit")
+_BUILTIN_ARGS = {
+    "search": lambda tools: {"default_k": tools.search_results, "snippet_chars": tools.snippet_chars},
+    "visit": lambda tools: {"max_chars": tools.visit_max_chars},
+}
 
 
 def served_pages(tools: ToolsConfig) -> list[Page]:
@@ -29,9 +34,12 @@ def build_tool_registry(
     """The tools `names` (default `tools.serve`); pages are built once here unless given."""
     names = list(tools.serve if names is None else names)  # names were checked when the config loaded
     builtin = [name for name in names if name in BUILTIN_TOOLS]
-    if builtin and pages is None:
+    if pages is None and any(name in _PAGE_TOOLS for name in builtin):
         pages = served_pages(tools)
     entries = [{"name": name, "factory": BUILTIN_TOOLS[name]} for name in builtin]
     entries += [entry for entry in tools.extra if entry.get("name") in names]
-    extra_args = {name: {"pages": pages, **_BUILTIN_ARGS.get(name, lambda _: {})(tools)} for name in builtin}
+    extra_args = {
+        name: {**({"pages": pages} if name in _PAGE_TOOLS else {}), **_BUILTIN_ARGS.get(name, lambda _: {})(tools)}
+        for name in builtin
+    }
     return ToolRegistry.from_config(entries, extra_args=extra_args)

@@ -146,6 +146,21 @@ def test_log_ratio_is_clamped_and_padding_garbage_is_ignored():
         new.grad = None
 
 
+def test_a_token_outside_the_policys_nucleus_adds_no_kl_and_no_nan():
+    # Token 2 is outside both the learner's and the reference's top-k (both −inf), token 3 outside the
+    # learner's only: each adds 0 to the KL term, and loss and gradients stay finite.
+    old = torch.tensor([[-1.0, -1.2, -3.0, -2.0]], dtype=torch.float64)
+    new = torch.tensor([[-1.1, -1.0, float("-inf"), float("-inf")]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, float("-inf"), -2.5]], dtype=torch.float64)
+    mask = torch.ones(1, 4)
+    loss, stats = clipped_policy_loss(new, old, torch.tensor([1.0]), mask, _cfg(kl_coef=0.1), ref_logprobs=ref)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(new.grad).all()
+    log_r = torch.tensor([-0.4, 0.0], dtype=torch.float64)  # ref − new on the two usable tokens
+    expected = float((torch.exp(log_r) - 1 - log_r).sum()) / 4  # token-mean over the 4 loss tokens
+    assert stats.kl_ref == pytest.approx(expected)
+
+
 def test_kl_estimators():
     logprobs = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
     ref = torch.tensor([-1.5, -1.0, -0.5], dtype=torch.float64)

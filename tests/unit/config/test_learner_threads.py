@@ -41,10 +41,10 @@ def test_negative_values_are_refused(field):
 def test_the_trainer_computes_with_the_learners_threads_and_restores_them():
     import torch
 
-    from mgrpo_actors.learner.trainer import _torch_threads
+    from mgrpo_actors.learner.threads import torch_threads
 
     before = torch.get_num_threads()
-    with _torch_threads(before + 1):
+    with torch_threads(before + 1):
         assert torch.get_num_threads() == before + 1
     assert torch.get_num_threads() == before
 
@@ -60,29 +60,29 @@ def test_the_learners_of_one_process_share_its_cores(monkeypatch):
 
 
 def test_trainers_applying_at_once_are_counted_and_uncounted():
-    from mgrpo_actors.learner.trainer import _applying_here
+    from mgrpo_actors.learner.threads import applying_here
 
-    with _applying_here() as first:
-        with _applying_here() as second:
+    with applying_here() as first:
+        with applying_here() as second:
             assert (first, second) == (1, 2)
-        with _applying_here() as again:
+        with applying_here() as again:
             assert again == 2
-    with _applying_here() as alone:
+    with applying_here() as alone:
         assert alone == 1
 
 
 def test_a_learner_takes_its_share_of_the_cores_anew_at_every_micro_batch(monkeypatch):
     import torch
 
-    from mgrpo_actors.learner.trainer import _applying_here, _torch_threads, rebalance_threads
+    from mgrpo_actors.learner.threads import applying_here, rebalance_threads, torch_threads
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     before = torch.get_num_threads()
-    with _applying_here(), _torch_threads(4):  # the main learner, alone when it started: every core
+    with applying_here(), torch_threads(4):  # the main learner, alone when it started: every core
         assert rebalance_threads(LearnerConfig()) == 4 and torch.get_num_threads() == 4
-        with _applying_here():  # the sub learner starts beside it: the main one gives up half
+        with applying_here():  # the sub learner starts beside it: the main one gives up half
             assert rebalance_threads(LearnerConfig()) == 2 and torch.get_num_threads() == 2
         # the sub learner is done: the main one takes every core again at its next micro-batch
         assert rebalance_threads(LearnerConfig()) == 4 and torch.get_num_threads() == 4
@@ -93,9 +93,9 @@ def test_a_learner_takes_its_share_of_the_cores_anew_at_every_micro_batch(monkey
 def test_threads_a_rebalance_changed_are_restored_even_when_the_entry_changed_nothing():
     import torch
 
-    from mgrpo_actors.learner.trainer import _torch_threads
+    from mgrpo_actors.learner.threads import torch_threads
 
     before = torch.get_num_threads()
-    with _torch_threads(before):  # the learner's share was what the thread had already
+    with torch_threads(before):  # the learner's share was what the thread had already
         torch.set_num_threads(before + 1)  # a rebalance inside (the other learner finished)
     assert torch.get_num_threads() == before

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from mgrpo_actors.engines import SamplingParams, make_engine, token_log_probs
-from mgrpo_actors.engines.hf import supports_row_cache
 from mgrpo_actors.engines.kv_cache import common_prefix
+from mgrpo_actors.models.families import takes_external_cache
 from mgrpo_actors.models.loader import load_model
 
 QUESTIONS = ["Who founded Aldora?", "Where is the oldest bridge in the capital city of Brevik located?", "Hi"]
@@ -47,7 +47,7 @@ def _next_turn(tokenizer, prompt: list[int], generated: list[int], turn: int) ->
 
 def test_the_cached_path_is_the_one_taken(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    assert supports_row_cache(model)
+    assert takes_external_cache(model)
     assert make_engine("hf", model, tokenizer).row_cache
     assert not make_engine("hf-generate", model, tokenizer).row_cache
 
@@ -64,7 +64,9 @@ def test_multi_turn_calls_reuse_the_cache_and_sample_what_a_cold_engine_samples(
         cold = make_engine("hf", model, tokenizer).generate(prompts, params)
         assert [g.token_ids for g in generations] == [g.token_ids for g in cold]
         for prompt, generation, again in zip(prompts, generations, cold, strict=True):
-            np.testing.assert_allclose(generation.logprobs, again.logprobs, atol=1e-5)
+            # the cached path sums in another order than a cold prefill: fp32 rounding, which differs by CPU
+            # (1.3e-5 measured on an AMD EPYC where a Xeon stayed under 1e-5); 1e-4 is the engine's contract
+            np.testing.assert_allclose(generation.logprobs, again.logprobs, atol=1e-4)
             recomputed = _recomputed(model, prompt, generation.token_ids, params)
             np.testing.assert_allclose(generation.logprobs, recomputed, atol=1e-4)
         if turn > 0:  # every row started from its own history: all but the newest tokens were cached
@@ -81,7 +83,7 @@ def test_a_row_samples_the_same_whatever_else_is_in_the_batch(model_and_tokenize
     with_third = engine.generate([first, third], params)[0]
     alone = make_engine("hf", model, tokenizer).generate([first], params)[0]
     assert with_second.token_ids == with_third.token_ids == alone.token_ids
-    np.testing.assert_allclose(with_second.logprobs, alone.logprobs, atol=1e-5)
+    np.testing.assert_allclose(with_second.logprobs, alone.logprobs, atol=1e-4)  # fp32 rounding of another batch
 
 
 def test_identical_prompts_in_one_call_sample_independently(model_and_tokenizer):

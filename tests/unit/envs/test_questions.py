@@ -7,14 +7,18 @@ from collections import Counter
 
 import pytest
 
+from mgrpo_actors.algo.scorers import numeric_match
 from mgrpo_actors.envs.qa import Evidence, Question
 from mgrpo_actors.envs.questions import QUESTION_KINDS, QuestionConfig, combine_facts, generate_questions
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig, parse_number
+from mgrpo_actors.tools.calculator import CalculatorTool
 from mgrpo_actors.tools.search import SearchTool
 from mgrpo_actors.tools.visit import VisitTool
 
-CONFIG = SyntheticWebConfig(world=WorldConfig(seed=11, num_entities=400), questions=QuestionConfig(num_questions=800))
+CONFIG = SyntheticWebConfig(
+    world=WorldConfig(seed=11, num_entities=400), questions=QuestionConfig(num_questions=800, difference_share=0.05)
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +66,8 @@ def test_every_gold_answer_is_reachable_from_a_search(web: SyntheticWeb, search:
             visited += contents
         # The answer follows from the facts read off the pages...
         assert combine_facts(q.operation, q.operand, q.evidence) == q.answer, q.id
-        # ...and, unless it is a count, is itself written on one of the visited pages.
-        if q.kind != "aggregate":
+        # ...and, unless it is a count or a difference, is itself written on one of the visited pages.
+        if q.kind not in ("aggregate", "difference"):
             assert any(q.answer in c for c in visited), f"{q.id}: {q.answer!r} on no visited page"
 
 
@@ -178,3 +182,39 @@ def test_generate_questions_is_deterministic(web: SyntheticWeb) -> None:
     first = generate_questions(web.world, QuestionConfig(num_questions=200))
     second = generate_questions(web.world, QuestionConfig(num_questions=200))
     assert first == second
+
+
+def test_difference_answers_subtract_two_facts_read_off_the_pages(web: SyntheticWeb) -> None:
+    differences = [q for q in web.questions if q.kind == "difference"]
+    assert len(differences) == round(CONFIG.questions.num_questions * CONFIG.questions.difference_share)
+    calculator = CalculatorTool()
+    years = 0
+    for q in differences:
+        low, high = (parse_number(e.fact) for e in q.evidence)
+        assert high > low and q.answer == str(high - low), q.id
+        assert (q.level, q.stage, q.hops, q.operation) == (2, 2, 1, "difference")
+        assert all(e.subject in q.question for e in q.evidence), q.id
+        if q.question.startswith("How many years after"):  # the earlier one is named first
+            years += 1
+            assert q.question.index(q.evidence[0].subject) < q.question.index(q.evidence[1].subject), q.id
+        else:  # "How many more ... does <larger> have than <smaller>?"
+            assert q.question.index(q.evidence[1].subject) < q.question.index(q.evidence[0].subject), q.id
+        worked = calculator({"expression": f"{high} - {low}"}).content.rsplit(" = ", 1)[1]
+        assert numeric_match(worked, [q.answer, *q.aliases]) == 1.0, q.id
+        if high - low >= 1000:
+            assert f"{high - low:,}" in q.aliases
+    assert 0 < years < len(differences)  # both wordings drawn
+
+
+def test_difference_questions_leave_the_other_kinds_as_they_were() -> None:
+    world = WorldConfig(seed=5, num_entities=300)
+    without = build_synthetic_web(SyntheticWebConfig(world=world, questions=QuestionConfig(num_questions=300)))
+    with_them = build_synthetic_web(
+        SyntheticWebConfig(world=world, questions=QuestionConfig(num_questions=300, difference_share=0.1))
+    )
+    assert "difference" not in {q.kind for q in without.questions}
+    before = [(q.question, q.answer) for q in generate_questions(without.world, QuestionConfig(num_questions=300))]
+    after = generate_questions(with_them.world, QuestionConfig(num_questions=300, difference_share=0.1))
+    others = [(q.question, q.answer) for q in after if q.kind != "difference"]
+    assert others == before[: len(others)]  # the same draws; only the last aggregates make room
+    assert sum(q.kind == "difference" for q in after) == 30

@@ -130,12 +130,13 @@ def test_a_row_without_loss_tokens_and_chunks_that_do_not_divide_the_positions(t
     model, _ = tiny
     mb = _rows_micro_batch(model, [[0, 0] + [1] * 7, [0] * 12, [0] * 4 + [1] * 2], temperature, top_k, top_p)
     on = mb.loss_mask > 0
-    assert int(on.sum()) == 9 and not bool(on[1].any())
+    quiet = mb.sample_ids.index("q/a/r1")  # micro-batches order rows longest first
+    assert int(on.sum()) == 9 and not bool(on[quiet].any())
     weights = torch.randn(on.shape, generator=torch.Generator().manual_seed(1)) * on
 
     full, ours, finite, ours_model = _compare_with_full_logits(model, mb, 4, weights)
 
-    assert int(finite.sum()) >= 5 and bool((ours[~on] == 0).all()) and bool((ours[1] == 0).all())
+    assert int(finite.sum()) >= 5 and bool((ours[~on] == 0).all()) and bool((ours[quiet] == 0).all())
     embedding = ours_model.get_input_embeddings().weight
     assert embedding.grad is not None and float(embedding.grad.abs().sum()) > 0
 

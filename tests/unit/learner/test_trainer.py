@@ -278,3 +278,29 @@ def test_a_model_with_dropout_scores_as_the_engine_sampled_ratio_one(tiny):
     assert stats.samples == 4
     assert stats.ratio_mean == pytest.approx(1.0, abs=1e-4) and stats.approx_kl < 1e-6, stats
     assert all(layer.attention_dropout == 0.0 for layer in layers)
+
+
+def test_micro_batches_hold_rows_of_like_length_longest_first():
+    # Rows of 5..40 tokens in no order, micro-batches of 3: each holds neighbours in length, so its padding
+    # (to its longest row) is small; every row appears once, with its own sample id.
+    lengths = [12, 40, 5, 33, 21, 8, 27, 16, 38]
+    rows = [
+        BatchRow(
+            f"q/a/r{i}",
+            "original",
+            np.arange(3, 3 + n, dtype=np.int32),
+            (np.arange(n) > 1).astype(np.uint8),
+            np.zeros(n, np.float32),
+            1.0,
+            1.0,
+            0.0,
+            0,
+        )
+        for i, n in enumerate(lengths)
+    ]
+    mbs = micro_batches(rows_to_batch("r", "main", 0, "b", rows), 3, 0)
+    seen = [sample for mb in mbs for sample in mb.sample_ids]
+    assert sorted(seen) == sorted(r.sample_id for r in rows)
+    by_id = {r.sample_id: len(r.token_ids) for r in rows}
+    assert [by_id[s] for s in seen] == sorted(lengths, reverse=True)
+    assert [mb.input_ids.shape[1] for mb in mbs] == [40, 27, 12]

@@ -167,10 +167,14 @@ def test_the_view_fed_with_messages_shows_each_step_and_writes_the_report(tmp_pa
         ["q0", "0/2", "1/2"],
         ["q1", "1/2", "2/2"],
     ]
+    # the same questions both steps: the first step against the last, with its exact test
+    assert "M correct on the same 2 questions: step 0 1/4 (0.250) -> step 1 3/4 (0.750), +0.500; p = " in table
     paths = view.write_report()
     assert paths == [tmp_path / "r1" / "summary.json", tmp_path / "r1" / "rewards.png"]
-    steps = json.loads(paths[0].read_text())["steps"]
+    summary = json.loads(paths[0].read_text())
+    steps = summary["steps"]
     assert [step["questions"] for step in steps] == [{"q0": [0, 2], "q1": [1, 2]}, {"q0": [1, 2], "q1": [2, 2]}]
+    assert (summary["learning"]["first_correct"], summary["learning"]["last_correct"]) == (1, 3)
     assert f"run report: {paths[0]}, {paths[1]}" in out.getvalue()
 
 

@@ -7,11 +7,13 @@ import socket
 
 import pytest
 
+from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig
 from mgrpo_actors.tools.search import SearchTool
+from mgrpo_actors.tools.setup import build_tool_registry
 from mgrpo_actors.tools.visit import VisitTool
 
 CONFIG = SyntheticWebConfig(world=WorldConfig(seed=2, num_entities=200), questions=QuestionConfig(num_questions=10))
@@ -145,3 +147,18 @@ def test_tool_construction_errors() -> None:
         SearchTool([page], default_k=30, max_k=20)
     with pytest.raises(ValueError, match="max_chars"):
         VisitTool([page], max_chars=0)
+
+
+def test_the_config_sets_search_results_and_snippets() -> None:
+    tools = ToolsConfig(web_entities=150, search_results=2, snippet_chars=40, visit_max_chars=300)
+    registry = build_tool_registry(tools)
+    search = registry.get("search")
+    assert search.parameters["properties"]["k"]["description"] == "number of results (default 2)"  # in the prompt
+    found = registry.call("search", {"query": "born"}).content
+    snippets = [line.strip() for line in found.splitlines()[1:] if line.startswith("   ") and "://" not in line]
+    assert len(snippets) == 2 and all(len(s) <= 40 for s in snippets)
+    assert len(registry.call("search", {"query": "born", "k": 4}).content.splitlines()) == 1 + 4 * 3
+    with pytest.raises(ValueError, match="tools.search_results"):
+        ToolsConfig(search_results=21)
+    with pytest.raises(ValueError, match="tools.snippet_chars"):
+        ToolsConfig(snippet_chars=0)
