@@ -21,8 +21,8 @@ from mgrpo_actors.engines.registry import make_engine
 from mgrpo_actors.envs.dataset import SPLITS, DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFormatError
-from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
-from mgrpo_actors.envs.world import WorldConfig
+from mgrpo_actors.envs.questions import QuestionConfig
+from mgrpo_actors.envs.synthetic_web import SyntheticWeb, build_synthetic_web, config_from_args
 from mgrpo_actors.models.loader import ModelSpecError, load_model, load_tokenizer, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.driver import AgentModel
@@ -124,9 +124,10 @@ def agent_tools(
 
 
 def synthetic_web(tools: ToolsConfig) -> SyntheticWeb:
-    """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` (questions and pages)."""
+    """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` / `tools.web_difference_share`
+    (questions and pages)."""
     return build_synthetic_web(
-        SyntheticWebConfig(world=WorldConfig(seed=tools.web_seed, num_entities=tools.web_entities))
+        config_from_args(tools.web_seed, tools.web_entities, QuestionConfig.num_questions, tools.web_difference_share)
     )
 
 

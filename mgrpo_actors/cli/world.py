@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mgrpo_actors.envs.dataset import SPLITS
-from mgrpo_actors.envs.questions import QUESTION_KINDS, QuestionConfig
+from mgrpo_actors.envs.questions import QUESTION_KINDS, QuestionConfig, max_difference_share
 from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args, web_statistics, write_synthetic_web
 from mgrpo_actors.envs.world import ENTITY_TYPES, WorldConfig
 
@@ -30,6 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     generate.add_argument("--out", required=True, help="output directory")
     generate.add_argument("--entities", type=int, default=WorldConfig.num_entities, help="number of entities")
     generate.add_argument("--questions", type=int, default=QuestionConfig.num_questions, help="number of questions")
+    generate.add_argument(
+        "--difference-share",
+        type=float,
+        default=0.0,
+        help=f"share of difference questions (two lookups, a subtraction; 0 to {max_difference_share():g}, default 0)",
+    )
     generate.set_defaults(func=run_generate)
     return world
 
@@ -68,7 +74,9 @@ def print_statistics(stats: dict[str, Any], out: str, console: Console) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     if args.entities < 60 or args.questions < 1:
         raise SystemExit(f"need --entities >= 60 and --questions >= 1, got {args.entities} and {args.questions}")
-    web = build_synthetic_web(config_from_args(args.seed, args.entities, args.questions))
+    if not 0.0 <= args.difference_share <= max_difference_share():
+        raise SystemExit(f"need --difference-share within [0, {max_difference_share():g}], got {args.difference_share}")
+    web = build_synthetic_web(config_from_args(args.seed, args.entities, args.questions, args.difference_share))
     write_synthetic_web(web, args.out)
     print_statistics(web_statistics(web), args.out, Console())
     return 0

@@ -19,6 +19,7 @@ from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, con
 from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
+from mgrpo_actors.envs.questions import max_difference_share
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
@@ -199,6 +200,10 @@ class ToolsConfig:
     """seed of the built-in synthetic web (must match the run's questions)"""
     web_entities: int = 1000
     """entities of the built-in synthetic web"""
+    web_difference_share: float = 0.0
+    """share of the built-in web's questions that are difference questions (two lookups and a subtraction, for the
+    calculator tool; at most 0.1, taken from the aggregates); above 0 the other questions' texts stay the same but
+    their train/validation/test assignment changes"""
     visit_max_chars: int = 1500
     """visit returns at most this much of a page (small models have small contexts)"""
     search_results: int = 5
@@ -239,6 +244,7 @@ class ToolsConfig:
         check_range("tools.snippet_chars", self.snippet_chars, 8, 100_000)
         # generation is in memory, seconds per 1,000
         check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)
+        check_range("tools.web_difference_share", self.web_difference_share, 0.0, max_difference_share())
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from mgrpo_actors.envs.question_templates import (
 )
 from mgrpo_actors.envs.world import ATTRIBUTES, Entity, World, format_value, parse_number
 
-__all__ = ["QUESTION_KINDS", "QuestionConfig", "combine_facts", "generate_questions"]
+__all__ = ["QUESTION_KINDS", "QuestionConfig", "combine_facts", "generate_questions", "max_difference_share"]
 
 log = structlog.get_logger(__name__)
 
@@ -317,6 +317,14 @@ def _hops(evidence: Evidence) -> int:
     # A chain reads one page per hop and takes one fact from each: the link to the next page, or
     # (on the last page) the fact itself.
     return len(evidence.urls)
+
+
+def max_difference_share(config: QuestionConfig | None = None) -> float:
+    """The largest difference_share `config`'s other shares leave room for (difference questions come out of the
+    aggregates' remainder): 0.1 with the defaults."""
+    config = config or QuestionConfig()
+    fixed = config.lookup_share + config.chain_share + config.compare_share + config.compose_share
+    return round(max(0.0, 1.0 - fixed), 9)
 
 
 def _kind_targets(config: QuestionConfig) -> dict[str, int]:

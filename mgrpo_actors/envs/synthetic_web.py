@@ -101,7 +101,9 @@ def web_statistics(web: SyntheticWeb) -> dict[str, Any]:
     }
 
 
-def config_from_args(seed: int, entities: int, questions: int) -> SyntheticWebConfig:
+def config_from_args(seed: int, entities: int, questions: int, difference_share: float = 0.0) -> SyntheticWebConfig:
+    """The web of `mgrpo world generate`'s flags (and of the tools config's web_* keys)."""
     return SyntheticWebConfig(
-        world=WorldConfig(seed=seed, num_entities=entities), questions=QuestionConfig(num_questions=questions)
+        world=WorldConfig(seed=seed, num_entities=entities),
+        questions=QuestionConfig(num_questions=questions, difference_share=difference_share),
     )

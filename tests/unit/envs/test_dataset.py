@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.cli import world
+from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.envs.dataset import (
     SPLITS,
     DatasetError,
@@ -141,3 +143,24 @@ def test_cli_generate_writes_files_and_prints_statistics(tmp_path: Path, capsys:
 def test_cli_rejects_too_small_worlds(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--entities >= 60"):
         world.main(["generate", "--out", str(tmp_path), "--entities", "10"])
+
+
+def test_cli_and_config_ask_for_difference_questions(tmp_path: Path) -> None:
+    out = tmp_path / "diff"
+    args = ["generate", "--out", str(out), "--entities", "300", "--questions", "400", "--difference-share", "0.05"]
+    assert world.main(args) == 0
+    written = [q for s in SPLITS for q in load_questions(out / f"questions-{s}.jsonl")]
+    assert sum(q.kind == "difference" for q in written) == 20  # 0.05 of 400
+    with pytest.raises(SystemExit, match=r"--difference-share within \[0, 0.1\]"):
+        world.main(["generate", "--out", str(tmp_path / "x"), "--difference-share", "0.2"])
+    # the run's config key builds the same kind of web (synthetic_web: what every role's questions come from)
+    tools = ToolsConfig(web_entities=300, web_difference_share=0.05)
+    kinds = [q.kind for split in synthetic_web(tools).splits.values() for q in split]
+    assert kinds.count("difference") == round(QuestionConfig.num_questions * 0.05)
+    assert "difference" not in {
+        q.kind for split in synthetic_web(ToolsConfig(web_entities=300)).splits.values() for q in split
+    }
+    with pytest.raises(ValueError, match="tools.web_difference_share"):
+        ToolsConfig(web_difference_share=0.11)
+    with pytest.raises(ValueError, match="tools.web_difference_share"):
+        ToolsConfig(web_difference_share=-0.01)

@@ -9,7 +9,13 @@ import pytest
 
 from mgrpo_actors.algo.scorers import numeric_match
 from mgrpo_actors.envs.qa import Evidence, Question
-from mgrpo_actors.envs.questions import QUESTION_KINDS, QuestionConfig, combine_facts, generate_questions
+from mgrpo_actors.envs.questions import (
+    QUESTION_KINDS,
+    QuestionConfig,
+    combine_facts,
+    generate_questions,
+    max_difference_share,
+)
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, SyntheticWebConfig, build_synthetic_web
 from mgrpo_actors.envs.world import WorldConfig, parse_number
 from mgrpo_actors.tools.calculator import CalculatorTool
@@ -218,3 +224,10 @@ def test_difference_questions_leave_the_other_kinds_as_they_were() -> None:
     others = [(q.question, q.answer) for q in after if q.kind != "difference"]
     assert others == before[: len(others)]  # the same draws; only the last aggregates make room
     assert sum(q.kind == "difference" for q in after) == 30
+
+
+def test_the_difference_share_has_the_room_the_other_shares_leave() -> None:
+    assert max_difference_share() == pytest.approx(0.1)  # the defaults: 0.30 + 0.35 + 0.15 + 0.10 fixed
+    assert max_difference_share(QuestionConfig(lookup_share=0.5)) == pytest.approx(0.0)  # 1.1 fixed: no room
+    roomy = QuestionConfig(num_questions=100, lookup_share=0.2, difference_share=0.2)
+    assert max_difference_share(roomy) == pytest.approx(0.2)
