@@ -1,6 +1,6 @@
 """`mgrpo warmup`: the optional supervised format warm-up for small models (stage 0, before RL).
 
-Fine-tunes each agent for a few dozen steps on worked episodes of stage-1 questions of the built-in
+Fine-tunes each agent for a few dozen steps on worked episodes of train questions of the built-in
 web, written by an oracle that knows the evidence and run through the real agent loop and tools
 (mgrpo_actors/warmup/oracle.py, web.py), and saves each as a local HF directory. Untrained
 SmolLM2-135M rarely writes a valid episode, so RL has little signal; after this it has the format
@@ -10,6 +10,7 @@ shows the model gold answers of train-split questions (never validation or test)
     mgrpo warmup                                   # SmolLM2 as M and as S -> runs/warmup/main, runs/warmup/sub
     mgrpo warmup --main tiny:main --sub tiny:sub --steps 5 --out /tmp/w
     mgrpo warmup --set run.method=single-agent     # the single agent only
+    mgrpo warmup --kinds lookup,compare --set agents.main.max_turns=5   # also one subtask per named entity
     mgrpo run --set agents.main.model=runs/warmup/main --set agents.sub.model=runs/warmup/sub
 
 Its settings default to the config's `warmup` section (the flags win). `mgrpo run` with `warmup.steps` > 0 does
@@ -46,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
                 ("batch_size", args.batch_size),
                 ("lr", args.lr),
                 ("seed", args.seed),
+                ("kinds", None if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]),
             )
             if value is not None
         }
@@ -61,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}", flush=True)
 
     print(
-        f"warm-up of {config.run.method} agents on {cfg.questions} stage-1 questions, "
+        f"warm-up of {config.run.method} agents on {cfg.questions} train questions ({', '.join(cfg.kinds)}), "
         f"{cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )
@@ -102,7 +104,12 @@ def add_parser(subparsers: Any) -> None:
         "--questions",
         type=int,
         metavar="N",
-        help="stage-1 train questions worked by the oracle (default: warmup.questions, 48)",
+        help="train questions worked by the oracle (default: warmup.questions, 48)",
+    )
+    p.add_argument(
+        "--kinds",
+        metavar="K,K",
+        help="their kinds, taken in turn: lookup, compare, aggregate, difference (default: warmup.kinds, lookup)",
     )
     p.add_argument(
         "--steps", type=int, metavar="N", help="optimizer steps per agent (default: warmup.steps, or 8 where it is 0)"

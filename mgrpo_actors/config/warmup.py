@@ -9,12 +9,15 @@ the train questions it shows. It is documented as a warm-up, never counted as RL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from mgrpo_actors.config.dtypes import resolve_dtype
 
-__all__ = ["WebWarmupConfig"]
+__all__ = ["WARMUP_KINDS", "WebWarmupConfig"]
+
+# The question kinds whose every fact is on a named entity's own page: what the oracle can work (warmup/oracle.py).
+WARMUP_KINDS = ("lookup", "compare", "aggregate", "difference")
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,11 @@ class WebWarmupConfig:
     """optimizer steps per agent; 0 = no warm-up in `mgrpo run` (`mgrpo warmup` then takes 8). Measured on SmolLM2 at lr
     2e-5: 1 step left M's format valid in 0.75 of its rollouts, 3 steps in all of them (make run: 4 at lr 1e-4)"""
     questions: int = 48
-    """stage-1 train questions the oracle works through (one episode each for M and for S)"""
+    """train questions the oracle works through (one episode each for M, and for S one per subtask)"""
+    kinds: list[str] = field(default_factory=lambda: ["lookup"])
+    """question kinds they are drawn from, in turn: lookup (one fact: the turn format and the tool protocol), compare,
+    aggregate, difference (several named entities: one delegated subtask each, then the answer; agents.main.max_turns
+    must exceed the entities, up to 5). Chains of hops are never worked (warmup/oracle.py)"""
     batch_size: int = 4
     """episodes per step (token-mean loss over them)"""
     lr: float = 2e-5
@@ -41,4 +48,7 @@ class WebWarmupConfig:
             raise ValueError(f"warmup.steps must be >= 0 (0 = no warm-up), got {self.steps}")
         if self.questions < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
+        unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
+        if not self.kinds or unknown:
+            raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, got {self.kinds}")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))

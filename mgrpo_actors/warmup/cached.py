@@ -115,7 +115,8 @@ def resolve_warm_start(
     if not (target / "warmup.json").is_file():
         say(
             f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
-            f"{cfg.batch_size} oracle-written episodes of {cfg.questions} train-split stage-1 questions each, "
+            f"{cfg.batch_size} oracle-written episodes of {cfg.questions} train-split questions "
+            f"({', '.join(cfg.kinds)}) each, "
             f"lr {cfg.lr:g}, {cfg.dtype}; into {target}"
         )
     start = warm_start(config, progress)

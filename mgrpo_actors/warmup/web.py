@@ -4,8 +4,9 @@ documented as such").
 
 Untrained SmolLM2-135M rarely writes a fully valid episode, so most of its groups carry no advantage
 and RL has little to learn from (docs/getting-started.md, `make run`). This fine-tunes each agent on the oracle's worked
-episodes of stage-1 questions (oracle.py: real tools, real prompts, real trajectories; the loss on the
-agent's own tokens only) for a few dozen steps, then saves each as a local HF directory a run names as
+episodes of train questions (oracle.py: real tools, real prompts, real trajectories; the loss on the
+agent's own tokens only; one-fact lookups by default, `warmup.kinds` adds questions over several named
+entities) for a few dozen steps, then saves each as a local HF directory a run names as
 its model. It teaches the format and the tool protocol; it shows the gold answers of the training
 questions it uses, which is why it draws them from the train split only and why it is a documented,
 optional stage rather than part of M-GRPO.
@@ -13,23 +14,33 @@ optional stage rather than part of M-GRPO.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from mgrpo_actors.agents.setup import rollout_config, synthetic_web
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
+from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.warmup.oracle import oracle_demonstrations
+from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
 from mgrpo_actors.warmup.supervised import WarmupConfig, save_warmed, warm_up_trajectories
 
-__all__ = ["warm_up_agents"]
+__all__ = ["warm_up_agents", "warmup_questions"]
 
 log = get_logger(__name__)
+
+
+def warmup_questions(train: Sequence[Question], cfg: WebWarmupConfig) -> list[Question]:
+    """The first `cfg.questions` train questions the oracle can work, of `cfg.kinds` taken in turn (one of the
+    first kind, one of the second, …, while each lasts)."""
+    by_kind = [[q for q in train if q.kind == kind and single_page(q)] for kind in cfg.kinds]
+    in_turn = (q for row in itertools.zip_longest(*by_kind) for q in row if q is not None)
+    return list(itertools.islice(in_turn, cfg.questions))
 
 
 def warm_up_agents(
@@ -47,10 +58,9 @@ def warm_up_agents(
             f"the warm-up's episodes search and visit the built-in web, but agents.main.tools is {own} "
             "(plain GRPO has no tool protocol to warm up)"
         )
-    web = synthetic_web(config.tools)
-    questions = [q for q in web.splits["train"] if q.level == 1 and len(q.evidence) == 1][: cfg.questions]
+    questions = warmup_questions(synthetic_web(config.tools).splits["train"], cfg)
     if not questions:
-        raise ValueError("the synthetic web has no stage-1 train questions (raise tools.web_entities)")
+        raise ValueError(f"the synthetic web has no train questions of kinds {cfg.kinds} (raise tools.web_entities)")
     specs = (
         {"main": config.agents.main.model}
         if single

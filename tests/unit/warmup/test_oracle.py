@@ -2,15 +2,19 @@
 loop and tools, they must be what a perfect rollout would be: valid format, correct answer, S's
 findings holding the evidence, and a loss mask on exactly the agent's own turns."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.config.node import ToolsConfig
+from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.models.loader import load_model, load_tokenizer, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
-from mgrpo_actors.warmup.oracle import OracleEngine, oracle_demonstrations
+from mgrpo_actors.warmup.oracle import OracleEngine, oracle_demonstrations, oracle_subtask, single_page
 from mgrpo_actors.warmup.supervised import WarmupConfig, warm_up_trajectories
+from mgrpo_actors.warmup.web import warmup_questions
 
 TOOLS = ToolsConfig(web_entities=300)
 
@@ -56,7 +60,7 @@ def test_the_oracle_refuses_questions_it_was_not_given(stage1, tokenizer):
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Who wrote an unknown book?"}], add_generation_prompt=True
     )
-    with pytest.raises(ValueError, match="stage-1 questions"):
+    with pytest.raises(ValueError, match="questions it was given"):
         engine._turn(tokenizer.decode(prompt if isinstance(prompt, list) else prompt["input_ids"]))
 
 
@@ -78,3 +82,46 @@ def test_bf16_autocast_computes_the_same_loss_with_fp32_weights(stage1, tokenize
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert losses["bfloat16"] != losses["float32"]  # the products did run in bf16
     assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.02)
+
+
+def test_questions_over_several_entities_delegate_one_subtask_each_then_answer(tokenizer):
+    train = synthetic_web(TOOLS).splits["train"]
+    several = [q for q in train if q.kind in ("compare", "aggregate")][:4]
+    assert min(len(q.evidence) for q in several) > 1 and all(single_page(q) for q in several)
+    cfg = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=6))
+    demos = oracle_demonstrations(several, tokenizer, tokenizer, TOOLS, cfg)
+    assert len(demos.main) == len(several) and len(demos.sub) == sum(len(q.evidence) for q in several)
+    subs = iter(demos.sub)
+    for question, main in zip(several, demos.main):
+        mine = _assistant_text(tokenizer, main)
+        assert mine.count('"delegate"') == len(question.evidence) and f"<answer>{question.answer}</answer>" in mine
+        for chain in question.evidence:
+            assert oracle_subtask(question, chain) in mine  # the subtask names its entity and the question
+            theirs = _assistant_text(tokenizer, next(subs))
+            assert f'"query": "{chain.subject}"' in theirs and chain.urls[0] in theirs and chain.fact in theirs
+    # a budget too short for every subtask leaves no episode of M (never a truncated one)
+    three = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=3))
+    fit = sum(len(q.evidence) + 1 <= 3 for q in several)
+    assert 0 < fit < len(several)
+    assert len(oracle_demonstrations(several, tokenizer, tokenizer, TOOLS, three).main) == fit
+
+
+def test_the_single_agent_reads_every_entitys_page(tokenizer):
+    compare = next(q for q in synthetic_web(TOOLS).splits["train"] if q.kind == "compare" and len(q.evidence) == 2)
+    cfg = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=5))
+    (episode,) = oracle_demonstrations([compare], tokenizer, None, TOOLS, cfg).main
+    text = _assistant_text(tokenizer, episode)
+    assert all(chain.urls[0] in text for chain in compare.evidence) and text.count('"search"') == 2
+
+
+def test_warmup_questions_take_the_kinds_in_turn_and_never_a_chain():
+    train = synthetic_web(TOOLS).splits["train"]
+    picked = warmup_questions(train, WebWarmupConfig(questions=6, kinds=["lookup", "compare"]))
+    assert [q.kind for q in picked] == ["lookup", "compare"] * 3
+    lookups = warmup_questions(train, WebWarmupConfig(questions=5))
+    assert lookups == [q for q in train if q.level == 1 and len(q.evidence) == 1][:5]  # the default, as before
+    assert not warmup_questions(train, WebWarmupConfig(kinds=["difference"]))  # none without web_difference_share
+    with pytest.raises(ValueError, match="warmup.kinds"):
+        WebWarmupConfig(kinds=["chain"])
+    with pytest.raises(ValueError, match="warmup.kinds"):
+        WebWarmupConfig(kinds=[])
