@@ -202,8 +202,8 @@ class ToolsConfig:
     """entities of the built-in synthetic web"""
     web_difference_share: float = 0.0
     """share of the built-in web's questions that are difference questions (two lookups and a subtraction, for the
-    calculator tool; at most 0.1, taken from the aggregates); above 0 the other questions' texts stay the same but
-    their train/validation/test assignment changes"""
+    calculator tool; at most 0.1, taken from the aggregates: 0.1 leaves none); above 0 the other questions' texts stay
+    the same but their train/validation/test assignment changes"""
     visit_max_chars: int = 1500
     """visit returns at most this much of a page (small models have small contexts)"""
     search_results: int = 5

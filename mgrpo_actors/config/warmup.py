@@ -2,7 +2,7 @@
 from the model cache, before RL starts (mgrpo_actors/warmup/cached.py), and `mgrpo warmup` does on demand
 (mgrpo_actors/warmup/web.py). Off unless `steps` > 0.
 
-It fine-tunes each agent on the oracle's worked episodes of stage-1 train questions of the built-in web
+It fine-tunes each agent on the oracle's worked episodes of train questions of the built-in web
 (docs/method.md §Training schedule, stage 0): the turn format and the tool protocol, with the gold answers of
 the train questions it shows. It is documented as a warm-up, never counted as RL.
 """
@@ -32,7 +32,8 @@ class WebWarmupConfig:
     kinds: list[str] = field(default_factory=lambda: ["lookup"])
     """question kinds they are drawn from, in turn: lookup (one fact: the turn format and the tool protocol), compare,
     aggregate, difference (several named entities: one delegated subtask each, then the answer; agents.main.max_turns
-    must exceed the entities, up to 5). Chains of hops are never worked (warmup/oracle.py)"""
+    must exceed the entities, up to 5, the single agent's 2 x entities, and their turns take about 100 tokens:
+    max_new_tokens_per_turn; episodes over a budget are not kept). Chains of hops are never worked (warmup/oracle.py)"""
     batch_size: int = 4
     """episodes per step (token-mean loss over them)"""
     lr: float = 2e-5
@@ -49,6 +50,6 @@ class WebWarmupConfig:
         if self.questions < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
         unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
-        if not self.kinds or unknown:
-            raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, got {self.kinds}")
+        if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
+            raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, each once, got {self.kinds}")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))

@@ -336,6 +336,9 @@ def _kind_targets(config: QuestionConfig) -> dict[str, int]:
     }
     targets = {k: round(config.num_questions * s) for k, s in shares.items()}
     difference = round(config.num_questions * config.difference_share)
+    if config.difference_share <= max_difference_share(config):
+        # a share within the room: the other kinds' rounding may leave a question or two less than it asks for
+        difference = min(difference, max(0, config.num_questions - sum(targets.values())))
     targets["aggregate"] = config.num_questions - sum(targets.values()) - difference
     targets["difference"] = difference  # drawn last: the other kinds' draws do not depend on it
     if min(targets.values()) < 0:

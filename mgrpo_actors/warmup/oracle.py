@@ -1,9 +1,11 @@
 """Worked episodes on the synthetic web for the format warm-up (warmup.py), written by an oracle that
 knows each question's evidence and run through the real agent loop.
 
-`OracleEngine` is a RolloutEngine whose "samples" are the oracle's turns: M delegates the question and
-answers the gold answer with what S found; S (and the single agent) searches the evidence's subject,
-visits the evidence page and answers. Everything else is real: the rollouts are run by
+`OracleEngine` is a RolloutEngine whose "samples" are the oracle's turns: M delegates a subtask per
+evidence chain and answers the gold answer with what S found; S (and the single agent, for every chain)
+searches the chain's subject, visits its page and answers. A turn longer than the call's max_new_tokens is
+cut there, as an engine would cut it (finish "length"): the cut episode fails the format and is not kept.
+Everything else is real: the rollouts are run by
 rollout/local.py with the real tools (search and visit over the built-in web), budgets, prompts,
 turn format and TrajectoryBuilder, so a demonstration holds exactly the ids a rollout would, tool
 outputs and budget notes included, and it is scored like one: only rollouts the reward calls format
@@ -13,8 +15,8 @@ It works the questions whose every evidence chain reads one page, the named enti
 lookups (one chain: M delegates the question itself) and the compare, aggregate and difference questions
 over several named entities (M delegates one subtask per entity, `oracle_subtask`, then answers). A
 chain of hops is left out: it needs what the first page says before the next can be asked for, which RL
-has to learn (docs/method.md §Training schedule). An M whose max_turns is below subtasks + 1 cannot finish
-such an episode, which is then not kept.
+has to learn (docs/method.md §Training schedule). M needs max_turns of at least subtasks + 1 and the single
+agent 2 × chains + 1, else the episode is not finished and not kept.
 """
 
 from __future__ import annotations
@@ -85,8 +87,11 @@ class OracleEngine:
         ids = encode_template(self.tokenizer, self._turn(prompt))
         if not ids or ids[-1] not in params.stop_token_ids:
             ids = [*ids, self.tokenizer.eos_token_id]  # the turn ends on the end-of-turn token, as a model's would
+        finish = "stop"
+        if len(ids) > params.max_new_tokens:  # what the turn's budget leaves of it, as an engine would
+            ids, finish = ids[: params.max_new_tokens], "length"
         return Generation(
-            token_ids=ids, logprobs=np.zeros(len(ids), np.float32), finish_reason="stop", policy_version=0
+            token_ids=ids, logprobs=np.zeros(len(ids), np.float32), finish_reason=finish, policy_version=0
         )
 
     def _turn(self, prompt: str) -> str:
@@ -97,7 +102,7 @@ class OracleEngine:
         user = episode[len(_USER) :].split(_END, 1)[0].strip()  # the question, or S's "Task: <subtask>"
         found: tuple[Question, Evidence | None] | None
         if self.role == "sub":
-            found = self.subtasks.get(user.removeprefix("Task: "))
+            found = self.subtasks.get(user.removeprefix("Task: ").split("\n\nContext: ", 1)[0])
         else:  # M and the single agent work a whole question
             asked = self.questions.get(user)
             found = None if asked is None else (asked, None)

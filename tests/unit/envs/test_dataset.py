@@ -160,7 +160,23 @@ def test_cli_and_config_ask_for_difference_questions(tmp_path: Path) -> None:
     assert "difference" not in {
         q.kind for split in synthetic_web(ToolsConfig(web_entities=300)).splits.values() for q in split
     }
+    assert ToolsConfig(web_difference_share=0.1).web_difference_share == 0.1  # the room, exactly: allowed
     with pytest.raises(ValueError, match="tools.web_difference_share"):
         ToolsConfig(web_difference_share=0.11)
     with pytest.raises(ValueError, match="tools.web_difference_share"):
         ToolsConfig(web_difference_share=-0.01)
+
+
+def test_a_share_within_the_room_never_fails_on_rounding(tmp_path: Path) -> None:
+    # 106 questions: the other kinds' shares round up to 96 (not 95.4), leaving 10 for 0.1's 10.6 -> 11
+    out = tmp_path / "round"
+    args = ["generate", "--out", str(out), "--entities", "300", "--questions", "106", "--difference-share", "0.1"]
+    assert world.main(args) == 0
+    written = [q for s in SPLITS for q in load_questions(out / f"questions-{s}.jsonl")]
+    assert sum(q.kind == "difference" for q in written) == 10 and not any(q.kind == "aggregate" for q in written)
+
+
+def test_no_difference_share_builds_the_web_it_always_built() -> None:
+    tools = ToolsConfig(web_entities=300, web_seed=4)
+    before = build_synthetic_web(SyntheticWebConfig(world=WorldConfig(seed=4, num_entities=300)))
+    assert synthetic_web(tools).splits == before.splits

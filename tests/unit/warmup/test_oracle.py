@@ -3,6 +3,7 @@ loop and tools, they must be what a perfect rollout would be: valid format, corr
 findings holding the evidence, and a loss mask on exactly the agent's own turns."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.config.node import ToolsConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
+from mgrpo_actors.engines.base import SamplingParams
 from mgrpo_actors.models.loader import load_model, load_tokenizer, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.warmup.oracle import OracleEngine, oracle_demonstrations, oracle_subtask, single_page
@@ -98,7 +100,9 @@ def test_questions_over_several_entities_delegate_one_subtask_each_then_answer(t
         for chain in question.evidence:
             assert oracle_subtask(question, chain) in mine  # the subtask names its entity and the question
             theirs = _assistant_text(tokenizer, next(subs))
-            assert f'"query": "{chain.subject}"' in theirs and chain.urls[0] in theirs and chain.fact in theirs
+            assert f'"query": "{chain.subject}"' in theirs and f'"url": "{chain.urls[0]}"' in theirs
+            result = json.loads(theirs.rsplit("<answer>", 1)[1].split("</answer>", 1)[0])
+            assert result == {"findings": f"{chain.subject}: {chain.fact}.", "evidence": [chain.urls[0]]}
     # a budget too short for every subtask leaves no episode of M (never a truncated one)
     three = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=3))
     fit = sum(len(q.evidence) + 1 <= 3 for q in several)
@@ -106,12 +110,44 @@ def test_questions_over_several_entities_delegate_one_subtask_each_then_answer(t
     assert len(oracle_demonstrations(several, tokenizer, tokenizer, TOOLS, three).main) == fit
 
 
-def test_the_single_agent_reads_every_entitys_page(tokenizer):
-    compare = next(q for q in synthetic_web(TOOLS).splits["train"] if q.kind == "compare" and len(q.evidence) == 2)
-    cfg = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=5))
-    (episode,) = oracle_demonstrations([compare], tokenizer, None, TOOLS, cfg).main
+def test_the_single_agent_reads_every_entitys_page_in_2k_plus_1_turns(tokenizer):
+    compare = next(q for q in synthetic_web(TOOLS).splits["train"] if q.kind == "compare" and len(q.evidence) == 3)
+
+    def episodes(max_turns: int) -> list:
+        cfg = RolloutConfig(main=dataclasses.replace(RolloutConfig().main, max_turns=max_turns))
+        return oracle_demonstrations([compare], tokenizer, None, TOOLS, cfg).main
+
+    (episode,) = episodes(7)
     text = _assistant_text(tokenizer, episode)
-    assert all(chain.urls[0] in text for chain in compare.evidence) and text.count('"search"') == 2
+    assert all(chain.urls[0] in text for chain in compare.evidence) and text.count('"search"') == 3
+    assert f"<answer>{compare.answer}</answer>" in text
+    assert episodes(6) == []  # 3 searches, 3 visits and the answer: one turn short, no episode
+
+
+def test_a_difference_question_delegates_both_facts():
+    tools = ToolsConfig(web_entities=300, web_difference_share=0.05)
+    difference = next(q for q in synthetic_web(tools).splits["train"] if q.kind == "difference")
+    tokenizer = load_tokenizer(resolve_model_dir("tiny:main"))
+    demos = oracle_demonstrations([difference], tokenizer, tokenizer, tools, RolloutConfig())
+    assert len(demos.main) == 1 and len(demos.sub) == 2
+    mine = _assistant_text(tokenizer, demos.main[0])
+    assert mine.count('"delegate"') == 2 and f"<answer>{difference.answer}</answer>" in mine
+
+
+def test_a_turn_over_its_budget_is_cut_and_its_episode_not_kept(stage1, tokenizer):
+    several = [q for q in synthetic_web(TOOLS).splits["train"] if q.kind == "compare"][:2]
+    roomy = dataclasses.replace(RolloutConfig().main, max_turns=6)
+    delegate_ids = len(tokenizer(oracle_subtask(several[0], several[0].evidence[0]))["input_ids"])
+    tight = RolloutConfig(main=dataclasses.replace(roomy, max_new_tokens_per_turn=delegate_ids // 2))
+    assert oracle_demonstrations(several, tokenizer, tokenizer, TOOLS, tight).main == []
+    engine = OracleEngine(tokenizer, "main", stage1[:1])
+    prompt = tokenizer.decode(
+        tokenizer.apply_chat_template([{"role": "user", "content": stage1[0].question}], add_generation_prompt=True)
+    )
+    cut = engine._generation(prompt, SamplingParams(max_new_tokens=5))
+    assert cut.finish_reason == "length" and len(cut.token_ids) == 5
+    whole = engine._generation(prompt, SamplingParams(max_new_tokens=512))
+    assert whole.finish_reason == "stop" and whole.token_ids[:5] == cut.token_ids
 
 
 def test_warmup_questions_take_the_kinds_in_turn_and_never_a_chain():
@@ -125,3 +161,10 @@ def test_warmup_questions_take_the_kinds_in_turn_and_never_a_chain():
         WebWarmupConfig(kinds=["chain"])
     with pytest.raises(ValueError, match="warmup.kinds"):
         WebWarmupConfig(kinds=[])
+    with pytest.raises(ValueError, match="each once"):
+        WebWarmupConfig(kinds=["lookup", "lookup"])
+    # one kind running out: the others go on
+    compares = [q for q in train if q.kind == "compare"]
+    mixed = warmup_questions(train[:400], WebWarmupConfig(questions=1000, kinds=["compare", "lookup"]))
+    assert [q.kind for q in mixed].count("compare") == sum(q.kind == "compare" for q in train[:400]) < len(compares)
+    assert len(mixed) == sum(q.kind in ("compare", "lookup") for q in train[:400])
