@@ -13,9 +13,11 @@ import torch
 from mgrpo_actors.agents.setup import load_agent
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.controller.schedule import node_seed
+from mgrpo_actors.engines.compute_thread import ComputeThreadEngine
 from mgrpo_actors.rollout.calls import CallStats
-from mgrpo_actors.rollout.driver import step_seed
+from mgrpo_actors.rollout.driver import AgentModel, step_seed
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, PendingBatch, RunBatch
+from mgrpo_actors.runtime.compute import compute_thread_running, on_compute_thread
 from mgrpo_actors.weights.store import WeightsStore
 from mgrpo_actors.weights.sync import PolicySync
 from protocols import WeightsVersion
@@ -40,9 +42,18 @@ class AgentActor(BusActor):
         self.calls = CallStats()
 
     def start_engine(self) -> None:
-        """Load the side's model on its engine and follow the side's weight announcements (from on_start)."""
-        torch.set_num_threads(self.config.agents.torch_threads)
-        self.model = load_agent(getattr(self.config.agents, self.side))
+        """Load the side's model on its engine (on the process's compute thread, if it has one: runtime/compute.py)
+        and follow the side's weight announcements (from on_start)."""
+        threads = self.config.agents.torch_threads
+
+        def load() -> AgentModel:
+            torch.set_num_threads(threads)
+            return load_agent(getattr(self.config.agents, self.side))
+
+        loaded = on_compute_thread(load)
+        if compute_thread_running():  # generation and weight loads go to the compute thread too
+            loaded = AgentModel(ComputeThreadEngine(loaded.engine, threads), loaded.tokenizer)
+        self.model = loaded
         store = WeightsStore(
             self.bus,
             self.side,

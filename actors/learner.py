@@ -54,6 +54,7 @@ from mgrpo_actors.learner.trainer import PolicyTrainer
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
+from mgrpo_actors.runtime.compute import on_compute_thread
 from mgrpo_actors.runtime.crossing import publish_crossing
 from mgrpo_actors.runtime.retention import ConsumedWork
 from mgrpo_actors.weights.chain import rebuild
@@ -104,6 +105,18 @@ class LearnerActor(BusActor):
         self.versions = self.bus.kv(subjects.bucket(f"versions-{self.side}"))
         self.store = WeightsStore(self.bus, self.side, self.config.learners.weights, self.scratch)
         self.consumed = ConsumedWork(self.bus, f"{self.side}-learner", self.config.nats.keep_consumed_steps)
+        on_compute_thread(self._build)  # the model, its trainer and checkpoint: torch work (runtime/compute.py)
+        lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
+        spec = DURABLES[f"{self.side}-learner"]
+        self.consume(
+            *spec.where(subjects),
+            batch=spec.max_ack_pending,
+            max_ack_pending=spec.max_ack_pending,
+            ack_wait_s=self.config.pipeline.ack_wait_s,
+        )
+
+    def _build(self) -> None:
+        """Load the side's model, take the KL reference, resume where the side was, and build the trainer."""
         agent = getattr(self.config.agents, self.side)
         model, self.tokenizer = load_model(agent.model)
         # The KL term's reference is the run's starting weights: taken now, before a resume below loads others.
@@ -131,14 +144,6 @@ class LearnerActor(BusActor):
         if record is not None:
             self.applied = record
             self.log.info("learner resumed from its checkpoint", step=record["step"], version=record["version"])
-        lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
-        spec = DURABLES[f"{self.side}-learner"]
-        self.consume(
-            *spec.where(subjects),
-            batch=spec.max_ack_pending,
-            max_ack_pending=spec.max_ack_pending,
-            ack_wait_s=self.config.pipeline.ack_wait_s,
-        )
 
     def on_stop(self) -> None:
         super().on_stop()
@@ -244,7 +249,7 @@ class LearnerActor(BusActor):
         bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
         self.stepped = False
         try:
-            self._apply(batch_id, held)
+            on_compute_thread(self._apply, batch_id, held)  # the step, the weights written, the checkpoint
             return True
         except Exception as exc:
             for _, delivery in held:

@@ -37,6 +37,7 @@ from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED
 from mgrpo_actors.runtime import Bus, BusConnectError, BusError, EmbeddedNats, ShutdownSignal
+from mgrpo_actors.runtime.compute import start_compute_thread
 from mgrpo_actors.runtime.disk import DiskFullError
 from mgrpo_actors.runtime.health import HealthFile
 from mgrpo_actors.runtime.redeliver import redeliver_unacked
@@ -234,6 +235,8 @@ def run_node(
     watch(bus) is called once the roles run (e.g. `mgrpo run`'s progress view). Returns the exit code.
     """
     log = get_logger("mgrpo.node")
+    if config.run.compute_thread:
+        start_compute_thread()  # the roles' torch work on one thread (mgrpo_actors/runtime/compute.py)
     stop = ShutdownSignal().install()
     lost = threading.Event()
     run_dir = Path(config.run.dir) / config.run.id

@@ -38,6 +38,7 @@ from mgrpo_actors.config import ConfigError, NodeConfig, load_config
 from mgrpo_actors.config.node import METHODS
 from mgrpo_actors.log import configure_logging, quiet_libraries
 from mgrpo_actors.monitoring.run_view import RunView
+from mgrpo_actors.runtime.compute import start_compute_thread
 from mgrpo_actors.runtime.disk import DiskFullError
 from mgrpo_actors.runtime.run_credentials import credentials_path
 
@@ -143,6 +144,8 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(run_id=config.run.id, node="run", role="all", level="warning")
     quiet_libraries()
     console = Console(highlight=False)
+    if config.run.compute_thread:
+        start_compute_thread()  # the warm-up and the roles compute on one thread (mgrpo_actors/runtime/compute.py)
     if config.warmup.steps > 0:  # the supervised warm start, built once into the model cache (stage 0, before RL)
         from mgrpo_actors.warmup.cached import resolve_warm_start  # torch and transformers: imported on use
 

@@ -74,6 +74,11 @@ class RunConfig:
     method: Method = "m-grpo"
     """m-grpo: M and S train; main-only: S frozen (baseline); single-agent: one agent (agents.main.tools: every tool by
     default), GRPO (baseline)"""
+    compute_thread: bool = True
+    """every heavy torch computation of a node's process (generation, weight loads, learner steps, the warm-up) on one
+    thread, the actors waiting for it: PyTorch's OpenMP slows every thread down once several compute (measured on 2
+    cores: rollouts 1.5-1.7x as long; mgrpo_actors/runtime/compute.py); false: each actor computes on its own thread
+    (a GPU process whose roles should overlap)"""
 
     def __post_init__(self) -> None:
         validate_run_id(self.id)

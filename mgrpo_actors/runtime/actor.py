@@ -26,6 +26,7 @@ import pykka
 
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.runtime.bus import Bus, Subscription
+from mgrpo_actors.runtime.compute import single_threaded_here
 from mgrpo_actors.runtime.consumer import Consumer
 from mgrpo_actors.runtime.delivery import Delivery, KvUpdate
 from mgrpo_actors.runtime.errors import BusError
@@ -103,6 +104,7 @@ class BusActor(pykka.ThreadingActor):
 
     # ---- pykka hooks ------------------------------------------------------------------------
     def on_start(self) -> None:
+        single_threaded_here()  # heavy torch work goes to the compute thread, if the process has one (compute.py)
         self._handlers = dict(self.handlers())
 
     def on_stop(self) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from mgrpo_actors.config import NodeConfig, to_dict
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import resolve_model_dir
+from mgrpo_actors.runtime.compute import on_compute_thread
 
 __all__ = ["WarmStart", "loss_summary", "resolve_warm_start", "warm_start", "warm_start_dir", "with_warm_start"]
 
@@ -119,7 +120,7 @@ def resolve_warm_start(
             f"({', '.join(cfg.kinds)}) each, "
             f"lr {cfg.lr:g}, {cfg.dtype}; into {target}"
         )
-    start = warm_start(config, progress)
+    start = on_compute_thread(warm_start, config, progress)  # the process's compute thread, if any (runtime/compute.py)
     took = f"built in {start.seconds:.0f} s"
     verb = took if start.built else f"reused from {target} ({took})"
     say(f"warm start {verb}: {_steps(cfg.steps, 'supervised ')}, loss {loss_summary(start)}; RL starts from it")

@@ -1,0 +1,36 @@
+"""`ComputeThreadEngine`: a rollout engine whose generation and weight loads run on the process's compute thread
+(runtime/compute.py: why one thread computes for every actor of a process), at the agents' torch threads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mgrpo_actors.engines.base import Generation, RolloutEngine, SamplingParams
+from mgrpo_actors.runtime.compute import on_compute_thread
+
+__all__ = ["ComputeThreadEngine"]
+
+
+class ComputeThreadEngine:
+    """`engine` with generate and load_weights run on the compute thread at `threads` torch threads; everything
+    else (policy_version, loads_deltas, device, close, …) is the engine's own."""
+
+    def __init__(self, engine: RolloutEngine, threads: int) -> None:
+        self._engine, self._threads = engine, threads
+
+    def _at_threads(self, fn: Any, *args: Any) -> Any:
+        if torch.get_num_threads() != self._threads:  # a learner may have set its own share on this thread
+            torch.set_num_threads(self._threads)
+        return fn(*args)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        return on_compute_thread(self._at_threads, self._engine.generate, prompts, params)
+
+    def load_weights(self, weights: Any, version: int) -> None:
+        on_compute_thread(self._at_threads, self._engine.load_weights, weights, version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
