@@ -59,7 +59,7 @@ from mgrpo_actors.runtime.crossing import publish_crossing
 from mgrpo_actors.runtime.retention import ConsumedWork
 from mgrpo_actors.weights.chain import rebuild
 from mgrpo_actors.weights.delta import wire_dtype
-from mgrpo_actors.weights.encoder import WeightsEncoder
+from mgrpo_actors.weights.encoder import WeightsEncoder, WrittenVersion
 from mgrpo_actors.weights.files import tied_aliases
 from mgrpo_actors.weights.store import WeightsStore
 from mgrpo_actors.weights.sync import latest_key
@@ -249,7 +249,7 @@ class LearnerActor(BusActor):
         bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
         self.stepped = False
         try:
-            on_compute_thread(self._apply, batch_id, held)  # the step, the weights written, the checkpoint
+            self._apply(batch_id, held)
             return True
         except Exception as exc:
             for _, delivery in held:
@@ -262,6 +262,14 @@ class LearnerActor(BusActor):
             else:
                 self.log.warning("batch handed back after a passing failure", batch_id=batch_id, error=str(exc))
             return False
+
+    def _write_version(self, step: int, version: int) -> WrittenVersion:
+        """The new weights as the next version's file (and as an HF export where one is due)."""
+        state = self.trainer.full_state_dict()
+        written = self.weights.write(state, version, self.scratch / f"v{version}.safetensors")
+        if step + 1 in self.cfg.export_steps(self.config.pipeline.steps):
+            export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{step + 1}")
+        return written
 
     def _after_step(self, what: str, write: Callable[[], T]) -> T:
         return write_after_step(write, what, self.log)
@@ -281,13 +289,12 @@ class LearnerActor(BusActor):
         # dropped and its group renormalised.
         version_now, advantages = self.applied["version"], self.config.algo.advantages
         batch, staleness = drop_stale(batch, version_now, pipeline.max_staleness, advantages)
-        stats = self.trainer.apply(signed_advantages(batch, self.config.algo.objective.advantage_sign))
+        # The torch work on the compute thread (runtime/compute.py), the bus work here: a NATS hiccup stalls no engine.
+        advantaged = signed_advantages(batch, self.config.algo.objective.advantage_sign)
+        stats = on_compute_thread(self.trainer.apply, advantaged)
         self.stepped = True
         version = self.applied["version"] + 1
-        state = self.trainer.full_state_dict()
-        written = self.weights.write(state, version, self.scratch / f"v{version}.safetensors")
-        if batch.step + 1 in self.cfg.export_steps(self.config.pipeline.steps):
-            export_hf(self.trainer.module, state, self.tokenizer, self.exports / f"step{batch.step + 1}")
+        written = on_compute_thread(self._write_version, batch.step, version)
         announced = self._after_step(
             "weights",
             lambda: self.store.publish(written.path, version, batch.step, base=written.base, sha256=written.sha256),
@@ -308,7 +315,9 @@ class LearnerActor(BusActor):
         self.acks.hold(delivery for _, delivery in held)
         if self.acks.due(applied_count(self.applied)):
             if self.acks.every:
-                self.checkpoints.save(self.trainer, self.tokenizer, f"step{batch.step}", self.applied)
+                on_compute_thread(
+                    self.checkpoints.save, self.trainer, self.tokenizer, f"step{batch.step}", self.applied
+                )
             for delivery in self.acks.release():
                 delivery.ack()
         self.consumed.after_step()  # batches acked at checkpoints long enough ago go (runtime/retention.py)

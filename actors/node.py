@@ -235,7 +235,7 @@ def run_node(
     watch(bus) is called once the roles run (e.g. `mgrpo run`'s progress view). Returns the exit code.
     """
     log = get_logger("mgrpo.node")
-    if config.run.compute_thread:
+    if config.run.compute_thread and any(role.endswith(("-agent", "-learner")) for role in roles):
         start_compute_thread()  # the roles' torch work on one thread (mgrpo_actors/runtime/compute.py)
     stop = ShutdownSignal().install()
     lost = threading.Event()

@@ -33,4 +33,6 @@ class ComputeThreadEngine:
         on_compute_thread(self._at_threads, self._engine.load_weights, weights, version)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never the engine's private parts, nor a loop while _engine is not set yet
+            raise AttributeError(name)
         return getattr(self._engine, name)

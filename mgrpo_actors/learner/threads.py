@@ -2,7 +2,9 @@
 
 With `--role all` the main and the sub learner live in one process and may apply batches at the same time:
 each takes its share of the cores for the learners applying now (LearnerConfig.threads), rebalanced per
-micro-batch, so a learner that started beside another takes every core once the other is done.
+micro-batch, so a learner that started beside another takes every core once the other is done. With the
+process's compute thread (run.compute_thread, the default: runtime/compute.py) they apply one after the other,
+so each takes every core; the sharing is for `run.compute_thread: false`.
 """
 
 from __future__ import annotations

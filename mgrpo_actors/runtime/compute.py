@@ -23,10 +23,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any, TypeVar
 
-__all__ = ["compute_thread_running", "on_compute_thread", "single_threaded_here", "start_compute_thread"]
+__all__ = [
+    "compute_thread_running",
+    "on_compute_thread",
+    "on_compute_thread_until",
+    "single_threaded_here",
+    "start_compute_thread",
+]
 
 T = TypeVar("T")
 
@@ -35,25 +41,35 @@ _jobs: queue.SimpleQueue[tuple[Future, Callable[[], Any]]] | None = None
 _thread: threading.Thread | None = None
 
 
-def _serve(jobs: queue.SimpleQueue[tuple[Future, Callable[[], Any]]]) -> None:
+def _serve(jobs: queue.SimpleQueue[tuple[Future, Callable[[], Any]]], threads: int) -> None:
+    import torch  # the caller had it imported already
+
+    # What the starting thread had, not the 1 it is set to now. Asked first: a thread's first torch call takes the
+    # process's last set count (the starter's 1, maybe), and that must not come after ours.
+    torch.get_num_threads()
+    torch.set_num_threads(threads)
     while True:
         future, job = jobs.get()
-        if not future.set_running_or_notify_cancel():
-            continue
-        try:
-            future.set_result(job())
-        except BaseException as exc:  # handed to the caller, who raises it in its own thread
-            future.set_exception(exc)
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # handed to the caller, who raises it in its own thread
+                future.set_exception(exc)
+        del future, job  # nothing of the last job (a batch, a traceback's tensors) outlives it here
 
 
 def start_compute_thread() -> None:
     """From now on `on_compute_thread` runs its work on one thread of this process (started once; it lives as long
-    as the process). The calling thread is made single-threaded for torch."""
+    as the process), with the torch threads the calling thread had; the calling thread is made single-threaded."""
     global _jobs, _thread
+    import torch  # a process that computes: torch is what it computes with
+
     with _lock:
         if _thread is None:
             _jobs = queue.SimpleQueue()
-            _thread = threading.Thread(target=_serve, args=(_jobs,), name="mgrpo-compute", daemon=True)
+            _thread = threading.Thread(
+                target=_serve, args=(_jobs, torch.get_num_threads()), name="mgrpo-compute", daemon=True
+            )
             _thread.start()
     single_threaded_here()
 
@@ -75,10 +91,28 @@ def single_threaded_here() -> None:
 
 
 def on_compute_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """fn(*args, **kwargs) on the compute thread, waited for; inline when there is none or this is it."""
+    """fn(*args, **kwargs) on the compute thread, waited for; inline when there is none or this is it. The work must
+    not wait for another thread that is itself waiting for the compute thread (it would wait forever)."""
+    return on_compute_thread_until(None, fn, *args, **kwargs)
+
+
+def on_compute_thread_until(
+    interrupted: Callable[[], None] | None, fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> T:
+    """on_compute_thread, for long work that can be asked to stop: when the waiting caller is interrupted (Ctrl-C),
+    `interrupted()` asks the work to stop, the caller waits until it has (its clean-up run) and then re-raises."""
     jobs, thread = _jobs, _thread
     if jobs is None or thread is None or threading.current_thread() is thread:
         return fn(*args, **kwargs)
+    if not thread.is_alive():
+        raise RuntimeError("the compute thread is gone")
     future: Future[T] = Future()
     jobs.put((future, lambda: fn(*args, **kwargs)))
-    return future.result()
+    try:
+        return future.result()
+    except BaseException:
+        if future.done() or interrupted is None:  # the work's own exception, or nothing to ask
+            raise
+        interrupted()
+        wait([future])
+        raise

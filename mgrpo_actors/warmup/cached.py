@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 from mgrpo_actors.config import NodeConfig, to_dict
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import resolve_model_dir
-from mgrpo_actors.runtime.compute import on_compute_thread
+from mgrpo_actors.runtime.compute import on_compute_thread_until
 
 __all__ = ["WarmStart", "loss_summary", "resolve_warm_start", "warm_start", "warm_start_dir", "with_warm_start"]
 
@@ -120,7 +121,16 @@ def resolve_warm_start(
             f"({', '.join(cfg.kinds)}) each, "
             f"lr {cfg.lr:g}, {cfg.dtype}; into {target}"
         )
-    start = on_compute_thread(warm_start, config, progress)  # the process's compute thread, if any (runtime/compute.py)
+    stop = threading.Event()  # Ctrl-C while the compute thread warms up: it stops at its next step and cleans up
+
+    def progress_or_stop(side: str, step: int, loss: float) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt("the warm-up was interrupted")
+        if progress is not None:
+            progress(side, step, loss)
+
+    # on the process's compute thread, if it has one (runtime/compute.py)
+    start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop)
     took = f"built in {start.seconds:.0f} s"
     verb = took if start.built else f"reused from {target} ({took})"
     say(f"warm start {verb}: {_steps(cfg.steps, 'supervised ')}, loss {loss_summary(start)}; RL starts from it")

@@ -46,7 +46,7 @@ def test_work_goes_to_the_compute_thread_and_its_result_or_error_comes_back():
         torch.set_num_threads(2)
         start_compute_thread()
         assert torch.get_num_threads() == 1  # the thread that started it computes no more
-        print(on_compute_thread(where, 1, y=2))
+        print(on_compute_thread(where, 1, y=2))  # with the threads its starter had
 
         def fails():
             raise KeyError("inside")
@@ -56,24 +56,100 @@ def test_work_goes_to_the_compute_thread_and_its_result_or_error_comes_back():
         except KeyError as exc:
             print("raised", exc)
 
+        def exits():
+            raise SystemExit(3)
+
+        try:
+            on_compute_thread(exits)
+        except SystemExit as exc:
+            assert exc.code == 3 and on_compute_thread(lambda: "still serving") == "still serving"
+
         def nested():  # a call made on the compute thread runs there, inline
             return on_compute_thread(where, 10)
 
         print(on_compute_thread(nested))
-        results = []
-        threads = [threading.Thread(target=lambda i=i: results.append(on_compute_thread(where, i))) for i in range(8)]
+        import time
+        results, spans = [], []
+
+        def timed(i):
+            started = time.perf_counter()
+            time.sleep(0.02)
+            spans.append((started, time.perf_counter()))
+            return where(i)
+
+        threads = [threading.Thread(target=lambda i=i: results.append(on_compute_thread(timed, i))) for i in range(8)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        print(sorted(r[0] for r in results), {r[1] for r in results})
+        spans.sort()
+        overlapping = any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+        print(sorted(r[0] for r in results), {r[1] for r in results}, "overlap" if overlapping else "one at a time")
         """
     )
     lines = out.strip().splitlines()
-    assert lines[0].startswith("(3, 'mgrpo-compute', ")  # its own torch threads, not the caller's 1
+    assert lines[0] == "(3, 'mgrpo-compute', 2)"  # the starter's torch threads, not the 1 it was set to
     assert lines[1] == "raised 'inside'"
-    assert lines[2].startswith("(10, 'mgrpo-compute', ")
-    assert lines[3] == "[0, 1, 2, 3, 4, 5, 6, 7] {'mgrpo-compute'}"
+    assert lines[2] == "(10, 'mgrpo-compute', 2)"
+    assert lines[3] == "[0, 1, 2, 3, 4, 5, 6, 7] {'mgrpo-compute'} one at a time"
+
+
+def test_an_interrupted_caller_asks_the_work_to_stop_and_waits_for_its_clean_up():
+    out = _run(
+        """
+        import signal, threading, time
+        from mgrpo_actors.runtime.compute import on_compute_thread_until, start_compute_thread
+
+        start_compute_thread()
+        stop, events = threading.Event(), []
+
+        def long_work():
+            try:
+                while not stop.is_set():
+                    time.sleep(0.01)
+                raise KeyboardInterrupt("asked to stop")
+            finally:
+                time.sleep(0.2)
+                events.append("cleaned up")
+
+        def interrupt(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            on_compute_thread_until(stop.set, long_work)
+        except KeyboardInterrupt:
+            events.append("caller raised")
+        print(events)
+        """
+    )
+    assert out.strip() == "['cleaned up', 'caller raised']"
+
+
+def test_a_node_without_an_agent_or_learner_starts_no_compute_thread_and_imports_no_torch():
+    out = _run(
+        """
+        import sys
+        from unittest import mock
+        import actors.node as node
+        from mgrpo_actors.config import NodeConfig
+        from mgrpo_actors.runtime import compute
+
+        with mock.patch.object(node, "ShutdownSignal", side_effect=RuntimeError("stop here")):
+            for roles in (["tool"], ["controller", "monitor"], ["tool", "sub-agent"]):
+                try:
+                    node.run_node(NodeConfig(), roles, "n", embedded=False, duration_s=0)
+                except RuntimeError:
+                    pass
+                print(roles, compute.compute_thread_running(), "torch" in sys.modules)
+        """
+    )
+    assert out.strip().splitlines() == [
+        "['tool'] False False",
+        "['controller', 'monitor'] False False",
+        "['tool', 'sub-agent'] True True",
+    ]
 
 
 def test_an_engine_generates_on_the_compute_thread_at_the_agents_threads():
@@ -100,8 +176,15 @@ def test_an_engine_generates_on_the_compute_thread_at_the_agents_threads():
         engine = ComputeThreadEngine(plain, threads=2)
         out = engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4, seed=0))
         assert len(out) == 1 and 1 <= len(out[0].token_ids) <= 4
+        load = plain.load_weights
+
+        def recorded_load(weights, version):
+            seen.append(("load", threading.current_thread().name))
+            load(weights, version)
+
+        plain.load_weights = recorded_load
         engine.load_weights({name: t.clone() for name, t in model.state_dict().items()}, 3)
         print(seen, engine.policy_version, engine.loads_deltas, engine.pad_token_id == plain.pad_token_id)
         """
     )
-    assert out.strip().splitlines()[-1] == "[('mgrpo-compute', 2)] 3 True True"
+    assert out.strip().splitlines()[-1] == "[('mgrpo-compute', 2), ('load', 'mgrpo-compute')] 3 True True"
