@@ -1,11 +1,10 @@
 """The rollout engine's decoding loop: one forward over each row's new prompt tokens, then one token per
 row per step, on a RowCache (kv_cache.py) that the next call starts from.
 
-Sampling is exactly the distribution the learner scores (logprobs.py `sampling_warpers`: temperature,
-top-k, top-p by transformers' rules, nucleus.py): the last position's logits go through the warpers in float32,
-the behaviour logprob of a token is log-softmax of the warped scores at that token, and the token is
-drawn by inverse transform from those same probabilities (`_inverse_transform`). Each row draws from a
-stream of its own, seeded by the call's seed and the row's index: what row i samples depends on its own
+Sampling is exactly the distribution the learner scores (sampler.py: temperature, top-k, top-p by
+transformers' rules, nucleus.py; the behaviour logprob of a token is log-softmax of the warped scores at
+that token, and the token is drawn by inverse transform from those same probabilities). Each row draws
+from a stream of its own, seeded by the call's seed and the row's index: what row i samples depends on its own
 prompt and seed, not on which other rows share the batch (up to the rounding of batched matrix
 products). Only the last position's logits are computed (`logits_to_keep=1`): no vocabulary-wide work
 on prompt tokens.
@@ -21,7 +20,7 @@ import torch
 
 from mgrpo_actors.engines.base import FinishReason, SamplingParams
 from mgrpo_actors.engines.kv_cache import RowCache
-from mgrpo_actors.engines.logprobs import sampling_warpers
+from mgrpo_actors.engines.sampler import sample
 
 __all__ = ["Decoded", "block_of", "decode", "feeder", "forward_block", "row_generators"]
 
@@ -46,43 +45,6 @@ def row_generators(rows: int, seed: int | None, engine_rng: torch.Generator) -> 
             row_seed = int(np.random.SeedSequence([seed, row]).generate_state(2, dtype=np.uint64)[0] >> 2)
         generators.append(torch.Generator().manual_seed(row_seed))
     return generators
-
-
-def _sample(
-    logits: torch.Tensor, params: SamplingParams, generators: Sequence[torch.Generator]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [rows], behaviour logprobs [rows] float32) from last-position logits [rows, vocab]."""
-    scores = sampling_warpers(params)(None, logits.float())
-    logprobs = torch.log_softmax(scores, dim=-1)
-    if params.greedy:
-        ids = scores.argmax(dim=-1)
-    else:
-        draws = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
-        ids = _inverse_transform(logprobs.exp(), draws.to(logprobs.device))
-    return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
-
-
-_BLOCK = 512  # ids per block of the two-level inverse transform
-
-
-def _inverse_transform(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """The id whose cumulative probability first exceeds draws[r] * total, per row of probs [rows, vocab].
-
-    Two levels, both accumulated in float64: the block of 512 ids the draw falls in (from the blocks' sums),
-    then the id within it; a float32 running sum over a whole vocabulary would drift by up to ~1e-3. An
-    id of zero mass (outside top-k/top-p) is never drawn."""
-    rows, vocab = probs.shape
-    blocks = -(-vocab // _BLOCK)
-    padded = torch.nn.functional.pad(probs, (0, blocks * _BLOCK - vocab)).view(rows, blocks, _BLOCK)
-    block_cdf = padded.sum(-1, dtype=torch.float64).cumsum(-1)
-    target = draws * block_cdf[:, -1]
-    block = torch.searchsorted(block_cdf, target[:, None], right=True).squeeze(-1).clamp(max=blocks - 1)
-    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)[:, None]).squeeze(-1), 0.0)
-    inside = padded[torch.arange(rows, device=probs.device), block]  # [rows, 512]
-    within = torch.searchsorted(inside.double().cumsum(-1), (target - before)[:, None], right=True).squeeze(-1)
-    # rounding can step past the block's last id of positive mass: take that one
-    last = _BLOCK - 1 - (inside > 0).flip(-1).int().argmax(-1)
-    return block * _BLOCK + torch.minimum(within, last)
 
 
 def block_of(suffixes: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +103,7 @@ def decode(
     logprobs: list[torch.Tensor] = []
     logits = forward_block(model, cache, block, block_valid)
     for step in range(params.max_new_tokens):
-        ids, lps = _sample(logits, params, generators)
+        ids, lps = sample(logits, params, generators)
         sampled.append(torch.where(active, ids, -1))
         logprobs.append(lps)
         active = active & ~torch.isin(ids, stop)

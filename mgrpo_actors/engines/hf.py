@@ -6,7 +6,8 @@ Two decoding paths, one sampling distribution (`sampling_warpers(params)`, logpr
   across calls (kv_cache.py): each prompt starts from the longest prefix of it the cache holds (the
   episode's history, or a shared system prompt), so a multi-turn episode's next turn costs its new
   tokens, not its whole history; attention through attention.py (grouped-query heads packed, not
-  copied). Loading new weights empties the cache: keys computed by old weights are never reused.
+  copied); in bf16 on a CPU, linear layers on weights packed once for oneDNN (packed_linear.py).
+  Loading new weights empties the cache: keys computed by old weights are never reused.
 - `hf-generate` (and any other model family): left-padded `model.generate` with the warpers as logits
   processors and transformers' own temperature/top-k/top-p switched off; a last processor records
   log-softmax of exactly the scores sampled from and, one step later, picks out the logprob of the token
@@ -29,6 +30,7 @@ from mgrpo_actors.engines.decode import decode, feeder, row_generators
 from mgrpo_actors.engines.eos import eos_token_ids
 from mgrpo_actors.engines.kv_cache import CacheShape, RowCache
 from mgrpo_actors.engines.logprobs import sampling_warpers
+from mgrpo_actors.engines.packed_linear import pack_linears
 from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.families import takes_external_cache
@@ -124,6 +126,7 @@ class HFEngine:
         if cfg.device is not None or cfg.dtype is not None:
             model.to(device=cfg.device, dtype=getattr(torch, cfg.dtype) if cfg.dtype else None)
         self.model = model.eval()
+        self.packed = pack_linears(model)  # bf16 on a CPU: weights packed once for oneDNN (packed_linear.py)
         self.eos_token_ids = eos_token_ids(tokenizer, model.generation_config)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.policy_version = 0
@@ -244,6 +247,8 @@ class HFEngine:
                 params[name].copy_(tensor)
             for name, change in sparse.items():
                 set_elements(params[name], change)
+        if self.packed is not None:
+            self.packed.repack()
         log.info(
             "weights_loaded",
             previous_version=self.policy_version,

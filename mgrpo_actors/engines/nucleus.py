@@ -26,10 +26,24 @@ FIRST_CANDIDATES; a row whose nucleus is wider (a flat distribution) takes all i
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["NucleusWarper", "nucleus_scores"]
+__all__ = ["NucleusWarper", "Threshold", "kept_threshold", "nucleus_scores"]
+
+
+class Threshold(NamedTuple):
+    """What the filters keep of each row: every score >= `lowest` [rows, 1]. `values` and `ids` [rows, m] are
+    the row's m largest scores (descending) and their ids: with top-k, the k candidates; with top-p alone, the
+    first FIRST_CANDIDATES. A row may keep more than its candidates (ties with the k-th outside them, a flat
+    row's wide nucleus); the engine's sampler checks (sampler.py)."""
+
+    lowest: torch.Tensor
+    values: torch.Tensor
+    ids: torch.Tensor
+
 
 FIRST_CANDIDATES = 256  # top-p alone: candidates per row (SmolLM2 on text at temperature 0.7: p 0.95 needs more in 7 %)
 
@@ -55,22 +69,25 @@ def _lowest_kept(values: torch.Tensor, probs: torch.Tensor, top_p: float) -> tup
     return lowest, decided
 
 
-def _top_k_then_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """The lowest score kept [rows, 1]: the k candidates decide it, since every other token is below the k-th
-    (dropped by top-k) or tied with it (kept or dropped with it). The mass is top-k's: the candidates' plus
-    that of the tokens tied with the k-th that topk left out."""
-    values = torch.topk(scores, top_k, dim=-1).values
+def _top_k_then_p(scores: torch.Tensor, top_k: int, top_p: float) -> Threshold:
+    """The k candidates decide the lowest score kept, since every other token is below the k-th (dropped by
+    top-k) or tied with it (kept or dropped with it). The mass is top-k's: the candidates' plus that of the
+    tokens tied with the k-th that topk left out."""
+    values, ids = torch.topk(scores, top_k, dim=-1)
     kth = values[:, -1:]
+    if top_p >= 1.0:
+        return Threshold(kth, values, ids)
     left_out = (scores == kth).sum(-1, keepdim=True) - (values == kth).sum(-1, keepdim=True)
     # A sum over k values per row: one thread each, whatever the batch (a row of 32,768 or more would be split)
     log_total = torch.logsumexp(values, dim=-1, keepdim=True)
     with_ties = torch.logaddexp(log_total, kth + left_out.clamp_min(1).to(scores.dtype).log())
-    return _lowest_kept(values, torch.exp(values - torch.where(left_out > 0, with_ties, log_total)), top_p)[0]
+    probs = torch.exp(values - torch.where(left_out > 0, with_ties, log_total))
+    return Threshold(_lowest_kept(values, probs, top_p)[0], values, ids)
 
 
-def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
-    """The lowest score kept [rows, 1], from FIRST_CANDIDATES candidates a row; a row they leave undecided from all
-    its scores."""
+def _top_p(scores: torch.Tensor, top_p: float) -> Threshold:
+    """FIRST_CANDIDATES candidates a row decide the lowest score kept; a row they leave undecided is decided from
+    all its scores."""
     vocab = scores.shape[-1]
     # softmax's row-wise kernel: a row's probabilities are the same bits whatever the batch, the memory layout or
     # the threads (a log-sum-exp over a whole row is a reduction torch may split across threads).
@@ -80,25 +97,29 @@ def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     lowest, decided = _lowest_kept(values, probs.gather(-1, ids), top_p)
     pending = torch.nonzero(~decided).squeeze(-1)
     if pending.numel() and m < vocab:  # a flat row (its nucleus wider than the candidates): all its scores, sorted
-        values, ids = torch.sort(scores[pending], dim=-1, descending=True)
-        lowest[pending] = _lowest_kept(values, probs[pending].gather(-1, ids), top_p)[0]
-    return lowest
+        every, order = torch.sort(scores[pending], dim=-1, descending=True)
+        lowest[pending] = _lowest_kept(every, probs[pending].gather(-1, order), top_p)[0]
+    return Threshold(lowest, values, ids)
+
+
+def kept_threshold(scores: torch.Tensor, top_k: int, top_p: float) -> Threshold | None:
+    """The lowest score each row keeps under top-k then top-p (the module's rules), with the candidates it was
+    decided from; None when neither filter removes anything."""
+    top_k_on = 0 < top_k < scores.shape[-1]
+    if scores.shape[0] == 0 or scores.shape[-1] == 0 or (top_p >= 1.0 and not top_k_on):
+        return None
+    with torch.no_grad():  # which tokens stay is no function to differentiate
+        plain = scores.detach()
+        return _top_k_then_p(plain, top_k, top_p) if top_k_on else _top_p(plain, top_p)
 
 
 def nucleus_scores(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """`scores` [rows, vocab] with -inf outside top-k, then outside top-p (the module's rules)."""
-    top_k_on = 0 < top_k < scores.shape[-1]
-    if scores.shape[0] == 0 or scores.shape[-1] == 0 or (top_p >= 1.0 and not top_k_on):
+    threshold = kept_threshold(scores, top_k, top_p)
+    if threshold is None:
         return scores
-    with torch.no_grad():  # which tokens stay is no function to differentiate: only the kept scores carry grad
-        plain = scores.detach()
-        if top_p >= 1.0:
-            lowest = torch.topk(plain, top_k, dim=-1).values[:, -1:]
-        elif top_k_on:
-            lowest = _top_k_then_p(plain, top_k, top_p)
-        else:
-            lowest = _top_p(plain, top_p)
-    return scores.masked_fill(scores < lowest, float("-inf"))
+    # only the kept scores carry gradients: which tokens stay is decided without them
+    return scores.masked_fill(scores < threshold.lowest, float("-inf"))
 
 
 class NucleusWarper(LogitsProcessor):

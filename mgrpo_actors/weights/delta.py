@@ -106,6 +106,7 @@ def set_elements(target: torch.Tensor, change: SparseChange) -> None:
     target = target.detach()
     if target.device.type == "cpu" and target.is_contiguous() and change.values.dtype == target.dtype:
         _bits(target).reshape(-1).numpy()[change.indices.numpy()] = _bits(change.values).numpy()
+        torch.autograd.graph.increment_version(target)  # written through numpy: as an in-place op would
         return
     index = change.indices.to(device=target.device, dtype=torch.long)
     values = change.values.to(device=target.device, dtype=target.dtype)

@@ -96,7 +96,9 @@ def read_into(path: Path, stored: Mapping[str, StoredTensor], targets: Mapping[s
                 if not n:
                     raise ValueError(f"{str(path)!r} ends inside tensor {name!r}")
                 done += n
-            if not direct:
+            if direct:  # written through numpy: tell torch the tensor changed, as an in-place op would
+                torch.autograd.graph.increment_version(target)
+            else:
                 target.copy_(into)
 
 

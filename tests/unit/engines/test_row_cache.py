@@ -125,22 +125,6 @@ def test_common_prefix():
     assert common_prefix([9], [1]) == 0
 
 
-def test_the_inverse_transform_draws_what_a_full_float64_cdf_draws():
-    from mgrpo_actors.engines.decode import _inverse_transform
-
-    g = torch.Generator().manual_seed(0)
-    probs = torch.softmax(torch.randn(16, 3000, generator=g) * 4, dim=-1)
-    probs[:, ::7] = 0.0  # ids outside top-k / top-p
-    draws = torch.rand(16, generator=g, dtype=torch.float64)
-    cdf = probs.double().cumsum(-1)
-    expected = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True).squeeze(-1)
-    drawn = _inverse_transform(probs, draws)
-    assert torch.equal(drawn, expected)
-    assert bool((probs.gather(-1, drawn[:, None]) > 0).all())
-    edge = _inverse_transform(torch.tensor([[0.0, 0.5, 0.5, 0.0]]), torch.tensor([1.0], dtype=torch.float64))
-    assert edge.item() == 2  # a draw at the very top lands on the last id of positive mass
-
-
 def test_what_prompts_share_is_fed_once(model_and_tokenizer, monkeypatch):
     """K rollouts of two questions under one system prompt: the system prompt is computed once, each
     question once, then each row's last id; the samples still score as a plain forward pass scores them."""
