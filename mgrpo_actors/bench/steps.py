@@ -5,9 +5,10 @@ compute (target ≤ 5 %), with the samples each learner trained on.
 
 The job is the colour-rule demo's (mgrpo_actors/demos/colour_rule.py, `mgrpo demo learn`): tiny:main as
 M and tiny:sub as S warmed up on the turn format (built once, cached), its demo config (M delegates to
-S, both learners train, lr 1e-3, no checkpoints), with K = 8 rollouts per query so that nearly every
-group's rewards differ (the warmed-up M is right by chance, 1/4) and both learners run forward,
-backward and optimizer step every step (`make run-tiny`'s untrained models earn the same reward on
+S, no checkpoints), with K = 8 rollouts per query so that nearly every group's rewards differ (the
+warmed-up M is right by chance, 1/4) and both learners at lr 1e-4 instead of the demo's 1e-3 (at 1e-3
+every group agreed by step 3), so that both run forward, backward and optimizer step on every sample of
+every step (`make run-tiny`'s untrained models earn the same reward on
 every rollout, so its learners train on nothing). Every role runs in this process on an embedded
 nats-server, `pipeline.steps` = 4 (2 with `--quick`) so that there are steady-state steps, in a
 temporary run directory, with the phase recorder on (mgrpo_actors/phases.py). Steps are the windows
@@ -49,6 +50,7 @@ __all__ = ["RUN_TINY", "TARGET_SHARE", "TRAINING_K", "measure", "run", "training
 RUN_TINY = ("agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=150")
 TARGET_SHARE = 0.05  # the issue's target: at most 5 % of a step is not model compute
 TRAINING_K = 8  # rollouts per query of the bench's job: groups of 8 whose rewards differ
+TRAINING_LR = 1e-4  # the demo's 1e-3 made every group agree by step 3: learners with nothing to train on
 RUN_ID = "bench-steps"
 LABELS = {
     "generate": "gen",
@@ -177,6 +179,8 @@ def training_job(data_dir: Path, k: int = TRAINING_K) -> tuple[str, ...]:
     tree = demo_config(main_dir, sub_dir, questions, steps=1)
     del tree["pipeline"]["steps"]  # measure() sets it
     tree["pipeline"]["rollouts_per_query"] = k
+    for side in ("main", "sub"):  # TRAINING_LR: the groups' rollouts still differ after 4 steps
+        tree["learners"][side] = {**tree["learners"][side], "lr": TRAINING_LR}
     return tuple(_flat("", tree))
 
 

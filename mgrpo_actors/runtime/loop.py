@@ -89,7 +89,20 @@ class BusLoop:
         if self._thread.is_alive() and not self.on_loop_thread():
             self._thread.join(timeout=5)
         if not self._thread.is_alive() and not self.loop.is_closed():
+            self._cancel_pending()
             self.loop.close()
+
+    def _cancel_pending(self) -> None:
+        """Cancel the tasks still pending on the stopped loop and let them finish (as asyncio.run does): a task
+        a timer started just before the stop (a crossing message's resend) would otherwise be destroyed pending,
+        which asyncio logs as an error."""
+        pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        # bounded: a task that swallowed its cancellation must not hold up the stop
+        self.loop.run_until_complete(asyncio.wait(pending, timeout=2.0))
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:
