@@ -3,8 +3,9 @@
 torch computes a bf16 `F.linear` on a CPU through oneDNN, which reorders the weight into its blocked
 layout on every call: at decode sizes (a few rows against a weight of megabytes) that reorder is much of
 the call. Packing each weight once (`torch.ops.mkldnn._reorder_linear_weight`, as PyTorch's inductor does
-for frozen CPU graphs) and calling the packed product (`_linear_pointwise`) gives the same bits (the same
-kernel on the same layout; tests/unit/engines/test_packed_linear.py checks it on the machine at hand) faster:
+for frozen CPU graphs) and calling the packed product (`_linear_pointwise`) computes the same product faster
+(the same bits on a Xeon with AMX-BF16; where a CPU's oneDNN rounds the two differently, within bf16 rounding,
+and the engine's behaviour logprobs are those of what it computed; tests/unit/engines/test_packed_linear.py):
 SmolLM2's 211 linear layers one after another, weights streamed from memory as in a decode step (2-core
 Xeon with AMX-BF16), 25.7 -> 17.0 ms at batch 1 and 28.8 -> 20.2 ms at batch 32, i.e. 10 -> 13-16 GB/s.
 
@@ -13,8 +14,8 @@ The model stays transformers' own: each `nn.Linear` keeps its weight (what weigh
 rebuilt whenever its weight changed: the engine repacks after every weight load (engines/hf.py), and a
 layer repacks by itself when its weight was written in place by anyone (the tensor's version counter
 moved; the weight loaders' numpy writes move it too) or replaced by another tensor, so it never serves
-stale weights. fp32 stays on `F.linear`: there the packed product is not the same bits, and fp32 engines
-promise logprobs equal to the learner's recomputation. Where autograd needs the product (gradients on,
+stale weights. fp32 stays on `F.linear`: there the packed product is not the same bits even on that Xeon,
+and fp32 engines promise logprobs equal to the learner's recomputation. Where autograd needs the product (gradients on,
 and a weight or an input that requires them), the layer falls back to `F.linear`. The price: a second
 copy of every bf16 linear weight (SmolLM2: 269 MB with its tied lm_head).
 """
