@@ -10,6 +10,10 @@ find the rule. `--flip` runs the control: every advantage's sign flipped, so M u
     mgrpo demo learn                 # 12 steps: M correct goes from ~0.25 to ~1
     mgrpo demo learn --flip          # the control: M correct goes to ~0
     mgrpo demo learn --steps 20 --set learners.main.lr=5e-4
+    mgrpo demo learn --sub tiny:grpo --steps 4  # S of another family (Qwen2) with its own tokenizer
+
+M and S may be of different model families with different tokenizers: only text crosses between agents
+(a subtask, a result), each side tokenizes it with its own tokenizer.
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ def demo_learn(args: argparse.Namespace, console: Console, composition: Composit
     except (ConfigError, OSError, yaml.YAMLError) as exc:
         print(f"mgrpo demo: error: {exc}", file=sys.stderr)
         return 2
-    console.print("warming tiny:main and tiny:sub up on the turn format (once; cached after)…")
-    main_dir, sub_dir = warmed_models(base.tools)
+    console.print(f"warming {args.main} and {args.sub} up on the turn format (once; cached after)…")
+    main_dir, sub_dir = warmed_models(base.tools, main=args.main, sub=args.sub)
     Path(base.run.dir).mkdir(parents=True, exist_ok=True)  # beside the run directory, which a fresh run clears
     questions = write_questions(Path(base.run.dir) / "colour-rule-questions.jsonl")
     data = _merged(
@@ -83,6 +87,15 @@ def add_parser(subparsers: Any) -> None:
     demos = p.add_subparsers(dest="demo", required=True, metavar="DEMO")
     learn = demos.add_parser("learn", help="two tiny models learn the colour rule through the whole pipeline (~1 min)")
     learn.add_argument("--steps", type=int, default=12, help="M-GRPO steps (default 12)")
+    learn.add_argument(
+        "--main", default="tiny:main", metavar="SPEC", help="M's base model, warmed up first (default tiny:main)"
+    )
+    learn.add_argument(
+        "--sub",
+        default="tiny:sub",
+        metavar="SPEC",
+        help="S's base model, warmed up first (default tiny:sub; tiny:grpo is another family with its own tokenizer)",
+    )
     learn.add_argument(
         "--flip", action="store_true", help="flip every advantage's sign: the control run, which must not learn"
     )

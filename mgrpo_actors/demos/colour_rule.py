@@ -87,16 +87,16 @@ def sub_demonstrations(seed: int, tools: ToolsConfig) -> list[Demonstration]:
     return [Demonstration(opening, (format_answer(draw.choice(COLOURS)),)) for _ in range(NUM_QUESTIONS)]
 
 
-def warmed_models(tools: ToolsConfig, warmup: WarmupConfig | None = None) -> tuple[Path, Path]:
-    """tiny:main and tiny:sub warmed up on the format (M's, S's HF directories), built once and cached
+def warmed_models(
+    tools: ToolsConfig, warmup: WarmupConfig | None = None, main: str = "tiny:main", sub: str = "tiny:sub"
+) -> tuple[Path, Path]:
+    """M's and S's models (specs `main`, `sub`: tiny:main and tiny:sub unless named, e.g. a tiny model of
+    another family and tokenizer) warmed up on the format (their HF directories), built once and cached
     under a key of the recipe, the warm-up settings, the tool schemas S is shown and the base models
     (default warm-up: 100 steps)."""
     warmup = warmup or WarmupConfig(steps=100)
     dirs = []
-    for spec, demos in (
-        ("tiny:main", lambda: main_demonstrations(seed=1)),
-        ("tiny:sub", lambda: sub_demonstrations(2, tools)),
-    ):
+    for spec, demos in ((main, lambda: main_demonstrations(seed=1)), (sub, lambda: sub_demonstrations(2, tools))):
         key = hashlib.sha256(
             repr(
                 (
@@ -107,7 +107,8 @@ def warmed_models(tools: ToolsConfig, warmup: WarmupConfig | None = None) -> tup
                 )
             ).encode()
         ).hexdigest()[:12]
-        target = cache_root() / f"colour-rule-{spec.removeprefix('tiny:')}-{key}"
+        name = spec.removeprefix("tiny:") if spec.startswith("tiny:") else resolve_model_dir(spec).name
+        target = cache_root() / f"colour-rule-{name}-{key}"
 
         def build(directory: Path, spec: str = spec, demos: Any = demos) -> None:
             model, tokenizer = load_model(spec)

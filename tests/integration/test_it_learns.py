@@ -83,3 +83,23 @@ def test_the_demo_command_runs_the_colour_rule(task, tmp_path):
     assert "the answer is always 'blue'" in done.stdout and "rewards.png" in done.stdout
     rows = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())["steps"]
     assert [row["main_version"] for row in rows] == [1, 2]
+
+
+def test_agents_of_different_families_and_tokenizers_train_together(tmp_path):
+    """M is tiny:main (Llama, its own tokenizer), S is tiny:grpo (Qwen2, a byte-level BPE of 512 ids): only text
+    crosses between them, so the run works as with one family, and both learners train on S's and M's own ids."""
+    from mgrpo_actors.models.loader import load_model
+
+    vocabularies = {spec: load_model(spec)[1].get_vocab() for spec in ("tiny:main", "tiny:grpo")}
+    assert vocabularies["tiny:main"] != vocabularies["tiny:grpo"]
+    mgrpo = Path(sys.executable).parent / "mgrpo"
+    command = [str(mgrpo), "demo", "learn", "--sub", "tiny:grpo", "--steps", "2", "--run-id", "mixed"]
+    done = subprocess.run(
+        [*command, "--set", f"run.dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((tmp_path / "runs" / "mixed" / "summary.json").read_text())["steps"]
+    assert [row["main_version"] for row in rows] == [row["sub_version"] for row in rows] == [1, 2]
+    assert all(row["sub_calls"] > 0 and row["main_format_ok"] > 0 for row in rows)
+    # At chance (1/4) M's groups differ in reward, and S's reward carries M's correctness: both learners step.
+    assert rows[0]["main_samples"] > 0 and rows[0]["sub_samples"] > 0, rows
