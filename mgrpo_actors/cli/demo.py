@@ -3,9 +3,10 @@ minute, through the whole pipeline `mgrpo run` uses (every role on an embedded n
 DeepSpeed learners, weight sync back to the rollout engines).
 
 The task is the colour rule (mgrpo_actors/demos/colour_rule.py): the gold answer is always "blue".
-tiny:main (M) and tiny:sub (S) are first warmed up on the turn format only (a short supervised
-fine-tune, built once and cached), which leaves M right by chance (1/4); the RL steps then have to
-find the rule. `--flip` runs the control: every advantage's sign flipped, so M unlearns it.
+tiny:main (M) and tiny:sub (S) (or the models `--main` and `--sub` name) are first warmed up on the
+turn format only (a short supervised fine-tune, built once and cached), which leaves M right by chance
+(1/4); the RL steps then have to find the rule. `--flip` runs the control: every advantage's sign
+flipped, so M unlearns it.
 
     mgrpo demo learn                 # 12 steps: M correct goes from ~0.25 to ~1
     mgrpo demo learn --flip          # the control: M correct goes to ~0
@@ -53,8 +54,14 @@ def demo_learn(args: argparse.Namespace, console: Console, composition: Composit
     except (ConfigError, OSError, yaml.YAMLError) as exc:
         print(f"mgrpo demo: error: {exc}", file=sys.stderr)
         return 2
+    from mgrpo_actors.models.loader import ModelSpecError
+
     console.print(f"warming {args.main} and {args.sub} up on the turn format (once; cached after)…")
-    main_dir, sub_dir = warmed_models(base.tools, main=args.main, sub=args.sub)
+    try:
+        main_dir, sub_dir = warmed_models(base.tools, main=args.main, sub=args.sub)
+    except ModelSpecError as exc:
+        print(f"mgrpo demo: error: {exc}", file=sys.stderr)
+        return 2
     Path(base.run.dir).mkdir(parents=True, exist_ok=True)  # beside the run directory, which a fresh run clears
     questions = write_questions(Path(base.run.dir) / "colour-rule-questions.jsonl")
     data = _merged(
@@ -88,7 +95,10 @@ def add_parser(subparsers: Any) -> None:
     learn = demos.add_parser("learn", help="two tiny models learn the colour rule through the whole pipeline (~1 min)")
     learn.add_argument("--steps", type=int, default=12, help="M-GRPO steps (default 12)")
     learn.add_argument(
-        "--main", default="tiny:main", metavar="SPEC", help="M's base model, warmed up first (default tiny:main)"
+        "--main",
+        default="tiny:main",
+        metavar="SPEC",
+        help="M's base model, warmed up first: a tiny preset, smollm2 or a local HF directory (default tiny:main)",
     )
     learn.add_argument(
         "--sub",

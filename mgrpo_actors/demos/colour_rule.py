@@ -1,10 +1,11 @@
 """The colour rule: a task tiny models learn in about a dozen M-GRPO steps, so a CPU shows learning.
 
 Every question asks for a colour and the gold answer is always "blue" (a rule on the answer token that
-no model knows beforehand). Both tiny models (tiny:main as M, tiny:sub as S) are first warmed up on the
-turn format only (mgrpo_actors/warmup/supervised.py, a short supervised fine-tune): M delegates the
-question to S, reads S's result and answers a colour; S answers a colour. Their colours are drawn
-uniformly from COLOURS, so the warmed-up M is right by chance (1/4): only RL can teach it the rule.
+no model knows beforehand). Both tiny models (tiny:main as M, tiny:sub as S, unless others are named: M
+and S may be of different families and tokenizers) are first warmed up on the turn format only
+(mgrpo_actors/warmup/supervised.py, a short supervised fine-tune): M delegates the question to S, reads
+S's result and answers a colour; S answers a colour. Their colours are drawn uniformly from COLOURS, so
+the warmed-up M is right by chance (1/4): only RL can teach it the rule.
 `mgrpo demo learn` runs it through the whole pipeline; tests/integration/test_it_learns.py checks it
 learns, and that the same run with every advantage's sign flipped does not.
 
@@ -96,19 +97,25 @@ def warmed_models(
     (default warm-up: 100 steps)."""
     warmup = warmup or WarmupConfig(steps=100)
     dirs = []
-    for spec, demos in ((main, lambda: main_demonstrations(seed=1)), (sub, lambda: sub_demonstrations(2, tools))):
+    roles = (("main", main, lambda: main_demonstrations(seed=1)), ("sub", sub, lambda: sub_demonstrations(2, tools)))
+    for role, spec, demos in roles:
+        model_dir = resolve_model_dir(spec)
+        # The tiny presets' directories name their recipe; any other model by its absolute path. The role: one
+        # model may be warmed up as M and as S, on other demonstrations.
+        model_key = model_dir.name if spec.startswith("tiny:") else str(model_dir.resolve())
         key = hashlib.sha256(
             repr(
                 (
                     _RECIPE_VERSION,
                     warmup,
-                    resolve_model_dir(spec).name,
+                    model_key,
                     sub_system_prompt(build_tool_registry(tools, names=list(SUB_TOOLS))),
+                    *(() if (role, spec) in (("main", "tiny:main"), ("sub", "tiny:sub")) else (role,)),
                 )
             ).encode()
         ).hexdigest()[:12]
-        name = spec.removeprefix("tiny:") if spec.startswith("tiny:") else resolve_model_dir(spec).name
-        target = cache_root() / f"colour-rule-{name}-{key}"
+        name = spec.removeprefix("tiny:") if spec.startswith("tiny:") else model_dir.resolve().name
+        target = cache_root() / f"colour-rule-{role}-{name}-{key}"
 
         def build(directory: Path, spec: str = spec, demos: Any = demos) -> None:
             model, tokenizer = load_model(spec)

@@ -31,6 +31,8 @@ class BusLoop:
         self.loop = asyncio.new_event_loop()
         self.describe = describe
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopping = False  # set by stop(): from then on nothing new is taken
+        self._stop_lock = threading.Lock()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -41,7 +43,7 @@ class BusLoop:
 
     @property
     def running(self) -> bool:
-        return self.loop.is_running() and not self.loop.is_closed()
+        return self.loop.is_running() and not self.loop.is_closed() and not self._stopping
 
     @property
     def closed(self) -> bool:
@@ -81,28 +83,40 @@ class BusLoop:
             self.loop.call_soon_threadsafe(callback, *args)
 
     def stop(self, before_stop: Callable[[], None] | None = None) -> None:
-        """Stop the loop (running `before_stop` on it first), join the thread, close the loop."""
-        if self.loop.is_running():
-            if before_stop is not None:
-                self.loop.call_soon_threadsafe(before_stop)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        if self._thread.is_alive() and not self.on_loop_thread():
-            self._thread.join(timeout=5)
-        if not self._thread.is_alive() and not self.loop.is_closed():
-            self._cancel_pending()
-            self.loop.close()
+        """Stop the loop (running `before_stop` on it first), join the thread, finish what is still pending on
+        it, close the loop. From the call on, `running` is False: nothing new is taken."""
+        with self._stop_lock:  # two threads stopping at once: the second finds the work done
+            self._stopping = True
+            if self.loop.is_running():
+                if before_stop is not None:
+                    self.loop.call_soon_threadsafe(before_stop)
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            if self._thread.is_alive() and not self.on_loop_thread():
+                self._thread.join(timeout=5)
+            if not self._thread.is_alive() and not self.loop.is_closed():
+                self._finish_pending()
+                self.loop.close()
 
-    def _cancel_pending(self) -> None:
+    def _finish_pending(self) -> None:
         """Cancel the tasks still pending on the stopped loop and let them finish (as asyncio.run does): a task
         a timer started just before the stop (a crossing message's resend) would otherwise be destroyed pending,
-        which asyncio logs as an error."""
-        pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
-        if not pending:
+        which asyncio logs as an error. Bounded: a task that swallows its cancellation must not hold up the
+        stop. Skipped on a thread whose own event loop is running (the loop cannot run there)."""
+        try:
+            asyncio.get_running_loop()
             return
-        for task in pending:
-            task.cancel()
-        # bounded: a task that swallowed its cancellation must not hold up the stop
-        self.loop.run_until_complete(asyncio.wait(pending, timeout=2.0))
+        except RuntimeError:
+            pass
+        for _ in range(3):  # a task cancelled may start another
+            pending = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
+            if not pending:
+                return
+            for task in pending:
+                task.cancel()
+            done, _ = self.loop.run_until_complete(asyncio.wait(pending, timeout=2.0))
+            for task in done:  # retrieved here, or asyncio reports "exception was never retrieved"
+                if not task.cancelled() and task.exception() is not None:
+                    log.debug("a pending task failed while cancelled at stop", error=repr(task.exception()))
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:

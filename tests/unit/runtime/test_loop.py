@@ -43,3 +43,61 @@ def test_stopping_a_loop_with_nothing_pending():
     loop.start()
     loop.stop()
     assert loop.closed
+
+
+def _started(name: str) -> BusLoop:
+    loop = BusLoop(name, "nowhere")
+    loop.start()
+    return loop
+
+
+def _wait_for_tasks(loop: BusLoop, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(asyncio.all_tasks(loop.loop)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_task_failing_as_it_is_cancelled_is_not_reported_unretrieved(caplog):
+    loop = _started("test-bus-loop-raising")
+
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise OSError("the transport is closed") from None
+
+    loop.call_soon(lambda: loop.loop.create_task(fails_on_cancel()))
+    _wait_for_tasks(loop, 1)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        loop.stop()
+        gc.collect()
+    assert loop.closed
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage() or "pending" in r.getMessage()]
+
+
+def test_stopping_from_a_thread_running_its_own_event_loop_still_closes():
+    loop = _started("test-bus-loop-async-caller")
+    loop.call_soon(lambda: loop.loop.create_task(asyncio.sleep(3600)))
+    _wait_for_tasks(loop, 1)
+
+    async def stop_from_async_code() -> None:
+        loop.stop()
+
+    asyncio.run(stop_from_async_code())
+    assert loop.closed
+
+
+def test_concurrent_stops_both_return_and_nothing_new_is_taken_once_stopping():
+    import threading
+
+    loop = _started("test-bus-loop-concurrent")
+    loop.call_soon(lambda: loop.loop.create_task(asyncio.sleep(3600)))
+    _wait_for_tasks(loop, 1)
+    stoppers = [threading.Thread(target=loop.stop) for _ in range(2)]
+    for thread in stoppers:
+        thread.start()
+    for thread in stoppers:
+        thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in stoppers)
+    assert loop.closed and not loop.running
+    assert loop.submit(asyncio.sleep(0)) is None  # refused, not left pending
