@@ -27,6 +27,11 @@ def _packed_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def _two_layers_packed_now(model: torch.nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """`_layers`' forward (no bias) on weights packed just now."""
+    return _packed_product(_packed_product(x, model[0].weight), model[1].weight)
+
+
 def _same_bits_here() -> bool:
     """Whether this CPU's packed product gives F.linear's bits (measured so on a Xeon with AMX-BF16)."""
     g = torch.Generator().manual_seed(3)
@@ -71,7 +76,7 @@ def test_a_weight_changed_in_place_is_packed_again():
         before = model(x)
         model[0].weight.mul_(2)  # as a weight load does: copy_ into the existing tensor
         after = model(x)
-        expected = _packed_product(_packed_product(x, model[0].weight), model[1].weight)
+        expected = _two_layers_packed_now(model, x)
     assert not torch.equal(before, after)
     assert torch.equal(after, expected)
 
@@ -119,7 +124,7 @@ def test_a_weight_replaced_by_another_tensor_is_packed_again():
     with torch.no_grad():
         model(x)
         model[0].weight.data = torch.randn(96, 64).bfloat16()  # a new tensor: its version counter starts afresh
-        assert torch.equal(model(x), _packed_product(_packed_product(x, model[0].weight), model[1].weight))
+        assert torch.equal(model(x), _two_layers_packed_now(model, x))
 
 
 @needs_packing
@@ -133,7 +138,7 @@ def test_a_weight_replaced_where_an_old_one_was_freed_is_packed_again():
         model[0].weight.data = torch.randn(96, 64).bfloat16()
         model(x)
         model[0].weight.data = torch.empty(96, 64, dtype=torch.bfloat16).normal_()
-        assert torch.equal(model(x), _packed_product(_packed_product(x, model[0].weight), model[1].weight))
+        assert torch.equal(model(x), _two_layers_packed_now(model, x))
 
 
 def _bf16_engine():
