@@ -82,6 +82,9 @@ def configure_logging(
                 structlog.stdlib.add_logger_name,
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
+                # A stdlib record's exc_info (pykka's "Unhandled exception in ...") as its traceback text, not the
+                # repr of an (type, value, traceback) tuple.
+                structlog.processors.format_exc_info,
             ],
         )
     )

@@ -235,6 +235,7 @@ class JetStreamCalls:
             self.call(open_kv(self._js, bucket, history, self._streams[1].replicas, self._api_denials), timeout=120),
             self.max_bytes,
             self.store_watch,
+            self._api_denials,
         )
 
     def object_store(self, bucket: str) -> ObjectBucket:

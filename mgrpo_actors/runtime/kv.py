@@ -42,16 +42,20 @@ class KvBucket:
     max_bytes: int  # encode limit of a Message value
     # a put that finds the server's store full raises StoreFull and stops the run (the bus's; runtime/store_full.py)
     store_watch: StoreWatch = field(default_factory=StoreWatch)
+    # the bus's record of API calls the server refused (a refusal is an error at once, never waited out again)
+    denials: ApiDenials | None = None
 
     def get(self, key: str) -> bytes | None:
+        # Reads are asked again after a timeout: on a cluster a bucket just made (or whose leader just moved)
+        # may not answer its first get within nats-py's 5 s; a node's start read its state that way and died.
         async def _get() -> bytes | None:
             try:
-                entry = await self._kv.get(key)
+                entry = await with_api_retries(lambda: self._kv.get(key), f"KV get {self.name}/{key}", self.denials)
             except nats.js.errors.KeyNotFoundError:
                 return None
             return entry.value
 
-        return self.loop.call(_get())
+        return self.loop.call(_get(), timeout=60)  # room for with_api_retries' attempts and pauses (~30 s)
 
     def put(self, key: str, value: bytes | Message) -> int:
         data = encode(value, self.max_bytes) if isinstance(value, Message) else value
@@ -64,11 +68,11 @@ class KvBucket:
     def keys(self) -> list[str]:
         async def _keys() -> list[str]:
             try:
-                return list(await self._kv.keys())
+                return list(await with_api_retries(self._kv.keys, f"KV keys of {self.name}", self.denials))
             except nats.js.errors.NoKeysError:
                 return []
 
-        return self.loop.call(_keys())
+        return self.loop.call(_keys(), timeout=60)
 
     def watch(self, keys: str, target: Target, include_history: bool = False) -> Callable[[], None]:
         """Tell `target` a KvUpdate for every change of `keys` (wildcards allowed); returns a stop function."""
