@@ -30,10 +30,20 @@ from protocols.messages import (
     Trajectory,
     WeightsVersion,
 )
-from protocols.subjects import SIDES, Subjects, validate_run_id
+from protocols.subjects import (
+    DEFAULT_SUB_TYPE,
+    MAIN_SIDE,
+    SIDES,
+    Subjects,
+    sides_of,
+    validate_run_id,
+    validate_sub_type,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_SUB_TYPE",
+    "MAIN_SIDE",
     "MESSAGE_TYPES",
     "SAMPLE_KINDS",
     "SCHEMA_VERSION",
@@ -61,8 +71,10 @@ __all__ = [
     "ToolResult",
     "Trajectory",
     "WeightsVersion",
+    "sides_of",
     "decode",
     "decode_envelope",
     "encode",
     "validate_run_id",
+    "validate_sub_type",
 ]

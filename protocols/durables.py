@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocols import Subjects
+from protocols.subjects import DEFAULT_SUB_TYPE, Subjects, sides_of, stats_stream
 
-__all__ = ["DURABLES", "WORK_DURABLES", "DurableSpec"]
+__all__ = ["DURABLES", "WORK_DURABLES", "DurableSpec", "durables", "work_durables"]
 
 
 @dataclass(frozen=True)
@@ -37,22 +37,36 @@ def _spec(*args: object, **kwargs: object) -> tuple[str, DurableSpec]:
 
 # Aligners hold a whole step's pieces unacked until the step's batch is published; a learner holds a
 # batch's chunks until the step is applied: hence their large max_ack_pending.
-DURABLES: dict[str, DurableSpec] = dict(
-    [
+def durables(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> dict[str, DurableSpec]:
+    """The durables of a run whose sub-agent types are `sub_types`: per side an aligner's (its plans and its
+    trajectories) and a learner's; per sub-agent type its aligner's reward statistics."""
+    specs = [
         # step.aligned.<side> and step.done.<side>, not its own step.start
         _spec("steps", "controller", filter="step.*.*"),
         _spec("rollouts", "main-agents"),
-        _spec("steps", "main-aligner-plans", filter="step.start", max_ack_pending=100_000),
-        _spec("traj-main", "main-aligner", max_ack_pending=100_000),
-        _spec("steps", "sub-aligner-plans", filter="step.start", max_ack_pending=100_000),
-        _spec("stats", "sub-aligner-stats", max_ack_pending=100_000),
-        _spec("traj-sub", "sub-aligner", max_ack_pending=100_000),
-        _spec("batch-main", "main-learner", max_ack_pending=10_000),
-        _spec("batch-sub", "sub-learner", max_ack_pending=10_000),
     ]
-)
+    for side in sides_of(sub_types):
+        specs.append(_spec("steps", f"{side}-aligner-plans", filter="step.start", max_ack_pending=100_000))
+        if side in sub_types:
+            specs.append(_spec(stats_stream(side), f"{side}-aligner-stats", max_ack_pending=100_000))
+        specs.append(_spec(f"traj-{side}", f"{side}-aligner", max_ack_pending=100_000))
+    for side in sides_of(sub_types):
+        specs.append(_spec(f"batch-{side}", f"{side}-learner", max_ack_pending=10_000))
+    return dict(specs)
 
-# The durables that alone read their stream, whose acknowledged messages are done with (a trajectory whose batch
-# is out, a batch a checkpoint holds, a reward report used): their owner removes those from the stream
-# nats.keep_consumed_steps steps later (mgrpo_actors/runtime/retention.py).
-WORK_DURABLES = ("main-aligner", "sub-aligner", "sub-aligner-stats", "main-learner", "sub-learner")
+
+def work_durables(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
+    """The durables that alone read their stream, whose acknowledged messages are done with (a trajectory whose
+    batch is out, a batch a checkpoint holds, a reward report used): their owner removes those from the stream
+    nats.keep_consumed_steps steps later (mgrpo_actors/runtime/retention.py)."""
+    sides = sides_of(sub_types)
+    return (
+        *(f"{side}-aligner" for side in sides),
+        *(f"{t}-aligner-stats" for t in sub_types),
+        *(f"{side}-learner" for side in sides),
+    )
+
+
+# A run with the one default sub-agent type.
+DURABLES: dict[str, DurableSpec] = durables()
+WORK_DURABLES = work_durables()

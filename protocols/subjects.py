@@ -10,13 +10,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SIDES", "Subjects", "validate_run_id"]
+__all__ = [
+    "DEFAULT_SUB_TYPE",
+    "MAIN_SIDE",
+    "RESERVED_SUB_TYPES",
+    "SIDES",
+    "Subjects",
+    "sides_of",
+    "stats_stream",
+    "validate_run_id",
+    "validate_sub_type",
+]
 
-# The two sides of docs/architecture.md §"Sides and what crosses them".
-SIDES = ("main", "sub")
+MAIN_SIDE = "main"
+# The one sub-agent type of a run that names none: its side, roles, streams and buckets keep the names they had
+# before runs could have several types (docs/architecture.md §"Sides and what crosses them").
+DEFAULT_SUB_TYPE = "sub"
+# The sides of a run with one sub-agent type.
+SIDES = (MAIN_SIDE, DEFAULT_SUB_TYPE)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A sub-agent type's name is one token of subjects and a part of role ("<type>-agent"), durable, stream and bucket
+# names ("traj-<type>"): no "-" or "." in it, so none of those names can be read two ways.
+_SUB_TYPE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# Names a sub-agent type may not take: the main side, and words that already name other things of a run.
+RESERVED_SUB_TYPES = frozenset({MAIN_SIDE, "single", "all", "tool", "tools", "monitor", "controller"})
 
 
 def validate_run_id(run_id: str) -> str:
@@ -35,20 +54,58 @@ def _token(value: str, what: str) -> str:
     return value
 
 
-def _side(side: str) -> str:
-    if side not in SIDES:
-        raise ValueError(f"side {side!r} is invalid: expected one of {', '.join(SIDES)}")
-    return side
+def validate_sub_type(name: str) -> str:
+    """Return `name` if it can name a sub-agent type (and so a side), else raise ValueError."""
+    if not isinstance(name, str) or not _SUB_TYPE.fullmatch(name):
+        raise ValueError(
+            f"sub-agent type {name!r} is invalid: use 1-32 characters from a-z 0-9 _, starting with a letter "
+            "(it becomes a subject token and part of role, stream and bucket names)"
+        )
+    if name in RESERVED_SUB_TYPES:
+        raise ValueError(f"sub-agent type {name!r} is reserved: choose another name")
+    return name
+
+
+def sides_of(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
+    """The sides of a run whose sub-agent types are `sub_types`: the main side, then one per type."""
+    if not sub_types:
+        raise ValueError("a run has at least one sub-agent type")
+    if len(set(sub_types)) != len(sub_types):
+        raise ValueError(f"sub-agent types {list(sub_types)} name one type twice")
+    return (MAIN_SIDE, *(validate_sub_type(name) for name in sub_types))
+
+
+def stats_stream(sub_type: str = DEFAULT_SUB_TYPE) -> str:
+    """Short name (Subjects.stream) of the stream of `sub_type`'s RewardStats: `stats` for the default type."""
+    return "stats" if validate_sub_type(sub_type) == DEFAULT_SUB_TYPE else f"stats-{sub_type}"
 
 
 @dataclass(frozen=True)
 class Subjects:
-    """Names for one run. `Subjects("r1").tool("search")` == `"mgrpo.r1.tool.search"`."""
+    """Names for one run. `Subjects("r1").tool("search")` == `"mgrpo.r1.tool.search"`. A side's names are made only
+    for the run's own sides: the main side and its sub-agent types (`sub_types`, by default the one type "sub")."""
 
     run_id: str
+    sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)
 
     def __post_init__(self) -> None:
         validate_run_id(self.run_id)
+        sides_of(self.sub_types)
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The main side, then one side per sub-agent type."""
+        return (MAIN_SIDE, *self.sub_types)
+
+    def _side(self, side: str) -> str:
+        if side not in self.sides:
+            raise ValueError(f"side {side!r} is invalid: expected one of {', '.join(self.sides)}")
+        return side
+
+    def _sub(self, side: str) -> str:
+        if self._side(side) == MAIN_SIDE:
+            raise ValueError("the main side has no sub-agent subjects: expected a sub-agent type")
+        return side
 
     # ---- subjects -------------------------------------------------------------------------
     @property
@@ -68,8 +125,15 @@ class Subjects:
 
     @property
     def subtask_requests(self) -> str:
-        """Main agent -> sub-agents: request/reply, queue group `sub-agents`."""
-        return f"{self.root}.subtask.request"
+        """Main agent -> sub-agents (the default type): request/reply, queue group `sub-agents`."""
+        return self.subtask_requests_of(DEFAULT_SUB_TYPE)
+
+    def subtask_requests_of(self, sub_type: str) -> str:
+        """Main agent -> sub-agents of `sub_type`: request/reply, queue group `<type>-agents`. The default
+        type keeps the subject it had alone (`subtask.request`); another gets a token of its own."""
+        if self._sub(sub_type) == DEFAULT_SUB_TYPE:
+            return f"{self.root}.subtask.request"
+        return f"{self.root}.subtask.request.{sub_type}"
 
     def tool(self, name: str) -> str:
         """Agents -> tool actors: request/reply on one subject per tool, queue group per tool."""
@@ -77,20 +141,27 @@ class Subjects:
 
     def trajectories(self, side: str) -> str:
         """Agents -> aligner of their own side: full trajectories (JetStream)."""
-        return f"{self.root}.traj.{_side(side)}"
+        return f"{self.root}.traj.{self._side(side)}"
 
     @property
     def reward_stats(self) -> str:
-        """Main side -> sub side: the scalar RewardStats per (query, rollout) (JetStream)."""
-        return f"{self.root}.stats"
+        """Main side -> sub side (the default type): the scalar RewardStats per (query, rollout) (JetStream)."""
+        return self.reward_stats_of(DEFAULT_SUB_TYPE)
+
+    def reward_stats_of(self, sub_type: str) -> str:
+        """Main side -> the side of `sub_type`: its RewardStats. One subject (and stream) per type, since a
+        stream's consumed messages are removed after its one reader acknowledged them (runtime/retention.py)."""
+        if self._sub(sub_type) == DEFAULT_SUB_TYPE:
+            return f"{self.root}.stats"
+        return f"{self.root}.stats.{sub_type}"
 
     def batches(self, side: str) -> str:
         """Aligner -> learner of one side: AlignedBatch (JetStream)."""
-        return f"{self.root}.batch.{_side(side)}"
+        return f"{self.root}.batch.{self._side(side)}"
 
     def weights(self, side: str) -> str:
         """Learner -> rollout engines of one side: WeightsVersion announcements."""
-        return f"{self.root}.weights.{_side(side)}"
+        return f"{self.root}.weights.{self._side(side)}"
 
     @property
     def step_start(self) -> str:
@@ -99,11 +170,11 @@ class Subjects:
 
     def step_aligned(self, side: str) -> str:
         """Aligner -> controller: StepAligned once the step's batch is on the learner's stream."""
-        return f"{self.root}.step.aligned.{_side(side)}"
+        return f"{self.root}.step.aligned.{self._side(side)}"
 
     def step_done(self, side: str) -> str:
         """Learner -> controller: StepDone after a step is applied."""
-        return f"{self.root}.step.done.{_side(side)}"
+        return f"{self.root}.step.done.{self._side(side)}"
 
     @property
     def query_done(self) -> str:
@@ -142,14 +213,13 @@ class Subjects:
         return f"mgrpo-{self.run_id}-{_token(what, 'stream')}"
 
     def streams(self) -> dict[str, list[str]]:
-        """Every stream of the run and the subjects it captures (docs/architecture.md §Delivery and state)."""
-        return {
-            self.stream("rollouts"): [self.rollout_requests],
-            self.stream("traj-main"): [self.trajectories("main")],
-            self.stream("traj-sub"): [self.trajectories("sub")],
-            self.stream("stats"): [self.reward_stats],
-            self.stream("batch-main"): [self.batches("main")],
-            self.stream("batch-sub"): [self.batches("sub")],
+        """Every stream of the run and the subjects it captures (docs/architecture.md §Delivery and state); per
+        side a trajectory and a batch stream, per sub-agent type a stream of its reward statistics."""
+        streams = {self.stream("rollouts"): [self.rollout_requests]}
+        streams |= {self.stream(f"traj-{side}"): [self.trajectories(side)] for side in self.sides}
+        streams |= {self.stream(stats_stream(t)): [self.reward_stats_of(t)] for t in self.sub_types}
+        streams |= {self.stream(f"batch-{side}"): [self.batches(side)] for side in self.sides}
+        return streams | {
             self.stream("steps"): [f"{self.root}.step.>"],
             self.stream("metrics"): [self.metrics(), self.events, self.query_done],
             self.stream("dlq"): [self.dlq()],

@@ -1,0 +1,112 @@
+"""Names of a run with several sub-agent types (issue 22, 1 + n): the default type keeps every name it had alone,
+another type gets names of its own, and only a run's own sides have names."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocols import DEFAULT_SUB_TYPE, SIDES, Subjects, sides_of, validate_sub_type
+from protocols.durables import DURABLES, WORK_DURABLES, durables, work_durables
+from protocols.subjects import stats_stream
+
+# The names of a one-type run as they were before sub-agent types existed: a deployment rendered then, a run's
+# saved consumers and a tap's filters go on working.
+ONE_TYPE_STREAMS = {
+    "mgrpo-r1-rollouts": ["mgrpo.r1.rollout.request"],
+    "mgrpo-r1-traj-main": ["mgrpo.r1.traj.main"],
+    "mgrpo-r1-traj-sub": ["mgrpo.r1.traj.sub"],
+    "mgrpo-r1-stats": ["mgrpo.r1.stats"],
+    "mgrpo-r1-batch-main": ["mgrpo.r1.batch.main"],
+    "mgrpo-r1-batch-sub": ["mgrpo.r1.batch.sub"],
+    "mgrpo-r1-steps": ["mgrpo.r1.step.>"],
+    "mgrpo-r1-metrics": ["mgrpo.r1.metrics.>", "mgrpo.r1.events", "mgrpo.r1.query.done"],
+    "mgrpo-r1-dlq": ["mgrpo.r1.dlq.>"],
+}
+ONE_TYPE_DURABLES = {
+    "controller": ("steps", "step.*.*"),
+    "main-agents": ("rollouts", ""),
+    "main-aligner-plans": ("steps", "step.start"),
+    "main-aligner": ("traj-main", ""),
+    "sub-aligner-plans": ("steps", "step.start"),
+    "sub-aligner-stats": ("stats", ""),
+    "sub-aligner": ("traj-sub", ""),
+    "main-learner": ("batch-main", ""),
+    "sub-learner": ("batch-sub", ""),
+}
+
+
+def test_a_one_type_run_keeps_every_name_it_had():
+    s = Subjects("r1")
+    assert s.sides == SIDES == ("main", "sub")
+    assert s.streams() == ONE_TYPE_STREAMS
+    assert s.subtask_requests == s.subtask_requests_of("sub") == "mgrpo.r1.subtask.request"
+    assert s.reward_stats == s.reward_stats_of("sub") == "mgrpo.r1.stats"
+    assert {name: (d.stream, d.filter) for name, d in DURABLES.items()} == ONE_TYPE_DURABLES
+    assert durables() == DURABLES and durables(("sub",)) == DURABLES
+    assert set(WORK_DURABLES) == {"main-aligner", "sub-aligner", "sub-aligner-stats", "main-learner", "sub-learner"}
+
+
+def test_each_sub_type_has_its_own_subjects_streams_and_durables():
+    s = Subjects("r1", ("searcher", "calculator"))
+    assert s.sides == ("main", "searcher", "calculator")
+    assert s.subtask_requests_of("calculator") == "mgrpo.r1.subtask.request.calculator"
+    assert s.reward_stats_of("searcher") == "mgrpo.r1.stats.searcher"
+    assert s.trajectories("calculator") == "mgrpo.r1.traj.calculator"
+    assert s.batches("searcher") == "mgrpo.r1.batch.searcher"
+    streams = s.streams()
+    assert streams["mgrpo-r1-stats-searcher"] == ["mgrpo.r1.stats.searcher"]
+    assert streams["mgrpo-r1-traj-calculator"] == ["mgrpo.r1.traj.calculator"]
+    assert "mgrpo-r1-traj-sub" not in streams and "mgrpo-r1-stats" not in streams
+    subjects = [subject for captured in streams.values() for subject in captured]
+    assert len(subjects) == len(set(subjects))  # no subject in two streams
+    specs = durables(("searcher", "calculator"))
+    assert specs["calculator-aligner-stats"].stream == "stats-calculator"
+    assert specs["searcher-learner"].stream == "batch-searcher"
+    assert set(work_durables(("searcher", "calculator"))) == {
+        "main-aligner",
+        "searcher-aligner",
+        "calculator-aligner",
+        "searcher-aligner-stats",
+        "calculator-aligner-stats",
+        "main-learner",
+        "searcher-learner",
+        "calculator-learner",
+    }
+    for name, spec in specs.items():  # every durable reads a stream of the run
+        assert s.stream(spec.stream) in streams, name
+
+
+def test_the_default_type_beside_others_keeps_its_names():
+    s = Subjects("r1", ("sub", "calculator"))
+    assert s.subtask_requests_of("sub") == "mgrpo.r1.subtask.request"
+    assert s.reward_stats_of("sub") == "mgrpo.r1.stats"
+    assert stats_stream("sub") == "stats" and stats_stream("calculator") == "stats-calculator"
+    assert s.streams()["mgrpo-r1-stats-calculator"] == ["mgrpo.r1.stats.calculator"]
+
+
+def test_only_a_runs_own_sides_have_names():
+    s = Subjects("r1", ("searcher",))
+    for make in (s.trajectories, s.batches, s.weights, s.step_done, s.step_aligned):
+        with pytest.raises(ValueError, match="'sub' is invalid: expected one of main, searcher"):
+            make("sub")
+    with pytest.raises(ValueError, match="main side has no sub-agent subjects"):
+        s.subtask_requests_of("main")
+    with pytest.raises(ValueError, match="main side has no sub-agent subjects"):
+        s.reward_stats_of("main")
+
+
+@pytest.mark.parametrize("bad", ["", "Searcher", "web-search", "web.search", "1calc", "a" * 33, "main", "tools"])
+def test_sub_type_names_are_validated(bad):
+    with pytest.raises(ValueError, match="sub-agent type"):
+        validate_sub_type(bad)
+    with pytest.raises(ValueError):
+        Subjects("r1", (bad,))
+
+
+def test_a_run_has_at_least_one_type_and_no_type_twice():
+    with pytest.raises(ValueError, match="at least one"):
+        sides_of(())
+    with pytest.raises(ValueError, match="twice"):
+        Subjects("r1", ("calc", "calc"))
+    assert sides_of() == ("main", DEFAULT_SUB_TYPE)
+    assert validate_sub_type("calc_2") == "calc_2"
