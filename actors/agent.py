@@ -48,7 +48,7 @@ class AgentActor(BusActor):
 
         def load() -> AgentModel:
             torch.set_num_threads(threads)
-            return load_agent(getattr(self.config.agents, self.side))
+            return load_agent(self.config.agent(self.side))
 
         loaded = on_compute_thread(load)
         if compute_thread_running():  # generation and weight loads go to the compute thread too

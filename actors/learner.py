@@ -86,7 +86,7 @@ class LearnerActor(BusActor):
         super().__init__(bus, name=f"{side}-learner-{bus.node}")
         self.side = side
         self.config = config
-        self.cfg = getattr(config.learners, side)
+        self.cfg = config.learner(side)
         self.batches: BatchAssembler[Delivery] = BatchAssembler()
         self.applied: dict[str, Any] = resumed_record(None, None)
         self.acks: AckSchedule[Delivery] = AckSchedule(self.cfg.checkpoint_every)
@@ -117,7 +117,7 @@ class LearnerActor(BusActor):
 
     def _build(self) -> None:
         """Load the side's model, take the KL reference, resume where the side was, and build the trainer."""
-        agent = getattr(self.config.agents, self.side)
+        agent = self.config.agent(self.side)
         model, self.tokenizer = load_model(agent.model)
         # The KL term's reference is the run's starting weights: taken now, before a resume below loads others.
         reference = reference_model(self.cfg, self.config.algo.objective, model)

@@ -191,11 +191,11 @@ def preflight(config: NodeConfig, roles: list[str]) -> None:
     for role in roles:
         if role in SUB_SIDE_ROLES and "sub" not in config.sides:
             raise ValueError(f"run.method is single-agent: there is no sub-agent, so no {role} runs")
-    for side in ("main", "sub"):
+    for side in ("main", *config.sub_types):
         if f"{side}-learner" in roles and not config.trains(side):
             why = (
                 f"learners.{side}.frozen is true"
-                if getattr(config.learners, side).frozen
+                if config.learner(side).frozen
                 else f"run.method is {config.run.method}"
             )
             raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")

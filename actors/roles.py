@@ -207,7 +207,7 @@ def unused_roles(config: NodeConfig) -> set[str]:
     """Roles the run's method leaves without work: the learner of an agent that does not train (frozen,
     or S under main-only), every sub-side role under single-agent, and the tool role when the single
     agent calls neither search nor visit (plain GRPO: agents.main.tools is [] or [reason])."""
-    unused = {f"{side}-learner" for side in ("main", "sub") if not config.trains(side)}
+    unused = {f"{side}-learner" for side in ("main", *config.sub_types) if not config.trains(side)}
     if "sub" not in config.sides:
         unused |= set(SUB_SIDE_ROLES)
         if config.agents.main.tools is not None and not {"search", "visit"} & set(config.agents.main.tools):

@@ -31,8 +31,8 @@ def check_inputs(config: NodeConfig, roles: Sequence[str]) -> None:
     """Every input `roles` read, checked now; InputError (or the loader's ValueError) naming what is wrong."""
     sides = sorted({MODEL_ROLES[role] for role in roles if role in MODEL_ROLES})
     for side in sides:
-        _check_model(f"agents.{side}.model", getattr(config.agents, side).model)
-        reference = getattr(config.learners, side).reference
+        _check_model(f"agents.{side}.model", config.agent(side).model)
+        reference = config.learner(side).reference
         if f"{side}-learner" in roles and reference is not None:
             _check_model(f"learners.{side}.reference", reference, tokenizer=False)
     if any(role in DATASET_ROLES for role in roles):

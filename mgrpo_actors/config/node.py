@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mgrpo_actors.algo.config import AlgoConfig
-from mgrpo_actors.config.agents import AgentsConfig
-from mgrpo_actors.config.learner import LearnersConfig
+from mgrpo_actors.config.agents import AgentConfig, AgentsConfig
+from mgrpo_actors.config.learner import LearnerConfig, LearnersConfig
 from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, connect_security
 from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
@@ -23,7 +23,7 @@ from mgrpo_actors.envs.questions import max_difference_share
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
-from protocols import DEFAULT_MAX_BYTES, validate_run_id
+from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, MAIN_SIDE, validate_run_id
 
 # The run's streams by the names Subjects.stream takes (docs/architecture.md §Delivery and state).
 STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
@@ -299,8 +299,8 @@ class NodeConfig:
                 f"agents.main.tools chooses the single agent's tools, but run.method is {self.run.method} "
                 "(M's tools are reason and delegate): leave it null or set run.method: single-agent"
             )
-        for side in ("main", "sub"):
-            reference = getattr(self.learners, side).reference
+        for side in (MAIN_SIDE, *self.sub_types):
+            reference = self.learner(side).reference
             # Only the KL term reads the reference: one set without it would be a setting that silently does nothing.
             if reference is not None and self.algo.objective.kl_coef == 0:
                 raise ValueError(
@@ -316,13 +316,37 @@ class NodeConfig:
             )
 
     @property
+    def sub_types(self) -> tuple[str, ...]:
+        """The sub-agent types the config describes, each its own side (protocols/subjects.py): today the one
+        default type, "sub" (agents.sub, learners.sub)."""
+        return (DEFAULT_SUB_TYPE,)
+
+    @property
     def sides(self) -> tuple[str, ...]:
-        """The agents this run has: both, or only "main" (the single agent) in single-agent mode."""
-        return ("main",) if self.run.method == "single-agent" else ("main", "sub")
+        """The agents this run has: M and every sub-agent type, or only "main" (the single agent) in single-agent
+        mode."""
+        return (MAIN_SIDE,) if self.run.method == "single-agent" else (MAIN_SIDE, *self.sub_types)
+
+    def agent(self, side: str) -> AgentConfig:
+        """The agent config of `side`: agents.main, or the sub-agent type's (agents.sub for the default type)."""
+        if side == MAIN_SIDE:
+            return self.agents.main
+        if side == DEFAULT_SUB_TYPE:
+            return self.agents.sub
+        raise ValueError(f"no agent {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
+
+    def learner(self, side: str) -> LearnerConfig:
+        """The learner config of `side`: learners.main, or the sub-agent type's (learners.sub for the default
+        type)."""
+        if side == MAIN_SIDE:
+            return self.learners.main
+        if side == DEFAULT_SUB_TYPE:
+            return self.learners.sub
+        raise ValueError(f"no learner {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
 
     def trains(self, side: str) -> bool:
         """Whether `side`'s agent trains: it exists, its learner is not frozen, and the method trains it
-        (main-only keeps S frozen)."""
-        if side not in self.sides or getattr(self.learners, side).frozen:
+        (main-only keeps every sub-agent type frozen)."""
+        if side not in self.sides or self.learner(side).frozen:
             return False
-        return not (side == "sub" and self.run.method == "main-only")
+        return not (side != MAIN_SIDE and self.run.method == "main-only")

@@ -38,7 +38,7 @@ def _side_model(run_dir: Path, side: str, config: NodeConfig) -> CheckpointModel
     tag = checkpoints.latest()
     if tag is None:
         if not config.trains(side):
-            return CheckpointModel(side, getattr(config.agents, side).model, None)
+            return CheckpointModel(side, config.agent(side).model, None)
         raise CheckpointError(
             f"{checkpoints.directory} holds no checkpoint of the {side} agent (no 'latest' file); "
             f"an agent that did not train has none: set learners.{side}.frozen=true to evaluate "

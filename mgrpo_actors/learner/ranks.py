@@ -127,8 +127,8 @@ def run_follower(config: NodeConfig, side: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     # torch threads: learners.<side>.torch_threads, set by the trainer while it applies a batch
-    model, tokenizer = load_model(getattr(config.agents, side).model)
-    trainer = PolicyTrainer(model, tokenizer.pad_token_id, getattr(config.learners, side), config.algo.objective)
+    model, tokenizer = load_model(config.agent(side).model)
+    trainer = PolicyTrainer(model, tokenizer.pad_token_id, config.learner(side), config.algo.objective)
     Checkpoints(Path(config.run.dir) / config.run.id / "checkpoints" / side).load(trainer)
     channel = RankChannel()
     log.info("learner rank follows rank 0", side=side, rank=dist.get_rank(), world_size=trainer.world_size)

@@ -63,10 +63,10 @@ def warm_start_dir(config: NodeConfig) -> Path:
     key = {
         "recipe": _RECIPE_VERSION,
         "method": config.run.method,
-        "models": {side: getattr(config.agents, side).model for side in sides},
-        "files": {side: _files_identity(getattr(config.agents, side).model) for side in sides},
+        "models": {side: config.agent(side).model for side in sides},
+        "files": {side: _files_identity(config.agent(side).model) for side in sides},
         "tools": to_dict(config.tools),
-        "agents": {side: _episode_settings(to_dict(getattr(config.agents, side))) for side in sides},
+        "agents": {side: _episode_settings(to_dict(config.agent(side))) for side in sides},
         "judges": [config.agents.correct_judge, config.agents.expert_judge],
         "rewards": to_dict(config.algo.rewards),
         "warmup": dataclasses.asdict(config.warmup),
@@ -113,7 +113,7 @@ def resolve_warm_start(
     if cfg.steps < 1:
         return config, None
     target = warm_start_dir(config)
-    models = ", ".join(f"{side} {getattr(config.agents, side).model}" for side in config.sides)
+    models = ", ".join(f"{side} {config.agent(side).model}" for side in config.sides)
     if not (target / "warmup.json").is_file():
         say(
             f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
