@@ -67,7 +67,10 @@ def validate_sub_type(name: str) -> str:
 
 
 def sides_of(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
-    """The sides of a run whose sub-agent types are `sub_types`: the main side, then one per type."""
+    """The sides of a run whose sub-agent types are `sub_types` (a tuple of names): the main side, then one per
+    type."""
+    if not isinstance(sub_types, tuple):  # a bare string would be read as one type per letter
+        raise ValueError(f"sub-agent types must be a tuple of names, got {sub_types!r}")
     if not sub_types:
         raise ValueError("a run has at least one sub-agent type")
     if len(set(sub_types)) != len(sub_types):

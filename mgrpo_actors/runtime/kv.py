@@ -55,7 +55,7 @@ class KvBucket:
                 return None
             return entry.value
 
-        return self.loop.call(_get(), timeout=60)  # room for with_api_retries' attempts and pauses (~30 s)
+        return self.loop.call(_get(), timeout=60)  # room for with_api_retries' 5 attempts of 5 s and pauses (~29 s)
 
     def put(self, key: str, value: bytes | Message) -> int:
         data = encode(value, self.max_bytes) if isinstance(value, Message) else value
@@ -72,7 +72,8 @@ class KvBucket:
             except nats.js.errors.NoKeysError:
                 return []
 
-        return self.loop.call(_keys(), timeout=60)
+        # nats-py's keys() makes two API calls an attempt (a watcher's consumer, then its info): up to ~54 s
+        return self.loop.call(_keys(), timeout=90)
 
     def watch(self, keys: str, target: Target, include_history: bool = False) -> Callable[[], None]:
         """Tell `target` a KvUpdate for every change of `keys` (wildcards allowed); returns a stop function."""

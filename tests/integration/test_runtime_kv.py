@@ -29,6 +29,11 @@ def test_put_get_delete_keys(bus):
     assert kv.keys() == ["other"]
 
 
+def test_a_bucket_reads_with_the_bus_record_of_refusals(bus):
+    # A refused read is then said at once (a BusError) instead of waited out over every attempt (~29 s).
+    assert bus.kv(bus.subjects.bucket("state")).denials is bus._api_denials
+
+
 def test_messages_as_values_and_reopening_a_bucket(bus, make_bus):
     name = bus.subjects.bucket("weights")
     kv = bus.kv(name)

@@ -22,16 +22,16 @@ ONE_TYPE_STREAMS = {
     "mgrpo-r1-metrics": ["mgrpo.r1.metrics.>", "mgrpo.r1.events", "mgrpo.r1.query.done"],
     "mgrpo-r1-dlq": ["mgrpo.r1.dlq.>"],
 }
-ONE_TYPE_DURABLES = {
-    "controller": ("steps", "step.*.*"),
-    "main-agents": ("rollouts", ""),
-    "main-aligner-plans": ("steps", "step.start"),
-    "main-aligner": ("traj-main", ""),
-    "sub-aligner-plans": ("steps", "step.start"),
-    "sub-aligner-stats": ("stats", ""),
-    "sub-aligner": ("traj-sub", ""),
-    "main-learner": ("batch-main", ""),
-    "sub-learner": ("batch-sub", ""),
+ONE_TYPE_DURABLES = {  # name: (stream, filter, max_ack_pending), in order
+    "controller": ("steps", "step.*.*", 256),
+    "main-agents": ("rollouts", "", 256),
+    "main-aligner-plans": ("steps", "step.start", 100_000),
+    "main-aligner": ("traj-main", "", 100_000),
+    "sub-aligner-plans": ("steps", "step.start", 100_000),
+    "sub-aligner-stats": ("stats", "", 100_000),
+    "sub-aligner": ("traj-sub", "", 100_000),
+    "main-learner": ("batch-main", "", 10_000),
+    "sub-learner": ("batch-sub", "", 10_000),
 }
 
 
@@ -41,9 +41,15 @@ def test_a_one_type_run_keeps_every_name_it_had():
     assert s.streams() == ONE_TYPE_STREAMS
     assert s.subtask_requests == s.subtask_requests_of("sub") == "mgrpo.r1.subtask.request"
     assert s.reward_stats == s.reward_stats_of("sub") == "mgrpo.r1.stats"
-    assert {name: (d.stream, d.filter) for name, d in DURABLES.items()} == ONE_TYPE_DURABLES
-    assert durables() == DURABLES and durables(("sub",)) == DURABLES
-    assert set(WORK_DURABLES) == {"main-aligner", "sub-aligner", "sub-aligner-stats", "main-learner", "sub-learner"}
+    for side in ("main", "sub"):
+        assert s.weights(side) == f"mgrpo.r1.weights.{side}"
+        assert s.step_aligned(side) == f"mgrpo.r1.step.aligned.{side}"
+        assert s.step_done(side) == f"mgrpo.r1.step.done.{side}"
+    for specs in (DURABLES, durables(("sub",))):
+        assert [(name, d.stream, d.filter, d.max_ack_pending) for name, d in specs.items()] == [
+            (name, *spec) for name, spec in ONE_TYPE_DURABLES.items()
+        ]
+    assert WORK_DURABLES == ("main-aligner", "sub-aligner", "sub-aligner-stats", "main-learner", "sub-learner")
 
 
 def test_each_sub_type_has_its_own_subjects_streams_and_durables():
@@ -110,3 +116,11 @@ def test_a_run_has_at_least_one_type_and_no_type_twice():
         Subjects("r1", ("calc", "calc"))
     assert sides_of() == ("main", DEFAULT_SUB_TYPE)
     assert validate_sub_type("calc_2") == "calc_2"
+
+
+@pytest.mark.parametrize("bad", ["sub", ["searcher"]])
+def test_sub_types_are_a_tuple_of_names(bad):
+    with pytest.raises(ValueError, match="tuple of names"):
+        Subjects("r1", bad)
+    with pytest.raises(ValueError, match="tuple of names"):
+        durables(bad)

@@ -8,6 +8,7 @@ import nats.js.errors
 import pytest
 
 from mgrpo_actors.runtime import jetstream
+from mgrpo_actors.runtime.errors import BusError
 from mgrpo_actors.runtime.kv import KvBucket
 from mgrpo_actors.runtime.loop import BusLoop
 
@@ -74,3 +75,12 @@ def test_a_get_that_always_times_out_fails_after_the_api_attempts(loop):
     with pytest.raises(nats.errors.TimeoutError):
         KvBucket(loop, "state-main", kv, max_bytes=1 << 20).get("k")
     assert kv.calls == jetstream.API_ATTEMPTS
+
+
+def test_a_get_the_server_refused_is_an_error_at_once(loop):
+    denials = jetstream.ApiDenials()
+    denials.record(Exception('nats: permissions violation for publish to "$js.api.direct.get.kv_state-main"'))
+    kv = _SlowThenReadyKv(timeouts=10**6, values={})
+    with pytest.raises(BusError, match="refused KV get state-main/k"):
+        KvBucket(loop, "state-main", kv, max_bytes=1 << 20, denials=denials).get("k")
+    assert kv.calls == 1
