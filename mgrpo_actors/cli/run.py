@@ -156,6 +156,11 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"mgrpo run: error: {exc}", file=sys.stderr)
             return 2
+    if config.pipeline.pool_probe_rollouts and config.pipeline.question_ids is None:
+        # the question pool, chosen among those the starting models answer sometimes (once, then cached)
+        from mgrpo_actors.warmup.pool_probe import resolve_pool  # torch and transformers: imported on use
+
+        config = resolve_pool(config, lambda line: console.print(line, markup=False))
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
     return run_job(config, console, composition, resume=args.resume)
 

@@ -44,6 +44,16 @@ class PipelineConfig:
     """0 = every question the split and levels select; N = a fixed pool of N of them per stage (drawn with run.seed),
     walked again every N/B steps: a short run then meets its questions again, so its training reward compares step
     to step; it measures learning on those questions, not on unseen ones (`mgrpo eval` does that)"""
+    pool_probe_rollouts: int = 0
+    """0 = off; N: before RL, `mgrpo run` rolls out each of pool_probe_candidates questions N times with the
+    starting models and makes the question_pool of those they answered sometimes but not always, nearest to half
+    first (a group whose rollouts all agree has no advantage to learn from: zero-variance filtering, as DAPO's
+    dynamic sampling does per batch [ours]); said, and cached beside the warm start"""
+    pool_probe_candidates: int = 0
+    """questions the probe tries, drawn with run.seed as a question_pool is; 0 = 3 × question_pool"""
+    question_ids: list[str] | None = None
+    """an explicit question pool: these questions of the training split (at the run's levels), in this order,
+    instead of a drawn one; what the pool probe sets; None = drawn (question_pool)"""
     mode: Literal["sync", "async"] = "sync"
     """sync: step n+1 rolls out with step n's weights; async: rollouts run up to max_staleness steps ahead of the
     learners"""
@@ -118,6 +128,46 @@ class PipelineConfig:
             )
         if self.stage1_steps and not self.stage1_levels:
             raise ValueError("pipeline.stage1_levels must name at least one level when pipeline.stage1_steps > 0")
+        self._check_pool_choice()
+
+    @property
+    def one_stage(self) -> int | None:
+        """The stage every step of the run draws from (1 or 2), or None for a curriculum of both."""
+        if not self.stage1_steps:
+            return 2
+        return 1 if self.stage1_steps >= self.steps else None
+
+    def _check_pool_choice(self) -> None:
+        if self.pool_probe_rollouts < 0 or self.pool_probe_candidates < 0:
+            raise ValueError(
+                "pipeline.pool_probe_rollouts and pipeline.pool_probe_candidates must be >= 0, "
+                f"got {self.pool_probe_rollouts} and {self.pool_probe_candidates}"
+            )
+        if self.pool_probe_rollouts == 1:
+            raise ValueError("pipeline.pool_probe_rollouts must be 0 (off) or >= 2: one rollout cannot disagree")
+        if self.pool_probe_rollouts and not self.question_pool:
+            raise ValueError("pipeline.pool_probe_rollouts chooses a question_pool: set pipeline.question_pool > 0")
+        if self.pool_probe_candidates and self.pool_probe_candidates < self.question_pool:
+            raise ValueError(
+                f"pipeline.pool_probe_candidates {self.pool_probe_candidates} cannot fill a question_pool of "
+                f"{self.question_pool}"
+            )
+        if self.question_ids is not None:
+            if len(self.question_ids) < self.queries_per_step or len(set(self.question_ids)) != len(self.question_ids):
+                raise ValueError(
+                    f"pipeline.question_ids must name at least queries_per_step ({self.queries_per_step}) questions, "
+                    f"each once; got {self.question_ids}"
+                )
+        if (self.pool_probe_rollouts or self.question_ids is not None) and self.one_stage is None:
+            raise ValueError(
+                "pipeline.question_ids and pipeline.pool_probe_rollouts choose the pool of a run in one stage: "
+                "set pipeline.stage1_steps to 0 or to at least pipeline.steps"
+            )
+
+    @property
+    def probe_candidates(self) -> int:
+        """How many questions the pool probe tries (pool_probe_candidates, or 3 × question_pool)."""
+        return self.pool_probe_candidates or 3 * self.question_pool
 
     @property
     def steps_ahead(self) -> int:

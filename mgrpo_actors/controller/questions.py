@@ -12,7 +12,7 @@ from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.controller.schedule import CurriculumSchedule, StepSchedule
 from mgrpo_actors.envs.qa import Question
 
-__all__ = ["question_pool", "step_schedule"]
+__all__ = ["named_questions", "question_pool", "step_schedule"]
 
 
 def step_schedule(config: NodeConfig) -> CurriculumSchedule:
@@ -22,7 +22,11 @@ def step_schedule(config: NodeConfig) -> CurriculumSchedule:
     questions = load_task_questions(pipeline, config.tools)
 
     def walked(stage: int) -> StepSchedule:
-        drawn = question_pool(questions.training(pipeline, stage=stage), pipeline.question_pool, seed)
+        training = questions.training(pipeline, stage=stage)
+        if pipeline.question_ids is not None:
+            drawn = named_questions(training, pipeline.question_ids)
+        else:
+            drawn = question_pool(training, pipeline.question_pool, seed)
         return StepSchedule(drawn, pipeline.queries_per_step, seed, pipeline.shuffle)
 
     return CurriculumSchedule(walked(1) if pipeline.stage1_steps else None, pipeline.stage1_steps, walked(2))
@@ -35,3 +39,14 @@ def question_pool(questions: Sequence[Question], size: int, seed: int) -> list[Q
         return list(questions)
     keep = sorted(random.Random(seed).sample(range(len(questions)), size))
     return [questions[i] for i in keep]
+
+
+def named_questions(questions: Sequence[Question], ids: Sequence[str]) -> list[Question]:
+    """`pipeline.question_ids`: those of `questions`, in the order named; ValueError naming any it lacks."""
+    by_id = {question.id: question for question in questions}
+    missing = [question_id for question_id in ids if question_id not in by_id]
+    if missing:
+        raise ValueError(
+            f"pipeline.question_ids names {missing}, which the training split at the run's levels does not hold"
+        )
+    return [by_id[question_id] for question_id in ids]

@@ -39,7 +39,7 @@ class WarmStart:
     record: dict  # warmup.json: settings, episodes, tokens and losses per agent
 
 
-def _files_identity(spec: str) -> list:
+def model_files_identity(spec: str) -> list:
     """The files a model spec resolves to, as (name, size, mtime): a rebuilt model changes the key."""
     directory = resolve_model_dir(spec)
     return [
@@ -64,7 +64,7 @@ def warm_start_dir(config: NodeConfig) -> Path:
         "recipe": _RECIPE_VERSION,
         "method": config.run.method,
         "models": {side: config.agent(side).model for side in sides},
-        "files": {side: _files_identity(config.agent(side).model) for side in sides},
+        "files": {side: model_files_identity(config.agent(side).model) for side in sides},
         "tools": to_dict(config.tools),
         "agents": {side: _episode_settings(to_dict(config.agent(side))) for side in sides},
         "judges": [config.agents.correct_judge, config.agents.expert_judge],

@@ -65,3 +65,17 @@ def test_a_question_pool_is_a_fixed_seeded_draw_walked_again_and_again(dataset):
 def test_a_pool_smaller_than_a_step_is_refused_naming_the_key(dataset):
     with pytest.raises(ValueError, match="pipeline.question_pool 1 cannot fill a step"):
         config(dataset, "pipeline.question_pool=1")
+
+
+def test_named_questions_make_the_pool_in_the_order_named(dataset):
+    schedule = step_schedule(config(dataset, "pipeline.queries_per_step=2", "pipeline.question_ids=[d, b]"))
+    assert ids(schedule, 3) == [["d", "b"], ["d", "b"], ["d", "b"]]
+
+
+def test_a_named_question_the_split_lacks_is_named_in_the_error(dataset):
+    with pytest.raises(ValueError, match=r"question_ids names \['zz'\]"):
+        step_schedule(config(dataset, "pipeline.queries_per_step=2", "pipeline.question_ids=[a, zz]"))
+    with pytest.raises(ValueError, match=r"question_ids names \['c'\]"):  # c is of level 2: not at the run's levels
+        step_schedule(
+            config(dataset, "pipeline.queries_per_step=2", "pipeline.levels=[1]", "pipeline.question_ids=[a, c]")
+        )
