@@ -160,7 +160,11 @@ def _run(args: argparse.Namespace) -> int:
         # the question pool, chosen among those the starting models answer sometimes (once, then cached)
         from mgrpo_actors.warmup.pool_probe import resolve_pool  # torch and transformers: imported on use
 
-        config = resolve_pool(config, lambda line: console.print(line, markup=False))
+        try:
+            config = resolve_pool(config, lambda line: console.print(line, markup=False), resume=args.resume)
+        except ValueError as exc:  # a dataset that cannot fill the pool (DatasetError is a ValueError)
+            print(f"mgrpo run: error: {exc}", file=sys.stderr)
+            return 2
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
     return run_job(config, console, composition, resume=args.resume)
 

@@ -24,8 +24,15 @@ def test_questions_answered_sometimes_come_first_nearest_to_half_in_candidate_or
     # too few mixed: the rest by the same rule (4/4 and 0/4 are both 1/2 from half: a before c)
     assert choose_pool(probed, 5) == ["a", "b", "d", "e", "f"]
     assert choose_pool(probed, 6) == ["a", "b", "c", "d", "e", "f"]
-    with pytest.raises(ValueError, match="cannot choose 7 questions from 6"):
+    with pytest.raises(ValueError, match="cannot choose pipeline.question_pool 7 questions from 6 candidates"):
         choose_pool(probed, 7)
+
+
+def test_thirds_tie_exactly():
+    # 1/3 and 2/3 are as far from half; in floats |1/3 - 1/2| != |2/3 - 1/2|, so the tie must be exact
+    probed = [ProbedQuestion("a", 1, 3), ProbedQuestion("b", 2, 3), ProbedQuestion("c", 3, 3)]
+    assert abs(1 / 3 - 0.5) != abs(2 / 3 - 0.5)
+    assert choose_pool(probed, 1) == ["a"]  # tied with b: candidate order
 
 
 # The tiny models on a small web: a probe of 4 candidates × 2 rollouts takes seconds.
@@ -67,7 +74,7 @@ def test_the_probe_rolls_out_every_candidate_chooses_and_is_cached(tmp_path, mon
     from mgrpo_actors.warmup import pool_probe
 
     monkeypatch.setattr(pool_probe, "cache_root", lambda: tmp_path)
-    config = _config(*_TINY)
+    config = _config(*_TINY, f"run.dir={tmp_path / 'runs'}")
     first = pool_probe.probe_pool(config)
     assert not first.cached and first.seconds > 0
     assert [q.rollouts for q in first.probed] == [2, 2, 2, 2]
@@ -81,6 +88,14 @@ def test_the_probe_rolls_out_every_candidate_chooses_and_is_cached(tmp_path, mon
     assert "4 candidate questions × 2 rollouts" in said[0] and "reused from the cache" in said[0]
     again = pool_probe.probe_pool(config)
     assert again.cached and again.probed == first.probed and again.pool == first.pool
+    # the run keeps the pool it started with; resumed without the cache, it takes that pool, not a new probe's
+    kept = tmp_path / "runs" / "default" / pool_probe.POOL_FILE
+    assert kept.is_file()
+    monkeypatch.setattr(pool_probe, "cache_root", lambda: tmp_path / "gone")
+    resumed = pool_probe.resolve_pool(config, said.append, resume=True)
+    assert resumed.pipeline.question_ids == first.pool and "as the run started it" in said[-1]
+    assert not (tmp_path / "gone").exists()
+    monkeypatch.setattr(pool_probe, "cache_root", lambda: tmp_path)
     # another seed draws other candidates: another entry
     pool_probe.probe_pool(_config(*_TINY, "run.seed=1"))
     assert len(list((tmp_path / "pool-probes").glob("*.json"))) == 2
