@@ -75,7 +75,8 @@ def choose_pool(probed: Sequence[ProbedQuestion], size: int) -> list[str]:
 
     def rank(i: int) -> tuple[bool, float, int]:
         q = probed[i]
-        # distance from half, exact: |correct / rollouts - 1/2| · 2 · rollouts (floats would break 1/3 vs 2/3 ties)
+        # 2 · |correct / rollouts - 1/2| as |2 · correct - rollouts| / rollouts: equal distances are equal floats
+        # (|1/3 - 1/2| and |2/3 - 1/2| are not)
         return (not q.mixed, abs(2 * q.correct - q.rollouts) / q.rollouts, i)
 
     keep = sorted(sorted(range(len(probed)), key=rank)[:size])
