@@ -327,22 +327,20 @@ class NodeConfig:
         mode."""
         return (MAIN_SIDE,) if self.run.method == "single-agent" else (MAIN_SIDE, *self.sub_types)
 
+    def _section_key(self, side: str, what: str) -> str:
+        """The field of agents/learners that holds `side`'s config: "main", or "sub" for the default type."""
+        if side in (MAIN_SIDE, DEFAULT_SUB_TYPE):
+            return side
+        raise ValueError(f"no {what} {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
+
     def agent(self, side: str) -> AgentConfig:
         """The agent config of `side`: agents.main, or the sub-agent type's (agents.sub for the default type)."""
-        if side == MAIN_SIDE:
-            return self.agents.main
-        if side == DEFAULT_SUB_TYPE:
-            return self.agents.sub
-        raise ValueError(f"no agent {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
+        return getattr(self.agents, self._section_key(side, "agent"))
 
     def learner(self, side: str) -> LearnerConfig:
         """The learner config of `side`: learners.main, or the sub-agent type's (learners.sub for the default
         type)."""
-        if side == MAIN_SIDE:
-            return self.learners.main
-        if side == DEFAULT_SUB_TYPE:
-            return self.learners.sub
-        raise ValueError(f"no learner {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
+        return getattr(self.learners, self._section_key(side, "learner"))
 
     def trains(self, side: str) -> bool:
         """Whether `side`'s agent trains: it exists, its learner is not frozen, and the method trains it
