@@ -45,12 +45,13 @@ def durables(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> dict[str, Dura
         _spec("steps", "controller", filter="step.*.*"),
         _spec("rollouts", "main-agents"),
     ]
-    for side in sides_of(sub_types):
+    sides = sides_of(sub_types)
+    for side in sides:
         specs.append(_spec("steps", f"{side}-aligner-plans", filter="step.start", max_ack_pending=100_000))
         if side in sub_types:
             specs.append(_spec(stats_stream(side), f"{side}-aligner-stats", max_ack_pending=100_000))
         specs.append(_spec(f"traj-{side}", f"{side}-aligner", max_ack_pending=100_000))
-    for side in sides_of(sub_types):
+    for side in sides:
         specs.append(_spec(f"batch-{side}", f"{side}-learner", max_ack_pending=10_000))
     return dict(specs)
 

@@ -156,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"mgrpo run: error: {exc}", file=sys.stderr)
             return 2
-    if config.pipeline.pool_probe_rollouts and config.pipeline.question_ids is None:
+    if config.pipeline.pool_probe_rollouts:  # resolve_pool leaves a pool named by hand (question_ids) as it is
         # the question pool, chosen among those the starting models answer sometimes (once, then cached)
         from mgrpo_actors.warmup.pool_probe import resolve_pool  # torch and transformers: imported on use
 
