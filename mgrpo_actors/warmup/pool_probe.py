@@ -32,7 +32,16 @@ from mgrpo_actors.runtime.compute import on_compute_thread_until
 from mgrpo_actors.runtime.disk import atomic_write_text
 from mgrpo_actors.warmup.cached import model_files_identity
 
-__all__ = ["POOL_FILE", "PROBE_SEED_OFFSET", "PoolProbe", "ProbedQuestion", "choose_pool", "probe_pool", "resolve_pool"]
+__all__ = [
+    "POOL_FILE",
+    "PROBE_SEED_OFFSET",
+    "PoolProbe",
+    "ProbedQuestion",
+    "choose_pool",
+    "kept_pool_path",
+    "probe_pool",
+    "resolve_pool",
+]
 
 # The probe samples with run.seed + this: never the seeds of the run's own steps.
 PROBE_SEED_OFFSET = 7919
@@ -176,8 +185,15 @@ def probe_pool(config: NodeConfig) -> PoolProbe:
     return PoolProbe(probed, choose_pool(probed, config.pipeline.question_pool), seconds, cached=False)
 
 
-# In the run's directory: the pool the run started with, which a resumed run keeps (the cache may be gone).
+# Beside the run's directory (<run.dir>/<run.id>.question-pool.json), not in it: a fresh run clears its directory
+# when its server starts (runtime/run_server.py), after the pool is chosen. The pool the run started with, which a
+# resumed run keeps (the cache may be gone).
 POOL_FILE = "question-pool.json"
+
+
+def kept_pool_path(config: NodeConfig) -> Path:
+    """Where the run keeps the pool it started with."""
+    return Path(config.run.dir) / f"{config.run.id}.{POOL_FILE}"
 
 
 def resolve_pool(config: NodeConfig, say: Callable[[str], None], resume: bool = False) -> NodeConfig:
@@ -188,7 +204,7 @@ def resolve_pool(config: NodeConfig, say: Callable[[str], None], resume: bool = 
     pipeline = config.pipeline
     if not pipeline.pool_probe_rollouts or pipeline.question_ids is not None:
         return config
-    kept = Path(config.run.dir) / config.run.id / POOL_FILE
+    kept = kept_pool_path(config)
     if resume and kept.is_file():
         pool = json.loads(kept.read_text())["question_ids"]
         say(f"question pool as the run started it ({kept}): {', '.join(pool)}")

@@ -89,7 +89,8 @@ def test_the_probe_rolls_out_every_candidate_chooses_and_is_cached(tmp_path, mon
     again = pool_probe.probe_pool(config)
     assert again.cached and again.probed == first.probed and again.pool == first.pool
     # the run keeps the pool it started with; resumed without the cache, it takes that pool, not a new probe's
-    kept = tmp_path / "runs" / "default" / pool_probe.POOL_FILE
+    kept = pool_probe.kept_pool_path(config)
+    assert kept == tmp_path / "runs" / "default.question-pool.json"  # beside the run directory a fresh run clears
     assert kept.is_file()
     monkeypatch.setattr(pool_probe, "cache_root", lambda: tmp_path / "gone")
     resumed = pool_probe.resolve_pool(config, said.append, resume=True)
