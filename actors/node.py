@@ -32,7 +32,7 @@ import yaml
 
 from actors.node_info import NodeInfoActor
 from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
-from mgrpo_actors.config import ConfigError, NodeConfig, load_config, to_dict
+from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
 from mgrpo_actors.monitoring.publish import MONITOR_REPORTED, RUN_FINISHED
@@ -120,7 +120,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _resolve_config(args: argparse.Namespace) -> NodeConfig:
-    config = load_config(NodeConfig, args.config, list(args.overrides))
+    config = load_node_config(args.config, list(args.overrides))
     # --run-id and --nats are plain strings (not YAML like --set values: `--run-id 123` stays "123").
     try:
         if args.run_id is not None:

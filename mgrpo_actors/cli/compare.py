@@ -175,7 +175,7 @@ def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.plot import write_compare_png
     from mgrpo_actors.compare.progress import PlanProgress, duration
     from mgrpo_actors.compare.results import REFERENCE, markdown_table, method_result, method_summary, paired_against
-    from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+    from mgrpo_actors.config import ConfigError, load_node_config
 
     extra = (*args.overrides, *model_overrides(args))
     try:
@@ -189,7 +189,7 @@ def compare(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             extra=extra,
         )
-        base = load_config(NodeConfig, args.config, list(extra))
+        base = load_node_config(args.config, list(extra))
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from transformers.utils import logging as transformers_logging
 
 from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
 from mgrpo_actors.cli.rollout_view import rollout_overrides
-from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config
 from mgrpo_actors.envs.dataset import DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFields
@@ -66,7 +66,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[str, str | None]]:
     """The node config with the command's overrides, and the checkpoint tag of each agent --checkpoints set."""
-    config = load_config(NodeConfig, args.config, rollout_overrides(args))
+    config = load_node_config(args.config, rollout_overrides(args))
     if args.checkpoints is None:
         return config, {}
     single = args.single_agent or config.run.method == "single-agent"

@@ -22,7 +22,7 @@ from transformers.utils import logging as transformers_logging
 
 from mgrpo_actors.agents.episode import ToolCall, TurnRecord
 from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
-from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb
 from mgrpo_actors.models.loader import ModelSpecError
@@ -76,7 +76,7 @@ def load_rollout_config(args: argparse.Namespace) -> NodeConfig:
     if args.k < 1:
         raise SystemExit(f"mgrpo rollout: error: need --k >= 1, got {args.k}")
     try:
-        return load_config(NodeConfig, args.config, rollout_overrides(args))
+        return load_node_config(args.config, rollout_overrides(args))
     except ConfigError as exc:
         raise SystemExit(f"mgrpo rollout: error: {exc}") from None
 

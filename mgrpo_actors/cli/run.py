@@ -34,7 +34,7 @@ from rich.console import Console
 
 from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
 from mgrpo_actors.cli.composition import Composition, composition_of
-from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config
 from mgrpo_actors.config.node import METHODS
 from mgrpo_actors.log import configure_logging, quiet_libraries
 from mgrpo_actors.monitoring.run_view import RunView
@@ -131,7 +131,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(NodeConfig, args.config, _overrides(args))
+        config = load_node_config(args.config, _overrides(args))
     except ConfigError as exc:
         print(f"mgrpo run: error: {exc}", file=sys.stderr)
         return 2

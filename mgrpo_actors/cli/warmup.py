@@ -32,12 +32,12 @@ __all__ = ["add_parser"]
 
 def _run(args: argparse.Namespace) -> int:
     # Imported on use: torch and transformers take seconds to import.
-    from mgrpo_actors.config import ConfigError, NodeConfig, load_config
+    from mgrpo_actors.config import ConfigError, load_node_config
     from mgrpo_actors.warmup.web import warm_up_agents
 
     overrides = [*args.overrides, *model_overrides(args)]
     try:
-        config = load_config(NodeConfig, args.config, overrides)
+        config = load_node_config(args.config, overrides)
         # the flags win over the config's warmup section; its steps 0 (no warm-up in `mgrpo run`) means 8 here
         given = {
             name: value

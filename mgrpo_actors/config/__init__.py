@@ -3,6 +3,7 @@ docs/reference/config.md: reference.py), loaded from YAML, `--set a.b=v` overrid
 
 from mgrpo_actors.config.loader import ConfigError, apply_overrides, from_dict, load_config, to_dict
 from mgrpo_actors.config.node import LogConfig, NatsConfig, NodeConfig, RunConfig, ToolsConfig
+from mgrpo_actors.config.runnable import load_node_config
 
 __all__ = [
     "ConfigError",
@@ -14,5 +15,6 @@ __all__ = [
     "apply_overrides",
     "from_dict",
     "load_config",
+    "load_node_config",
     "to_dict",
 ]

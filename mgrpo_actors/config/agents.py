@@ -10,8 +10,10 @@ from typing import Literal
 
 from mgrpo_actors.algo.config import JudgeConfig
 from mgrpo_actors.config.dtypes import resolve_dtype
+from mgrpo_actors.config.loader import ENTRIES_START_FROM
 from mgrpo_actors.engines.base import SamplingParams
 from mgrpo_actors.engines.vllm_limits import vllm_temperature_error
+from protocols.subjects import validate_sub_type
 
 __all__ = ["SINGLE_AGENT_TOOLS", "AgentConfig", "AgentsConfig", "VLLMConfig", "cpu_agent"]
 
@@ -77,8 +79,12 @@ class AgentConfig:
     tools: list[str] | None = None
     """The single agent's tools (agents.main under run.method single-agent), any of SINGLE_AGENT_TOOLS (search, visit,
     reason); None = all of them; [] = none: plain GRPO, the question alone answered in an answer block (no
-    demonstration; with max_turns 1 in deploy/configs/grpo.yaml). M and S keep their own: agents.sub.tools must stay
-    None (S's tools are search and visit)."""
+    demonstration; with max_turns 1 in deploy/configs/grpo.yaml). M keeps its own (reason and delegate). A sub-agent
+    type of agents.subs: the tools it calls, any the tool nodes serve (tools.serve); None = search and visit.
+    agents.sub.tools stays None (S's tools are search and visit)."""
+    description: str | None = None
+    """a sub-agent type of agents.subs: what its delegate tool tells M it does (M sees one delegate tool per type);
+    None = the default sub-agent's ("can search and read web pages")"""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """the vllm engine's GPU memory share, context length and CUDA graphs (engine vllm only)"""
 
@@ -104,12 +110,8 @@ class AgentConfig:
         problem = vllm_temperature_error(self.temperature) if self.engine == "vllm" else None
         if problem:
             raise ValueError(f"agent {problem}")
-        unknown = [name for name in self.tools or () if name not in SINGLE_AGENT_TOOLS]
-        if unknown:
-            raise ValueError(
-                f"agent tools names unknown tool(s) {unknown}: "
-                f"the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
-            )
+        if self.description is not None and not self.description.strip():
+            raise ValueError("agent description must not be blank: give what the sub-agent does, or leave it null")
 
     def sampling_params(
         self, max_new_tokens: int, seed: int | None, stop_token_ids: tuple[int, ...] = ()
@@ -140,7 +142,12 @@ class AgentsConfig:
     """the main agent M (planner); defaults sized for CPU runs of small models ([ours], cpu_agent; paper: 20 turns,
     512 tokens per turn, temperature 1.0)"""
     sub: AgentConfig = field(default_factory=cpu_agent)
-    """the sub-agent S (tool-using executor); the same CPU defaults as main"""
+    """the sub-agent S (tool-using executor); the same CPU defaults as main. With agents.subs, what every sub-agent
+    type starts from"""
+    subs: dict[str, AgentConfig] = field(default_factory=dict, metadata={ENTRIES_START_FROM: "sub"})
+    """several sub-agent types (1 + n; docs/method.md §The system being trained), by name (a-z 0-9 _): each is its own
+    LLM and side, with its own learner (learners.subs) and a delegate tool of its own for M; each type's keys replace
+    agents.sub's, which it starts from; {} = one type, agents.sub"""
     correct_judge: Literal["exact-match", "numeric-match", "token-f1", "llm"] = "exact-match"
     """r_correct of M's answer against the gold answers; numeric-match compares numbers ("4.0" = "4", "-4" ≠ "4"),
     llm asks llm_judge"""
@@ -155,10 +162,21 @@ class AgentsConfig:
     def __post_init__(self) -> None:
         if "llm" in (self.correct_judge, self.expert_judge) and self.llm_judge is None:
             raise ValueError("agents.llm_judge (base_url, model) is required when a judge is 'llm'")
-        if self.sub.tools is not None:
+        unknown = [name for name in self.main.tools or () if name not in SINGLE_AGENT_TOOLS]
+        if unknown:
             raise ValueError(
-                "agents.sub.tools must stay null: S's tools are search and visit; "
-                "only the single agent (agents.main under run.method single-agent) chooses its tools"
+                f"agents.main.tools names unknown tool(s) {unknown}: "
+                f"the single agent's tools are {', '.join(SINGLE_AGENT_TOOLS)} ([] = none, plain GRPO)"
             )
+        if self.sub.tools is not None or self.sub.description is not None:
+            key = "tools" if self.sub.tools is not None else "description"
+            raise ValueError(
+                f"agents.sub.{key} must stay null: S's tools are search and visit, and M's one delegate tool "
+                "describes it; give sub-agent types of your own their tools and description under agents.subs.<type>"
+            )
+        for name in self.subs:
+            validate_sub_type(name)
+        if self.main.description is not None:
+            raise ValueError("agents.main.description must stay null: only a sub-agent type is described to M")
         if self.torch_threads < 1:
             raise ValueError(f"agents.torch_threads must be >= 1, got {self.torch_threads}")

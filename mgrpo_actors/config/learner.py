@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mgrpo_actors.config.dtypes import resolve_dtype
+from mgrpo_actors.config.loader import ENTRIES_START_FROM
 
 __all__ = ["LearnerConfig", "LearnersConfig", "WeightsConfig"]
 
@@ -154,6 +155,9 @@ class LearnersConfig:
     main: LearnerConfig = field(default_factory=LearnerConfig)
     """the main agent's learner"""
     sub: LearnerConfig = field(default_factory=LearnerConfig)
-    """the sub-agent's learner"""
+    """the sub-agent's learner; with agents.subs, what every sub-agent type's learner starts from"""
+    subs: dict[str, LearnerConfig] = field(default_factory=dict, metadata={ENTRIES_START_FROM: "sub"})
+    """the learners of agents.subs' types, by type name: each type's keys replace learners.sub's, which it starts
+    from; a type not named here has learners.sub's settings"""
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     """weight sync to the rollout engines"""

@@ -17,7 +17,7 @@ import yaml
 
 from mgrpo_actors.config.paths import not_a_regular_file
 
-__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "to_dict"]
+__all__ = ["ENTRIES_START_FROM", "ConfigError", "apply_overrides", "from_dict", "load_config", "to_dict"]
 
 T = TypeVar("T")
 
@@ -30,7 +30,12 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the key."""
 
 
-def _coerce(path: str, annotation: Any, value: Any, default: Any = None) -> Any:
+# Field metadata: each entry of a `dict[str, <section>]` field starts from the value of this sibling field, and the
+# entry's keys replace that value's (agents.subs.<type> starts from agents.sub).
+ENTRIES_START_FROM = "entries_start_from"
+
+
+def _coerce(path: str, annotation: Any, value: Any, default: Any = None, entry_base: Any = None) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if dataclasses.is_dataclass(annotation):
@@ -64,7 +69,8 @@ def _coerce(path: str, annotation: Any, value: Any, default: Any = None) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{path}' must be a mapping, got {value!r}")
-        return {str(k): _coerce(f"{path}.{k}", args[1] if args else Any, v) for k, v in value.items()}
+        item = args[1] if args else Any
+        return {str(k): _coerce(f"{path}.{k}", item, v, entry_base) for k, v in value.items()}
     if annotation is float:
         if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
             return float(value)
@@ -100,20 +106,34 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "", base: T
     data = data or {}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
-    values = {}
-    for key, value in data.items():
+    values: dict[str, Any] = {}
+
+    def current(key: str) -> Any:  # the value `key` has once `data` is applied
+        if key in values:
+            return values[key]
+        return getattr(base, key) if base is not None else _default_of(fields[key])
+
+    # Fields whose entries start from a sibling's value come after every other, so that value is the final one.
+    for key, value in sorted(
+        data.items(), key=lambda item: item[0] in fields and _starts_from(fields[item[0]]) is not None
+    ):
         full = f"{path}.{key}" if path else str(key)
         if key not in fields:
             where = f"under '{path}'" if path else "at the top level"
             raise ConfigError(f"unknown config key '{full}' (valid keys {where}: {', '.join(fields)})")
         default = getattr(base, key) if base is not None else _default_of(fields[key])
-        values[key] = _coerce(full, hints[key], value, default)
+        sibling = _starts_from(fields[key])
+        values[key] = _coerce(full, hints[key], value, default, current(sibling) if sibling else None)
     try:
         return dataclasses.replace(base, **values) if base is not None else cls(**values)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"config section '{path or cls.__name__}': {exc}") from None
+
+
+def _starts_from(f: dataclasses.Field) -> str | None:
+    return f.metadata.get(ENTRIES_START_FROM)
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -307,6 +307,7 @@ class NodeConfig:
                     f"learners.{side}.reference is {reference!r}, but algo.objective.kl_coef is 0 (no KL term, so no "
                     "reference is loaded): set kl_coef > 0 or leave the reference null"
                 )
+        self._check_sub_types()
         if self.algo.alignment.mode == "none" and self.pipeline.max_staleness < 1:
             # The ablation's queue carries sub samples into the next step, one policy version old: the learner's
             # staleness filter would drop every one of them.
@@ -315,11 +316,28 @@ class NodeConfig:
                 "pipeline.max_staleness must be >= 1, or the learner drops every carried sample"
             )
 
+    def _check_sub_types(self) -> None:
+        """learners.subs names only types of agents.subs; a type's tools are tools a node can serve."""
+        unknown = [name for name in self.learners.subs if name not in self.agents.subs]
+        if unknown:
+            raise ValueError(
+                f"learners.subs names {unknown}, not sub-agent types of agents.subs "
+                f"({', '.join(self.agents.subs) or 'none: the one type is agents.sub, its learner learners.sub'})"
+            )
+        servable = [*BUILTIN_TOOLS, *(entry["name"] for entry in self.tools.extra)]
+        for sub_type in self.agents.subs:
+            missing = [name for name in self.sub_tools(sub_type) if name not in servable]
+            if missing:
+                raise ValueError(
+                    f"agents.subs.{sub_type}.tools names {missing}, which no node can serve: built-in "
+                    f"{', '.join(BUILTIN_TOOLS)}; add others under tools.extra"
+                )
+
     @property
     def sub_types(self) -> tuple[str, ...]:
-        """The sub-agent types the config describes, each its own side (protocols/subjects.py): today the one
-        default type, "sub" (agents.sub, learners.sub)."""
-        return (DEFAULT_SUB_TYPE,)
+        """The sub-agent types the config describes, each its own side (protocols/subjects.py): those of agents.subs,
+        or the one default type, "sub" (agents.sub, learners.sub)."""
+        return tuple(self.agents.subs) or (DEFAULT_SUB_TYPE,)
 
     @property
     def sides(self) -> tuple[str, ...]:
@@ -327,20 +345,31 @@ class NodeConfig:
         mode."""
         return (MAIN_SIDE,) if self.run.method == "single-agent" else (MAIN_SIDE, *self.sub_types)
 
-    def _section_key(self, side: str, what: str) -> str:
-        """The field of agents/learners that holds `side`'s config: "main", or "sub" for the default type."""
-        if side in (MAIN_SIDE, DEFAULT_SUB_TYPE):
-            return side
+    def _section(self, section: AgentsConfig | LearnersConfig, side: str, what: str) -> Any:
+        """`side`'s entry of agents or learners: main, the type's entry of subs (else sub, which it starts from), or
+        sub for the one default type."""
+        if side == MAIN_SIDE:
+            return section.main
+        if side in self.agents.subs:
+            return section.subs.get(side, section.sub)
+        if side == DEFAULT_SUB_TYPE and not self.agents.subs:
+            return section.sub
         raise ValueError(f"no {what} {side!r}: the config has {', '.join((MAIN_SIDE, *self.sub_types))}")
 
     def agent(self, side: str) -> AgentConfig:
-        """The agent config of `side`: agents.main, or the sub-agent type's (agents.sub for the default type)."""
-        return getattr(self.agents, self._section_key(side, "agent"))
+        """The agent config of `side`: agents.main, or the sub-agent type's (agents.subs.<type>, agents.sub for the
+        default type)."""
+        return self._section(self.agents, side, "agent")
 
     def learner(self, side: str) -> LearnerConfig:
-        """The learner config of `side`: learners.main, or the sub-agent type's (learners.sub for the default
-        type)."""
-        return getattr(self.learners, self._section_key(side, "learner"))
+        """The learner config of `side`: learners.main, or the sub-agent type's (learners.subs.<type>, else
+        learners.sub)."""
+        return self._section(self.learners, side, "learner")
+
+    def sub_tools(self, sub_type: str) -> tuple[str, ...]:
+        """The tools sub-agent type `sub_type` calls: its agents.subs.<type>.tools, else search and visit."""
+        tools = self.agent(sub_type).tools
+        return ("search", "visit") if tools is None else tuple(tools)
 
     def trains(self, side: str) -> bool:
         """Whether `side`'s agent trains: it exists, its learner is not frozen, and the method trains it
