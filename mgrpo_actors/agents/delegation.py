@@ -1,6 +1,9 @@
 """Delegation, M's call-return protocol with S (docs/method.md §The system being trained): M calls the `delegate`
 tool with `{task, context}`, a sub-agent works on it, and M reads back only S's structured result.
 
+A run with several sub-agent types (agents.subs) gives M one delegate tool per type, `delegate_<type>`, each
+described from config (`Delegates`); a request carries the type it goes to. With one type the tool is `delegate`.
+
 A delegation is an explicit callback, `Delegate(requests) -> results`, taking a batch of requests: the
 local implementation (rollout/local_subagents.py) runs the sub-agent episodes batched on the sub engine, and the
 pipeline routes the same requests over NATS. Results are `protocols.SubtaskResult`, the wire type M's
@@ -17,17 +20,25 @@ from typing import Any
 from mgrpo_actors.tools.base import SchemaTool, ToolOutput
 from mgrpo_actors.tools.schema import validate
 from protocols.messages import SubtaskResult
+from protocols.subjects import DEFAULT_SUB_TYPE
 
 __all__ = [
     "DELEGATE_TOOL_NAME",
+    "ONE_TYPE",
     "Delegate",
     "DelegateTool",
+    "Delegates",
     "DelegationRequest",
     "delegation_request",
     "format_subtask_result",
 ]
 
 DELEGATE_TOOL_NAME = "delegate"
+# What M's delegate tool says of the default sub-agent type (and of a type whose config gives no description).
+DEFAULT_DESCRIPTION = (
+    "Give a research subtask to a sub-agent that can search and read web pages. It returns a JSON object "
+    "with its findings and the urls of its evidence. It sees nothing but the task and the context you give."
+)
 MAX_TASK_CHARS = 1000
 MAX_CONTEXT_CHARS = 3000
 
@@ -40,23 +51,22 @@ class DelegationRequest:
     context: str  # what M already knows that S may need ("" if nothing)
     rollout_index: int  # which of the K rollouts of the query made the call
     call_id: str  # unique within the query; names S's trajectory for alignment
+    sub_type: str = DEFAULT_SUB_TYPE  # the sub-agent type the call goes to (the delegate tool M called)
 
 
 Delegate = Callable[[Sequence[DelegationRequest]], list[SubtaskResult]]
 
 
 class DelegateTool(SchemaTool):
-    """M's `delegate` tool as the prompt lists it and as its arguments are validated.
+    """One of M's delegate tools as the prompt lists it and as its arguments are validated: `delegate` (the one
+    sub-agent type), or `delegate_<type>` with the type's description.
 
     A rollout never calls it: the driver sends delegations to the `Delegate` callback in batches, which
     is what lets the pipeline route them over NATS. Called directly, it answers with that explanation.
     """
 
     name = DELEGATE_TOOL_NAME
-    description = (
-        "Give a research subtask to a sub-agent that can search and read web pages. It returns a JSON object "
-        "with its findings and the urls of its evidence. It sees nothing but the task and the context you give."
-    )
+    description = DEFAULT_DESCRIPTION
     parameters = {
         "type": "object",
         "properties": {
@@ -76,19 +86,72 @@ class DelegateTool(SchemaTool):
         "additionalProperties": False,
     }
 
+    def __init__(self, name: str = DELEGATE_TOOL_NAME, description: str = DEFAULT_DESCRIPTION) -> None:
+        self.name, self.description = name, description
+        super().__init__()
+
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
-        return ToolOutput.failure("delegate is answered by a sub-agent through the rollout driver, not called directly")
+        return ToolOutput.failure(
+            f"{self.name} is answered by a sub-agent through the rollout driver, not called directly"
+        )
 
 
-def delegation_request(arguments: dict[str, Any], rollout_index: int, call_id: str) -> DelegationRequest | str:
-    """The request M's `delegate` arguments make, or the error M should read instead."""
+def _typed_description(sub_type: str, description: str | None) -> str:
+    what = description.strip().rstrip(".") if description else "it can search and read web pages"
+    return (
+        f"Give a subtask to the {sub_type} sub-agent: {what}. It returns a JSON object with its findings (and "
+        "the urls of any pages it used). It sees nothing but the task and the context you give."
+    )
+
+
+@dataclass(frozen=True)
+class Delegates:
+    """M's delegate tools, by tool name, and the sub-agent type each goes to."""
+
+    tools: tuple[DelegateTool, ...]
+    types: dict[str, str]  # tool name -> sub-agent type
+
+    @classmethod
+    def of(cls, sub_types: dict[str, str | None]) -> Delegates:
+        """The delegate tools of a run whose sub-agent types (in config order) are described as given (None: not
+        described): one type has `delegate` (described as the default type is, unless its config says otherwise);
+        several have `delegate_<type>` each."""
+        if not sub_types:
+            raise ValueError("a run with delegation has at least one sub-agent type")
+        if len(sub_types) == 1:
+            ((sub_type, description),) = sub_types.items()
+            text = DEFAULT_DESCRIPTION if description is None else _typed_description(sub_type, description)
+            return cls((DelegateTool(DELEGATE_TOOL_NAME, text),), {DELEGATE_TOOL_NAME: sub_type})
+        tools = tuple(DelegateTool(f"{DELEGATE_TOOL_NAME}_{t}", _typed_description(t, d)) for t, d in sub_types.items())
+        return cls(tools, {tool.name: sub_type for tool, sub_type in zip(tools, sub_types, strict=True)})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(tool.name for tool in self.tools)
+
+
+# The delegate tool of a run with the one default sub-agent type.
+ONE_TYPE = Delegates.of({DEFAULT_SUB_TYPE: None})
+
+
+def delegation_request(
+    arguments: dict[str, Any],
+    rollout_index: int,
+    call_id: str,
+    sub_type: str = DEFAULT_SUB_TYPE,
+    tool_name: str = DELEGATE_TOOL_NAME,
+) -> DelegationRequest | str:
+    """The request the arguments of M's call of delegate tool `tool_name` (to `sub_type`) make, or the error M
+    should read instead."""
     errors = validate(arguments, DelegateTool.parameters)
     if errors:
-        return f"invalid arguments for {DELEGATE_TOOL_NAME}: " + "; ".join(errors)
+        return f"invalid arguments for {tool_name}: " + "; ".join(errors)
     task, context = arguments["task"].strip(), arguments.get("context", "").strip()
     if not task:
-        return f"invalid arguments for {DELEGATE_TOOL_NAME}: arguments.task: must not be blank"
-    return DelegationRequest(task=task, context=context, rollout_index=rollout_index, call_id=call_id)
+        return f"invalid arguments for {tool_name}: arguments.task: must not be blank"
+    return DelegationRequest(
+        task=task, context=context, rollout_index=rollout_index, call_id=call_id, sub_type=sub_type
+    )
 
 
 def format_subtask_result(result: SubtaskResult) -> str:

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mgrpo_actors.agents.delegation import DelegateTool
+from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME, ONE_TYPE, Delegates
 from mgrpo_actors.agents.turn_format import TURN_FORMAT_INSTRUCTIONS, format_answer, format_tool_call
 from mgrpo_actors.tools.registry import ToolRegistry, schemas_for_prompt
 
 __all__ = [
     "MAIN_DEMONSTRATION",
     "MAIN_ROLE",
+    "MAIN_ROLE_TYPES",
     "PLAIN_PROMPT",
     "SINGLE_DEMONSTRATION",
     "SINGLE_ROLE",
     "SUB_DEMONSTRATION",
     "SUB_ROLE",
+    "main_demonstration",
     "main_system_prompt",
     "opening_messages",
     "single_system_prompt",
@@ -39,6 +41,14 @@ MAIN_ROLE = (
     "yourself: give research subtasks to a sub-agent with the `delegate` tool (a self-contained task, plus "
     "the context it needs), and use `reason` to work with facts you already have. When you know the answer, "
     "give only the answer (a name, a year, a number) inside <answer>...</answer>."
+)
+# M's job with several sub-agent types: the same, with a delegate tool per sub-agent (agents.subs).
+MAIN_ROLE_TYPES = (
+    "You are the main agent of a team and you answer the user's question. You cannot read the web or run "
+    "tools yourself: give subtasks to the team's sub-agents, one `delegate_<name>` tool each (a self-contained "
+    "task, plus the context it needs), choosing the sub-agent whose description fits the subtask, and use "
+    "`reason` to work with facts you already have. When you know the answer, give only the answer (a name, a "
+    "year, a number) inside <answer>...</answer>."
 )
 SUB_ROLE = (
     "You are a research sub-agent. You get one task from the main agent. Use `search` to find pages and "
@@ -88,12 +98,20 @@ _READ_THE_PAGE = (
     _assistant(format_tool_call("visit", {"url": _URL, "goal": "the year it was built"})),
     _tool(_PAGE),
 )
-MAIN_DEMONSTRATION: Messages = (
-    _user(_QUESTION),
-    _assistant(format_tool_call("delegate", {"task": _QUESTION, "context": ""})),
-    _tool(_FINDINGS),
-    _assistant(format_answer("1871")),
-)
+
+
+def main_demonstration(delegate_tool: str = DELEGATE_TOOL_NAME) -> Messages:
+    """M's worked example, delegating the lookup with `delegate_tool` (with several sub-agent types, the first
+    type's: agents.subs lists the one that reads the web first)."""
+    return (
+        _user(_QUESTION),
+        _assistant(format_tool_call(delegate_tool, {"task": _QUESTION, "context": ""})),
+        _tool(_FINDINGS),
+        _assistant(format_answer("1871")),
+    )
+
+
+MAIN_DEMONSTRATION: Messages = main_demonstration()
 SUB_DEMONSTRATION: Messages = (_user(f"Task: {_QUESTION}"), *_READ_THE_PAGE, _assistant(format_answer(_FINDINGS)))
 SINGLE_DEMONSTRATION: Messages = (_user(_QUESTION), *_READ_THE_PAGE, _assistant(format_answer("1871")))
 
@@ -102,11 +120,12 @@ def _system_prompt(role: str, tools: ToolRegistry) -> str:
     return f"{role}\n\n{TURN_FORMAT_INSTRUCTIONS}\n\n{schemas_for_prompt(tools)}"
 
 
-def main_system_prompt(tools: ToolRegistry) -> str:
-    """M's prompt: `tools` (its `reason`, if any) plus `delegate`."""
+def main_system_prompt(tools: ToolRegistry, delegates: Delegates = ONE_TYPE) -> str:
+    """M's prompt: `tools` (its `reason`, if any) plus its delegate tools (`delegate`, or one per sub-agent type)."""
     with_delegate = tools.subset(tools.names)
-    with_delegate.register(DelegateTool())
-    return _system_prompt(MAIN_ROLE, with_delegate)
+    for tool in delegates.tools:
+        with_delegate.register(tool)
+    return _system_prompt(MAIN_ROLE if len(delegates.tools) == 1 else MAIN_ROLE_TYPES, with_delegate)
 
 
 def sub_system_prompt(tools: ToolRegistry) -> str:

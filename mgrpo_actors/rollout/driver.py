@@ -4,8 +4,9 @@ Each step makes one batched `engine.generate` over the prompts of all running ep
 distinct sampling setting, in practice one), then carries out what the turns asked for:
 - tool calls go, all at once, to a `ToolExecutor` (locally a ToolRegistry; in the pipeline, tool actors
   over NATS);
-- `delegate` calls of M go, all at once, to a `Delegate` callback (locally sub-agent episodes batched
-  on the sub engine, rollout/local_subagents.py; in the pipeline, sub-agent actors over NATS);
+- calls of M's delegate tools (`delegate`, or one per sub-agent type: agents/delegation.py `Delegates`) go, all at
+  once, to a `Delegate` callback, each request naming its type (locally sub-agent episodes batched on each
+  type's engine, rollout/local_subagents.py; in the pipeline, sub-agent actors over NATS);
 - malformed turns and calls of tools the agent does not have get an error message back.
 Every answer returns to its episode as a tool message (loss mask 0).
 """
@@ -21,8 +22,9 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.agents.delegation import (
-    DELEGATE_TOOL_NAME,
+    ONE_TYPE,
     Delegate,
+    Delegates,
     DelegationRequest,
     delegation_request,
     format_subtask_result,
@@ -123,7 +125,7 @@ def _run_delegations(
     if not requests:
         return
     if delegate is None:
-        raise ValueError(f"episodes may call {DELEGATE_TOOL_NAME!r} but no delegate callback was given")
+        raise ValueError("episodes may delegate but no delegate callback was given")
     started = time.perf_counter()
     results = delegate([request for _, request in requests])
     stats.delegate_s += time.perf_counter() - started
@@ -140,14 +142,16 @@ def _route(
     action: Action,
     tool_calls: list[tuple[AgentEpisode, ToolCall]],
     delegations: list[tuple[AgentEpisode, DelegationRequest]],
+    delegates: Delegates,
 ) -> None:
     """Queue a turn's call for the batch, or answer it at once with an error message."""
     if isinstance(action, Malformed):
         episode.add_tool_result(action.feedback, ok=False)
     elif isinstance(action, ToolCall) and action.name not in episode.tool_names:
         episode.add_tool_result(_unknown_tool(action.name, episode), ok=False)
-    elif isinstance(action, ToolCall) and action.name == DELEGATE_TOOL_NAME:
-        request = delegation_request(action.arguments, episode.rollout_index, action.call_id)
+    elif isinstance(action, ToolCall) and action.name in delegates.types:
+        sub_type = delegates.types[action.name]
+        request = delegation_request(action.arguments, episode.rollout_index, action.call_id, sub_type, action.name)
         if isinstance(request, str):
             episode.add_tool_result(f"Error: {request}", ok=False)
         else:
@@ -162,8 +166,10 @@ def run_episodes(
     execute_tools: ToolExecutor,
     delegate: Delegate | None = None,
     seed: int | None = None,
+    delegates: Delegates = ONE_TYPE,
 ) -> DriverStats:
-    """Run every episode to its end; seed (None: the engine's own RNG stream) makes sampling reproducible."""
+    """Run every episode to its end; seed (None: the engine's own RNG stream) makes sampling reproducible. Calls
+    of `delegates`' tools go to `delegate`, each request naming its sub-agent type."""
     stats = DriverStats()
     while running := [episode for episode in episodes if not episode.done]:
         actions = _generate(running, engine, step_seed(seed, stats.steps), stats)
@@ -172,7 +178,7 @@ def run_episodes(
         delegations: list[tuple[AgentEpisode, DelegationRequest]] = []
         for episode, action in zip(running, actions, strict=True):
             if not episode.done:  # an Answer, or the final turn, ends the episode: nothing to carry out
-                _route(episode, action, tool_calls, delegations)
+                _route(episode, action, tool_calls, delegations, delegates)
         _run_tools(tool_calls, execute_tools, stats)
         _run_delegations(delegations, delegate, stats)
     log.debug("episodes_done", episodes=len(episodes), steps=stats.steps, tokens=stats.generated_tokens)
