@@ -31,8 +31,8 @@ class AgentActor(BusActor):
 
     side: ClassVar[str] = ""
 
-    def __init__(self, bus: Bus, config: NodeConfig, batch_size: int) -> None:
-        super().__init__(bus, name=f"{self.role}-{bus.node}")
+    def __init__(self, bus: Bus, config: NodeConfig, batch_size: int, name: str | None = None) -> None:
+        super().__init__(bus, name=name or f"{self.role}-{bus.node}")
         self.config = config
         self.pipeline = config.pipeline
         self.pending: PendingBatch[tuple[Any, Delivery]] = PendingBatch(

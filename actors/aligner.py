@@ -30,7 +30,6 @@ from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, Ticker
 from mgrpo_actors.runtime.crossing import publish_crossing
 from mgrpo_actors.runtime.retention import ConsumedWork
 from protocols import StepAligned, StepPlan
-from protocols.durables import DURABLES
 
 __all__ = ["AlignerActor"]
 
@@ -63,7 +62,7 @@ class AlignerActor(BusActor):
 
     def consume_side(self, durable: str) -> None:
         # Held pieces stay unacked until their step is published: a whole step's worth in flight (DURABLES).
-        spec = DURABLES[durable]
+        spec = self.bus.durables[durable]
         self.consume(
             *spec.where(self.bus.subjects),
             batch=spec.max_ack_pending,
@@ -225,11 +224,11 @@ class AlignerActor(BusActor):
             stats=figures,
             num_chunks=record["num_chunks"],
         )
-        # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
+        # A sub-agent type's crosses into MAIN, to the controller (deploy/accounts.py).
         publish_crossing(
             self.bus,
             self.bus.subjects.step_aligned(self.side),
             ready,
             f"ready-{record['batch_id']}",
-            crosses=self.side == "sub",
+            crosses=self.side != "main",
         )

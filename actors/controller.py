@@ -34,7 +34,6 @@ from mgrpo_actors.monitoring.publish import RUN_FINISHED, publish_event, publish
 from mgrpo_actors.runtime import Bus, BusActor, Delivery, Ticker
 from mgrpo_actors.runtime.crossing import publish_crossing
 from protocols import QueryDone, RolloutRequest, StepAligned, StepDone, StepPlan
-from protocols.durables import DURABLES
 
 __all__ = ["ControllerActor", "start_controller"]
 
@@ -72,7 +71,7 @@ class ControllerActor(BusActor):
         raw = self.state.get(CURSOR_KEY)
         self.cursor = StepCursor.for_config(self.config, raw)
         subjects = self.bus.subjects
-        spec = DURABLES["controller"]  # step.aligned.<side> and step.done.<side>
+        spec = self.bus.durables["controller"]  # step.aligned.<side> and step.done.<side>
         self.consume(*spec.where(subjects), max_ack_pending=spec.max_ack_pending, ack_wait_s=self.pipeline.ack_wait_s)
         self.listen(subjects.query_done)
         if self.cursor.finished:
@@ -143,13 +142,14 @@ class ControllerActor(BusActor):
         questions = self.schedule.step(step)
         subjects, k = self.bus.subjects, self.pipeline.rollouts_per_query
         versions = self.cursor.versions  # the newest policies: sync mode rolls step n+1 out with step n's weights
+        sub_versions = {side: versions[side] for side in self.config.sides[1:]}
         plan = StepPlan(
             run_id=self.bus.run_id,
             step=step,
             query_ids=[q.id for q in questions],
             num_rollouts=k,
             main_version=versions["main"],
-            sub_version=versions["sub"],
+            sub_versions=sub_versions,
             started_at=self.started_at[step],
         )
         # it crosses into SUB (deploy/accounts.py)
@@ -163,7 +163,7 @@ class ControllerActor(BusActor):
                 answers=q.answers,
                 num_rollouts=k,
                 main_version=versions["main"],
-                sub_version=versions["sub"],
+                sub_versions=sub_versions,
                 metadata={"kind": q.kind, "level": q.level},
             )
             self.bus.js_publish(subjects.rollout_requests, request, msg_id=f"request-{step}-{q.id}")
@@ -202,6 +202,8 @@ class ControllerActor(BusActor):
         return gate(self.config, side)
 
     def on_side_ready(self, message: StepAligned | StepDone, delivery: Delivery) -> None:
+        if message.side not in self.cursor.sides:  # a node run with another config (its sub-agent types): refused
+            raise ValueError(f"{message.side!r} is not a side of this run (its sides: {', '.join(self.cursor.sides)})")
         if isinstance(message, StepDone):
             before = self.cursor.versions[message.side]
             self.cursor.record_version(message.side, message.version)

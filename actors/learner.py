@@ -63,8 +63,7 @@ from mgrpo_actors.weights.encoder import WeightsEncoder, WrittenVersion
 from mgrpo_actors.weights.files import tied_aliases
 from mgrpo_actors.weights.store import WeightsStore
 from mgrpo_actors.weights.sync import latest_key
-from protocols import AlignedBatch, StepDone, WeightsVersion, decode, encode
-from protocols.durables import DURABLES
+from protocols import DEFAULT_SUB_TYPE, AlignedBatch, StepDone, WeightsVersion, decode, encode
 
 T = TypeVar("T")
 
@@ -107,7 +106,7 @@ class LearnerActor(BusActor):
         self.consumed = ConsumedWork(self.bus, f"{self.side}-learner", self.config.nats.keep_consumed_steps)
         on_compute_thread(self._build)  # the model, its trainer and checkpoint: torch work (runtime/compute.py)
         lead(self.trainer)  # with several ranks (a launcher), the others follow this one: mgrpo_actors/learner/ranks.py
-        spec = DURABLES[f"{self.side}-learner"]
+        spec = self.bus.durables[f"{self.side}-learner"]
         self.consume(
             *spec.where(subjects),
             batch=spec.max_ack_pending,
@@ -343,11 +342,11 @@ class LearnerActor(BusActor):
             stats=figures,
             duration_s=stats.seconds,
         )
-        # The sub side's crosses into MAIN, to the controller (deploy/accounts.py).
+        # A sub-agent type's crosses into MAIN, to the controller (deploy/accounts.py).
         self._after_step(
             "step done",
             lambda: publish_crossing(
-                self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side == "sub"
+                self.bus, self.bus.subjects.step_done(self.side), done, f"done-{batch_id}", crosses=self.side != "main"
             ),
         )
 
@@ -357,6 +356,8 @@ def start_main_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None
     started.append(LearnerActor.start_ready(bus, config, "main", timeout_s=600))
 
 
-def start_sub_learner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
-    """The sub-agent's learner (one per run)."""
-    started.append(LearnerActor.start_ready(bus, config, "sub", timeout_s=600))
+def start_sub_learner(bus: Bus, config: NodeConfig, started: list[Any], sub_type: str = DEFAULT_SUB_TYPE) -> None:
+    """The learner of sub-agent type `sub_type` (one per type per run), unless the type does not train (frozen, or
+    main-only: the node's check refuses a sub-learner role whose types none train)."""
+    if config.trains(sub_type):
+        started.append(LearnerActor.start_ready(bus, config, sub_type, timeout_s=600))

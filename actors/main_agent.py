@@ -18,7 +18,7 @@ from typing import Any
 
 from actors.agent import AgentActor
 from mgrpo_actors.agents.main import main_tools
-from mgrpo_actors.agents.setup import reason_tool, rollout_config
+from mgrpo_actors.agents.setup import main_delegates, reason_tool, rollout_config
 from mgrpo_actors.agents.single import single_tool_names, single_tools
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
@@ -31,7 +31,6 @@ from mgrpo_actors.runtime.crossing import publish_crossing
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import RolloutRequest, WeightsVersion
-from protocols.durables import DURABLES
 
 __all__ = ["MainAgentActor", "start_main_agents"]
 
@@ -54,8 +53,10 @@ class MainAgentActor(AgentActor):
         self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
         registry = ToolRegistry()
         registry.register(reason_tool(self.model, self.config.agents.main.max_new_tokens_per_turn))
-        self.sub_version = 0  # the sub policy version this batch's requests name (S loads it before answering)
-        if "sub" in self.config.sides:
+        # each sub-agent type's policy version this batch's requests name (its sub-agents load it before answering)
+        self.sub_versions: dict[str, int] = {}
+        self.sub_types = self.config.sides[1:]  # none for the single agent
+        if self.sub_types:
             self.tools = main_tools(registry)
             self.execute_tools = registry_executor(self.tools)
             self.subtasks: BusSubtasks | None = BusSubtasks(
@@ -63,12 +64,13 @@ class MainAgentActor(AgentActor):
                 self.pipeline.subtask_timeout_s,
                 self.pipeline.call_retries,
                 self.calls,
-                sub_version=lambda: self.sub_version,
+                sub_versions=lambda: self.sub_versions,
+                delegates=main_delegates(self.config),
             )
         else:  # the single-agent baseline
             self.tools, self.execute_tools = self._single_agent_tools(registry)
             self.subtasks = None
-        spec = DURABLES["main-agents"]
+        spec = self.bus.durables["main-agents"]
         self.consume(
             *spec.where(self.bus.subjects),
             batch=self.pipeline.main_queries_in_flight,
@@ -98,13 +100,16 @@ class MainAgentActor(AgentActor):
         return single_tools(registry, names), execute
 
     def run_batch(self, batch: list[tuple[RolloutRequest, Delivery]]) -> None:
+        batch = [(request, delivery) for request, delivery in batch if self._of_this_run(request, delivery)]
+        if not batch:
+            return
         try:  # sync mode: the requests name the version they are to be rolled out with
             self.policy.ensure(max(r.main_version for r, _ in batch))
         except BusError as exc:
             for _, delivery in batch:
                 self.hand_back(delivery, str(exc))
             return
-        self.sub_version = max(r.sub_version for r, _ in batch)
+        self.sub_versions = {t: max(r.sub_versions.get(t, 0) for r, _ in batch) for t in self.sub_types}
         seed = self.batch_seed(batch[0][0].step)
         try:
             outcomes = run_main_rollouts(
@@ -126,6 +131,16 @@ class MainAgentActor(AgentActor):
             self.bus, "main_agent", {**self.calls.take(), "queries": len(batch)}, batch[0][0].step, self.role
         )
 
+    def _of_this_run(self, request: RolloutRequest, delivery: Delivery) -> bool:
+        """Whether the request names this node's sub-agent types; one from a controller run with other types
+        (another config) is dead-lettered, saying so, rather than rolled out against types that are not there."""
+        if set(request.sub_versions) == set(self.sub_types):
+            return True
+        named, own = ", ".join(request.sub_versions) or "none", ", ".join(self.sub_types) or "none"
+        why = f"the request names sub-agent types {named}; this node's are {own}"
+        self._dead_letter(delivery, why, "ConfigMismatch")  # terms the request: no other main agent is sent it
+        return False
+
     def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:
         """Retry the batch's requests (JetStream redelivers them, maybe elsewhere); record them failed when out of
         retries."""
@@ -134,7 +149,8 @@ class MainAgentActor(AgentActor):
             if delivery.num_delivered <= self.pipeline.call_retries:
                 delivery.nak(delay_s=1.0)
             else:
-                self._publish(failed_outcome(request, new_attempt(), error, self.bus.node), delivery)
+                outcome = failed_outcome(request, new_attempt(), error, self.bus.node, self.sub_types)
+                self._publish(outcome, delivery)
         publish_metrics(self.bus, "main_agent", {"failed_batches": 1.0}, batch[0][0].step, self.role)
 
     def _publish(self, outcome: QueryOutcome, delivery: Delivery) -> None:
@@ -144,10 +160,11 @@ class MainAgentActor(AgentActor):
         try:
             for trajectory in outcome.trajectories:
                 self.bus.js_publish(subjects.trajectories("main"), trajectory)
-            for stats in outcome.stats:
-                msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
-                # they cross into SUB (deploy/accounts.py)
-                publish_crossing(self.bus, subjects.reward_stats, stats, msg_id)
+            for sub_type, per_type in outcome.stats.items():
+                for stats in per_type:
+                    msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
+                    # they cross into the type's side (deploy/accounts.py)
+                    publish_crossing(self.bus, subjects.reward_stats_of(sub_type), stats, msg_id)
             self.bus.publish(subjects.query_done, outcome.done)
         except Exception as exc:
             self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")

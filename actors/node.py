@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
+from actors.node_checks import follower_side, preflight
 from actors.node_info import NodeInfoActor
-from actors.roles import ROLES, SUB_SIDE_ROLES, expand_roles, role_streams
+from actors.roles import ROLES, expand_roles, node_sub_types, role_streams
 from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
@@ -48,7 +49,7 @@ from mgrpo_actors.runtime.shutdown import wait_for_stop
 from mgrpo_actors.versions import package_versions
 from protocols import Event, ProtocolError, decode
 
-__all__ = ["build_parser", "follower_side", "main", "start_roles", "stop_actors"]
+__all__ = ["build_parser", "follower_side", "main", "preflight", "start_roles", "stop_actors"]
 
 EXIT_USAGE = 2
 EXIT_NATS = 3
@@ -73,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="YAML config file (defaults apply to keys it leaves out); repeat to merge several, later ones winning "
         "(e.g. the run's config, then the role's rendered nats section)",
+    )
+    parser.add_argument(
+        "--sub-type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        dest="sub_types",
+        help="the sub-agent type this node's sub-agent, sub-aligner and sub-learner roles serve (agents.subs); "
+        "repeat for several (default: every type of the config)",
     )
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
     parser.add_argument("--run-id", metavar="ID", help="run id (overrides run.id)")
@@ -120,7 +130,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _resolve_config(args: argparse.Namespace) -> NodeConfig:
-    config = load_node_config(args.config, list(args.overrides))
+    config = load_node_config(args.config, list(args.overrides), "mgrpo-node")
     # --run-id and --nats are plain strings (not YAML like --set values: `--run-id 123` stays "123").
     try:
         if args.run_id is not None:
@@ -148,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"give at least one --role; valid roles: {', '.join([*ROLES, 'all'])}", EXIT_USAGE)
     try:
         roles = expand_roles(args.role, config)
+        sub_types = node_sub_types(config, args.sub_types, roles)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
-        preflight(config, roles)
-        follows = follower_side(roles)
+        preflight(config, roles, sub_types)
+        follows = follower_side(roles, sub_types)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
@@ -163,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from mgrpo_actors.warmup.cached import resolve_warm_start  # torch and transformers: imported on use
 
         config, _ = resolve_warm_start(config, get_logger("mgrpo.node").info)
-    main_turns, sub_turns = config.agents.main.max_turns, config.agents.sub.max_turns
-    for warning in timeout_warnings(config.pipeline, main_turns, sub_turns) if "sub" in config.sides else []:
-        get_logger("mgrpo.node").warning(warning)
+    if len(config.sides) > 1:  # M waits for sub-agent episodes: its timeouts must leave the longest type's room
+        sub_turns = max(config.agent(sub_type).max_turns for sub_type in config.sides[1:])
+        for warning in timeout_warnings(config.pipeline, config.agents.main.max_turns, sub_turns):
+            get_logger("mgrpo.node").warning(warning)
     if follows is not None:  # rank > 0 of a learner: no NATS, rank 0 leads
         from mgrpo_actors.learner.ranks import run_follower  # torch and DeepSpeed: only for learners
 
@@ -181,42 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         until_finished=until_finished,
         resume=args.resume,
         health_file=args.health_file,
+        sub_types=sub_types,
     )
-
-
-def preflight(config: NodeConfig, roles: list[str]) -> None:
-    """What can be checked before connecting (ValueError naming the key): an agent that does not train has no
-    learner; a single-agent run has no sub side; the datasets and models the roles read are usable, and a
-    controller's dataset fills a step (mgrpo_actors/preflight.py)."""
-    for role in roles:
-        if role in SUB_SIDE_ROLES and "sub" not in config.sides:
-            raise ValueError(f"run.method is single-agent: there is no sub-agent, so no {role} runs")
-    for side in ("main", *config.sub_types):
-        if f"{side}-learner" in roles and not config.trains(side):
-            why = (
-                f"learners.{side}.frozen is true"
-                if config.learner(side).frozen
-                else f"run.method is {config.run.method}"
-            )
-            raise ValueError(f"{why}: the {side} agent does not train, so no {side}-learner runs")
-    # the datasets and models these roles read (mgrpo_actors/preflight.py): no role starts on a bad input
-    from mgrpo_actors.preflight import check_inputs
-
-    check_inputs(config, roles)
-
-
-def follower_side(roles: list[str]) -> str | None:
-    """Under a launcher with several ranks: the side of the learner that this rank > 0 follows; None on
-    rank 0 or without a launcher. ValueError unless such a node runs exactly one learner role."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return None
-    if len(roles) != 1 or not roles[0].endswith("-learner"):
-        raise ValueError(
-            f"WORLD_SIZE={world}: a launcher's ranks run one learner role (main-learner or sub-learner), "
-            f"not {', '.join(roles)}"
-        )
-    return roles[0].removesuffix("-learner") if int(os.environ.get("RANK", "0")) > 0 else None
 
 
 def run_node(
@@ -229,10 +207,12 @@ def run_node(
     watch: Callable[[Bus], Any] | None = None,
     resume: bool = False,
     health_file: str | None = None,
+    sub_types: tuple[str, ...] | None = None,
 ) -> int:
     """Connect, start the roles' actors, wait for a stop signal (or the run's end), then drain.
 
-    watch(bus) is called once the roles run (e.g. `mgrpo run`'s progress view). Returns the exit code.
+    watch(bus) is called once the roles run (e.g. `mgrpo run`'s progress view). sub_types: the sub-agent types
+    the node's sub-side roles serve (None: every type of the run). Returns the exit code.
     """
     log = get_logger("mgrpo.node")
     if config.run.compute_thread and any(role.endswith(("-agent", "-learner")) for role in roles):
@@ -268,6 +248,7 @@ def run_node(
         pending_bytes_limit=config.nats.pending_bytes_limit,
         security=security,
         store_dir=server.jetstream_dir if server else None,  # its store filling up stops the run, naming it
+        sub_types=config.sub_types,
     )
     try:
         bus.connect()
@@ -295,7 +276,7 @@ def run_node(
             # A monitor (which may replay a run long finished) says when it has shown the end and written the report.
             awaited = (MONITOR_REPORTED, name) if "monitor" in roles else (RUN_FINISHED, None)
             bus.subscribe(bus.subjects.events, lambda delivery: _stop_when_finished(delivery, stop, *awaited))
-        code = _start(bus, config, roles, actors)
+        code = _start(bus, config, roles, actors, sub_types or config.sub_types)
         if code != 0 and lost.is_set():
             code = EXIT_NATS  # the start failed because NATS went away meanwhile
         if code == 0:
@@ -350,19 +331,24 @@ def _connection(
     return None, security
 
 
-def start_roles(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> None:
+def start_roles(
+    bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any], sub_types: tuple[str, ...] | None = None
+) -> None:
     """Create the run's streams and start the node's actors into `actors` (so whatever started is
-    stopped on any failure); used by `mgrpo-node` and `mgrpo run`."""
-    bus.ensure_streams(role_streams(roles), config.nats.stream_limits)
+    stopped on any failure), the sub side's for `sub_types` (None: every type of the run); used by `mgrpo-node`
+    and `mgrpo run`."""
+    served = sub_types or config.sub_types
+    main_side = any(not ROLES[role].per_sub_type for role in roles)  # a main-side role writes every type's stats
+    bus.ensure_streams(role_streams(roles, config.sub_types if main_side else served), config.nats.stream_limits)
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
-        ROLES[role].start_actors(bus, config, actors)
+        ROLES[role].start_actors(bus, config, actors, served)
 
 
-def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any]) -> int:
+def _start(bus: Bus, config: NodeConfig, roles: list[str], actors: list[Any], sub_types: tuple[str, ...]) -> int:
     """start_roles, with its failures turned into messages and exit codes."""
     try:
-        start_roles(bus, config, roles, actors)
+        start_roles(bus, config, roles, actors, sub_types)
     except BusError as exc:
         return _fail(str(exc), EXIT_NATS)
     except (ConfigError, ValueError, FileNotFoundError) as exc:

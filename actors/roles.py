@@ -12,7 +12,9 @@ from typing import Any
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.deploy.access import RoleAccess
 from mgrpo_actors.runtime import Bus
+from protocols import DEFAULT_SUB_TYPE
 from protocols.durables import DURABLES
+from protocols.subjects import stats_stream
 
 __all__ = [
     "ROLES",
@@ -20,14 +22,16 @@ __all__ = [
     "SUB_SIDE_ROLES",
     "RoleSpec",
     "expand_roles",
+    "node_sub_types",
     "role_streams",
     "roles_of_all",
     "unused_roles",
 ]
 
-# start(bus, config, started): appends each actor it starts to `started` (so a failure part-way
-# leaves nothing running that the node does not know about), raises on failure.
-StartFn = Callable[[Bus, NodeConfig, list[Any]], None]
+# start(bus, config, started[, sub_type]): appends each actor it starts to `started` (so a failure part-way
+# leaves nothing running that the node does not know about), raises on failure. A role of the sub side starts
+# once per sub-agent type the node serves, and is given the type.
+StartFn = Callable[..., None]
 
 
 @dataclass(frozen=True)
@@ -40,17 +44,21 @@ class RoleSpec:
     streams: tuple[str, ...] = ()  # the run's streams this role reads or writes (created if missing)
     in_all: bool = True  # started by `--role all` (the monitor is not: `mgrpo run` has its own view)
     access: RoleAccess = RoleAccess()  # what else it touches on NATS: its user's permissions (mgrpo deploy nats-config)
+    per_sub_type: bool = False  # a role of the sub side: started once per sub-agent type the node serves
 
     @property
     def nats_access(self) -> RoleAccess:
         """`access` with the role's streams: everything its NATS user must be allowed."""
         return dataclasses.replace(self.access, streams=(*self.streams, *self.access.streams))
 
-    def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any]) -> None:
-        """Start the role's actors into `started`."""
+    def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any], sub_types: tuple[str, ...]) -> None:
+        """Start the role's actors into `started`: a role of the sub side, those of each of `sub_types`."""
         module, _, function = self.start.partition(":")
         start: StartFn = getattr(importlib.import_module(module), function)
-        start(bus, config, started)
+        if not self.per_sub_type:
+            start(bus, config, started)
+        for sub_type in sub_types if self.per_sub_type else ():
+            start(bus, config, started, sub_type)
 
 
 # What each role touches on NATS besides what every node does (deploy/access.py): the account its user
@@ -137,6 +145,7 @@ ROLES: dict[str, RoleSpec] = {
             "answers subtask requests with sub-agent rollouts",
             start="actors.sub_agent:start_sub_agents",
             streams=("traj-sub",),
+            per_sub_type=True,
         ),
         RoleSpec(
             "tool", "serves search/visit requests in per-tool queue groups", start="actors.tool:start_tool_actors"
@@ -152,6 +161,7 @@ ROLES: dict[str, RoleSpec] = {
             "aligns sub trajectories to D per rollout, batches of B*K*D (one per run)",
             start="actors.sub_aligner:start_sub_aligner",
             streams=("steps", "stats", "traj-sub", "batch-sub"),
+            per_sub_type=True,
         ),
         RoleSpec(
             "main-learner",
@@ -164,6 +174,7 @@ ROLES: dict[str, RoleSpec] = {
             "DeepSpeed learner of the sub-agent (one per run)",
             start="actors.learner:start_sub_learner",
             streams=("batch-sub", "steps"),
+            per_sub_type=True,
         ),
         RoleSpec(
             "monitor",
@@ -194,21 +205,55 @@ START_ORDER = (
 COMMON_STREAMS = ("metrics", "dlq")
 
 
-def role_streams(roles: list[str]) -> list[str]:
-    """The run's streams the given roles use, each once."""
-    return list(dict.fromkeys([*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]))
+def _per_sub_type(stream: str, sub_types: tuple[str, ...]) -> list[str]:
+    """A stream of the roles' table as the run names it: a sub side's ("traj-sub", "batch-sub", "stats") once per
+    sub-agent type (protocols/subjects.py Subjects.streams)."""
+    if stream == "stats":
+        return [stats_stream(t) for t in sub_types]
+    if stream in ("traj-sub", "batch-sub"):
+        return [f"{stream.removesuffix('sub')}{t}" for t in sub_types]
+    return [stream]
+
+
+def role_streams(roles: list[str], sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> list[str]:
+    """The run's streams the given roles use, each once, for the sub-agent types `sub_types` (a main-side role
+    writes to every type's reward statistics; a sub-side role serves the types its node serves)."""
+    named = [*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]
+    return list(dict.fromkeys(name for what in named for name in _per_sub_type(what, sub_types)))
 
 
 # The roles of the sub side: a single-agent run has none of them.
 SUB_SIDE_ROLES = ("sub-agent", "sub-aligner", "sub-learner")
 
 
+def node_sub_types(
+    config: NodeConfig, requested: list[str] | None = None, roles: list[str] | None = None
+) -> tuple[str, ...]:
+    """The sub-agent types a node's sub-side roles serve: those `requested` (mgrpo-node --sub-type), else every
+    type of the run. ValueError naming a type the config does not have, or when the node's `roles` have none of the
+    sub side (the request would be ignored)."""
+    if not requested:
+        return config.sub_types
+    if roles is not None and not any(ROLES[role].per_sub_type for role in roles):
+        raise ValueError(
+            f"--sub-type chooses what sub-agent, sub-aligner and sub-learner serve: {', '.join(roles)} "
+            "serve no sub-agent type"
+        )
+    unknown = [name for name in requested if name not in config.sub_types]
+    if unknown:
+        raise ValueError(f"--sub-type {unknown[0]!r}: the config's sub-agent types are {', '.join(config.sub_types)}")
+    return tuple(dict.fromkeys(requested))
+
+
 def unused_roles(config: NodeConfig) -> set[str]:
     """Roles the run's method leaves without work: the learner of an agent that does not train (frozen,
-    or S under main-only), every sub-side role under single-agent, and the tool role when the single
-    agent calls neither search nor visit (plain GRPO: agents.main.tools is [] or [reason])."""
-    unused = {f"{side}-learner" for side in ("main", *config.sub_types) if not config.trains(side)}
-    if "sub" not in config.sides:
+    or S under main-only; the sub-learner when no sub-agent type trains), every sub-side role under single-agent,
+    and the tool role when the single agent calls neither search nor visit (plain GRPO: agents.main.tools is []
+    or [reason])."""
+    unused = {"main-learner"} if not config.trains("main") else set()
+    if not any(config.trains(t) for t in config.sub_types):
+        unused.add("sub-learner")
+    if len(config.sides) == 1:
         unused |= set(SUB_SIDE_ROLES)
         if config.agents.main.tools is not None and not {"search", "visit"} & set(config.agents.main.tools):
             unused.add("tool")

@@ -1,13 +1,13 @@
-"""The sub aligner: for each of the step's B queries, the K RewardStats (the only numbers that cross
-from the main side) and the sub trajectories they name → R_S, alignment of every rollout to D, pooled
-advantages over D·K → exactly B·K·D samples on the sub learner's stream (docs/architecture.md §One training step,
-step 5; the math, the step's completeness, its extra figures and the D update are mgrpo_actors/alignment/sub.py,
-what is held of a step mgrpo_actors/alignment/holding.py). It reads only sub-side streams, the
-stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
+"""The sub aligner of one sub-agent type (one per type per run): for each of the step's B queries, the K RewardStats of
+the type (the only numbers that cross from the main side) and the type's trajectories they name → R_S, alignment of
+every rollout to D, pooled advantages over D·K → exactly B·K·D samples on the sub learner's stream
+(docs/architecture.md §One training step, step 5; the math, the step's completeness, its extra figures and the D
+update are mgrpo_actors/alignment/sub.py, what is held of a step mgrpo_actors/alignment/holding.py). It reads only
+sub-side streams, the stats and the controller's plan; `D: auto` is re-estimated between steps, never within one.
 The ablations fill the B·K·D samples first-in-first-out instead (mgrpo_actors/alignment/unaligned.py):
-`algo.alignment.mode: none` from a queue kept across steps (alignment/fifo_queue.py), saved in KV before each
-step's record so a restarted aligner goes on with it (alignment/fifo_store.py); `none-per-step` from the step's
-own sub trajectories."""
+`algo.alignment.mode: none` from a queue kept across steps (alignment/fifo_queue.py), saved in KV before each step's
+record so a restarted aligner goes on with it (alignment/fifo_store.py); `none-per-step` from the step's own sub
+trajectories."""
 
 from __future__ import annotations
 
@@ -32,32 +32,42 @@ from mgrpo_actors.alignment.unaligned import build_fifo_sub_batch, build_unalign
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
 from mgrpo_actors.runtime import Bus, Delivery
-from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
+from protocols import DEFAULT_SUB_TYPE, AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["SubAlignerActor", "start_sub_aligner"]
 
-D_ESTIMATOR_KEY = "d_estimator.sub"
+
+def d_estimator_key(sub_type: str = DEFAULT_SUB_TYPE) -> str:
+    """The KV key (in the type's state bucket) of its D estimator's state."""
+    return f"d_estimator.{sub_type}"
+
+
+D_ESTIMATOR_KEY = d_estimator_key()  # the default type's
 
 
 class SubAlignerActor(AlignerActor):
     role = "sub-aligner"
-    side = "sub"
-    work_durables = ("sub-aligner", "sub-aligner-stats")
+
+    def __init__(self, bus: Bus, config: NodeConfig, sub_type: str = DEFAULT_SUB_TYPE) -> None:
+        self.side = sub_type  # this aligner's side: its sub-agent type
+        self.work_durables = (f"{sub_type}-aligner", f"{sub_type}-aligner-stats")
+        super().__init__(bus, config)
+        self.d_key = d_estimator_key(sub_type)
 
     def on_start(self) -> None:
         super().on_start()
         # The questions' evidence is what the expert judge checks S's findings against.
         self.questions = load_task_questions(self.pipeline, self.config.tools).by_id
-        self.rollout_cfg = rollout_config(self.config.agents, self.config.algo)
+        self.rollout_cfg = rollout_config(self.config.agents, self.config.algo, self.config.agent(self.side))
         self.d_estimator = DEstimator(self.config.algo.alignment)
-        saved = self.bus.kv(self.bus.subjects.bucket("state-sub")).get(D_ESTIMATOR_KEY)
+        saved = self.state.get(self.d_key)
         if saved is not None:  # a restarted aligner goes on with the D and the window it had
             self.d_estimator.restore(json.loads(saved))
-        self.fifo = QueueStore(self.state, self.bus.max_bytes)
+        self.fifo = QueueStore(self.state, self.bus.max_bytes, self.side)
         if self.config.algo.alignment.mode == "none":
             self._restore_queue()
-        self.consume_side("sub-aligner-stats")
-        self.consume_side("sub-aligner")
+        self.consume_side(f"{self.side}-aligner-stats")
+        self.consume_side(f"{self.side}-aligner")
 
     def _restore_queue(self) -> None:
         try:
@@ -77,8 +87,8 @@ class SubAlignerActor(AlignerActor):
         return self.try_publish(held)
 
     def on_trajectory(self, trajectory: Trajectory, delivery: Delivery) -> Any:
-        if trajectory.side != "sub":
-            raise ValueError(f"a {trajectory.side!r} trajectory on the sub trajectory stream")
+        if trajectory.side != self.side:
+            raise ValueError(f"a {trajectory.side!r} trajectory on the {self.side} trajectory stream")
         held = self.held_step(trajectory.step, delivery)
         if held is None:
             return None
@@ -119,15 +129,23 @@ class SubAlignerActor(AlignerActor):
         if mode == "none":  # the paper's unsynchronised ablation: a queue across steps
             self._one_step_per_queue(held)
             batch, figures, held.result = build_fifo_sub_batch(
-                held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions, self.fifo.queue
+                held.plan,
+                stats,
+                trajectories,
+                d,
+                self.config.algo,
+                self.rollout_cfg,
+                self.questions,
+                self.fifo.queue,
+                self.side,
             )
         elif mode == "none-per-step":  # first-in-first-out within the step, no alignment
             batch, figures = build_unaligned_sub_batch(
-                held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions
+                held.plan, stats, trajectories, d, self.config.algo, self.rollout_cfg, self.questions, self.side
             )
         else:
             batch, figures, _ = build_sub_batch(
-                held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions
+                held.plan, stats, trajectories, d, rng, self.config.algo, self.rollout_cfg, self.questions, self.side
             )
         figures["unused"] = float(unused_trajectories(stats, trajectories))
         figures["unknown_questions"] = float(len(unknown))
@@ -148,12 +166,12 @@ class SubAlignerActor(AlignerActor):
         if self.config.algo.alignment.mode == "none":
             self.fifo.advance(held.result)
         d_next, histogram = observe_step(self.d_estimator, held.collection("stats"))  # D: auto, between steps
-        self.state.put(D_ESTIMATOR_KEY, json.dumps(self.d_estimator.state()).encode())
+        self.state.put(self.d_key, json.dumps(self.d_estimator.state()).encode())
         for dk, count in histogram.items():
-            publish_metrics(self.bus, "sub", {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
-        publish_metrics(self.bus, "sub", {"d_next": d_next}, held.step, self.role)
+            publish_metrics(self.bus, self.side, {"dk_hist": count}, held.step, self.role, tags={"dk": str(dk)})
+        publish_metrics(self.bus, self.side, {"d_next": d_next}, held.step, self.role)
 
 
-def start_sub_aligner(bus: Bus, config: NodeConfig, started: list[Any]) -> None:
-    """The sub side's aligner (one per run)."""
-    started.append(SubAlignerActor.start_ready(bus, config))
+def start_sub_aligner(bus: Bus, config: NodeConfig, started: list[Any], sub_type: str = DEFAULT_SUB_TYPE) -> None:
+    """The aligner of sub-agent type `sub_type` (one per type per run)."""
+    started.append(SubAlignerActor.start_ready(bus, config, sub_type))

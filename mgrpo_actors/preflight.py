@@ -27,16 +27,28 @@ class InputError(ValueError):
     """An input a role reads cannot serve the run (the message names the file, line or key)."""
 
 
-def check_inputs(config: NodeConfig, roles: Sequence[str]) -> None:
-    """Every input `roles` read, checked now; InputError (or the loader's ValueError) naming what is wrong."""
-    sides = sorted({MODEL_ROLES[role] for role in roles if role in MODEL_ROLES})
-    for side in sides:
-        _check_model(f"agents.{side}.model", config.agent(side).model)
-        reference = config.learner(side).reference
-        if f"{side}-learner" in roles and reference is not None:
-            _check_model(f"learners.{side}.reference", reference, tokenizer=False)
+def check_inputs(config: NodeConfig, roles: Sequence[str], sub_types: Sequence[str] | None = None) -> None:
+    """Every input `roles` read (the sub side's for `sub_types`, None: every type of the run), checked now;
+    InputError (or the loader's ValueError) naming what is wrong."""
+    served = tuple(sub_types or config.sub_types)
+    models: dict[str, tuple[str, bool]] = {}  # key -> (model spec, with its tokenizer): each checked once
+    for role in (role for role in roles if role in MODEL_ROLES):
+        for side in ("main",) if MODEL_ROLES[role] == "main" else served:
+            models[f"{_key(config, 'agents', side)}.model"] = (config.agent(side).model, True)
+            reference = config.learner(side).reference
+            if role.endswith("-learner") and reference is not None and config.trains(side):
+                models[f"{_key(config, 'learners', side)}.reference"] = (reference, False)
+    for key, (spec, tokenizer) in models.items():
+        _check_model(key, spec, tokenizer)
     if any(role in DATASET_ROLES for role in roles):
         _check_dataset(config, roles)
+
+
+def _key(config: NodeConfig, section: str, side: str) -> str:
+    """The config key of `side`'s entry in `section` (agents or learners)."""
+    if side == "main" or (side == "sub" and not config.agents.subs):
+        return f"{section}.{side}"
+    return f"{section}.subs.{side}" if section == "agents" or side in config.learners.subs else f"{section}.sub"
 
 
 def _check_model(key: str, spec: str, tokenizer: bool = True) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: RolloutRequest and StepPlan carry sub_versions per sub-agent type
 # 32 MiB: an aligned batch of 8x8x8 samples of 2k tokens is ~10 MB. The embedded nats-server is
 # started with the same max_payload (mgrpo_actors/runtime/embedded.py).
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
@@ -142,7 +143,7 @@ def _unpack(data: Any, max_bytes: int) -> dict:
 def _decode_parts(data: Any, max_bytes: int) -> tuple[Message, str, int, float]:
     obj = _unpack(data, max_bytes)
     version = obj.get("v")
-    if type(version) is not int or version != SCHEMA_VERSION:
+    if type(version) is not int or version not in (SCHEMA_VERSION, *_UPGRADES):
         raise ProtocolError("<envelope>.v", f"unknown schema version {version!r}; this build speaks {SCHEMA_VERSION}")
     type_name = obj.get("t")
     cls = MESSAGE_TYPES.get(type_name) if isinstance(type_name, str) else None
@@ -156,7 +157,22 @@ def _decode_parts(data: Any, max_bytes: int) -> tuple[Message, str, int, float]:
     fields = obj.get("d")
     if not isinstance(fields, dict):
         raise ProtocolError(f"{type_name}", f"fields must be a map, got {type(fields).__name__}")
+    if version != SCHEMA_VERSION:  # a message an earlier build stored (a run resumed across an upgrade)
+        fields = _UPGRADES[version](type_name, fields)
     return _build(cls, type_name, fields), type_name, version, float(sent_at)
+
+
+def _from_version_1(type_name: str, fields: dict) -> dict:
+    """Version 1's fields as version 2's: a run had the one default sub-agent type, and a RolloutRequest or StepPlan
+    named its policy version as `sub_version`."""
+    if type_name in ("RolloutRequest", "StepPlan") and "sub_version" in fields:
+        fields = dict(fields)
+        fields["sub_versions"] = {"sub": fields.pop("sub_version")}
+    return fields
+
+
+# Earlier schema versions a build still reads, each with what turns its fields into this version's.
+_UPGRADES: dict[int, Callable[[str, dict], dict]] = {1: _from_version_1}
 
 
 def decode_envelope(data: Any, max_bytes: int = DEFAULT_MAX_BYTES) -> Envelope:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from protocols.schema import FieldCheck, array_field, build_checks
-from protocols.subjects import SIDES
+from protocols.subjects import side_problem, sub_types_problem
 
 __all__ = [
     "MESSAGE_TYPES",
@@ -45,7 +45,9 @@ __all__ = [
 
 MESSAGE_TYPES: dict[str, type[Message]] = {}
 
-_SIDE = {"choices": SIDES}
+# A side: "main" or a sub-agent type's name ("sub" for the one default type).
+_SIDE = {"valid": side_problem}
+_BY_SUB_TYPE = {"valid": sub_types_problem}
 _FINITE = {"finite": True}
 # Ids and names a reply echoes: bounded, so a request cannot make a node send megabytes back.
 _NAME = {"max_len": 256}
@@ -109,7 +111,7 @@ class RolloutRequest(Message):
     answers: list[str]  # gold answer first, then aliases
     num_rollouts: int  # K
     main_version: int
-    sub_version: int
+    sub_versions: dict[str, int] = field(metadata=_BY_SUB_TYPE)  # each sub-agent type's policy version ({}: none)
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,7 +125,7 @@ class StepPlan(Message):
     query_ids: list[str]
     num_rollouts: int  # K
     main_version: int
-    sub_version: int
+    sub_versions: dict[str, int] = field(metadata=_BY_SUB_TYPE)  # each sub-agent type's policy version ({}: none)
     started_at: float = 0.0  # unix time the controller started the step
 
 
@@ -146,8 +148,8 @@ class QueryDone(Message):
 
 @_message
 class SubtaskRequest(Message):
-    """Main agent -> sub-agents on `subtask.request` (request/reply): M's delegation `{task, context}`
-    (docs/method.md §The system being trained)."""
+    """Main agent -> sub-agents of one type on `subtask.request` (`subtask.request.<type>` for a type other than
+    the default; request/reply): M's delegation `{task, context}` (docs/method.md §The system being trained)."""
 
     run_id: str
     step: int
@@ -156,7 +158,7 @@ class SubtaskRequest(Message):
     call_id: str
     task: str
     context: str
-    sub_version: int
+    sub_version: int  # the policy version of the type's sub-agent that is to answer
 
 
 @_message

@@ -165,6 +165,7 @@ class FieldCheck:
     finite: bool
     default: Callable[[], Any] | None  # makes the value of a missing optional field
     max_len: int | None = None  # most characters of a string field (an id or a name: replies echo them)
+    valid: Callable[[Any], str | None] | None = None  # what is wrong with a value (None: nothing), beyond its type
 
     def __call__(self, value: Any) -> Any:
         path = self.path
@@ -175,6 +176,8 @@ class FieldCheck:
             raise ProtocolError(path, f"{value!r} is not a finite number")
         if self.max_len is not None and isinstance(value, str) and len(value) > self.max_len:
             raise ProtocolError(path, f"{len(value)} characters, more than {self.max_len}")
+        if self.valid is not None and (problem := self.valid(value)) is not None:
+            raise ProtocolError(path, problem)
         return value
 
 
@@ -204,6 +207,7 @@ def build_checks(cls: type) -> tuple[FieldCheck, ...]:
                 finite=f.metadata.get("finite", False),
                 default=default,
                 max_len=f.metadata.get("max_len"),
+                valid=f.metadata.get("valid"),
             )
         )
     return tuple(checks)

@@ -16,7 +16,9 @@ __all__ = [
     "RESERVED_SUB_TYPES",
     "SIDES",
     "Subjects",
+    "side_problem",
     "sides_of",
+    "sub_types_problem",
     "stats_stream",
     "validate_run_id",
     "validate_sub_type",
@@ -64,6 +66,23 @@ def validate_sub_type(name: str) -> str:
     if name in RESERVED_SUB_TYPES:
         raise ValueError(f"sub-agent type {name!r} is reserved: choose another name")
     return name
+
+
+def side_problem(name: object) -> str | None:
+    """What is wrong with `name` as a side on the wire (None: nothing): the main side or a sub-agent type's name."""
+    if name == MAIN_SIDE:
+        return None
+    try:
+        validate_sub_type(name)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return f"{name!r} is not a side: neither {MAIN_SIDE!r} nor a sub-agent type ({exc})"
+    return None
+
+
+def sub_types_problem(by_type: dict[str, object]) -> str | None:
+    """What is wrong with the keys of a map by sub-agent type (None: nothing)."""
+    bad = [name for name in by_type if name == MAIN_SIDE or side_problem(name) is not None]
+    return f"{bad[0]!r} is not a sub-agent type" if bad else None
 
 
 def sides_of(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:

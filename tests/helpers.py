@@ -106,7 +106,7 @@ def learned_samples(out: str) -> dict[str, int]:
 
     totals: dict[str, int] = {}
     for side, samples in re.findall(
-        r"\b(main|sub) learner: version \d+, loss [^,]*, clip fraction [^,]*, (\d+) samples", out
+        r"\b([a-z][a-z0-9_]*) learner: version \d+, loss [^,]*, clip fraction [^,]*, (\d+) samples", out
     ):
         totals[side] = totals.get(side, 0) + int(samples)
     return totals
@@ -116,7 +116,7 @@ def expected_trained_line(out: str, sides: tuple[str, ...], learners: tuple[str,
     """The run's closing "trained: …" line as it must read given what its learners reported in `out`."""
     from mgrpo_actors.cli.run import trained_line
 
-    return trained_line(sides, [f"{side}-learner" for side in learners], learned_samples(out))
+    return trained_line(sides, learners, learned_samples(out))
 
 
 def stored_messages(run_dir: Path) -> dict[str, int]:

@@ -9,6 +9,8 @@ ScriptedEngine), varied by position in the batch so rewards differ within a grou
   back; every other rollout of a group first writes a malformed turn (format invalid, R_M = 0).
 - S searches its task, visits the first result, then answers with the page's first line as findings
   and the url as evidence; every other subtask of a batch first writes a malformed turn (R_S = 0).
+- With several sub-agent types (M's prompt lists `delegate_<type>` tools), M delegates to each type once, in
+  order; a sub-agent with the calculator tool (and no search) computes a sum and answers with its result.
 `MGRPO_TEST_POLICY_DELAY_S` (env) makes every generate call that slow, so a test can kill a process
 while its calls are in flight.
 """
@@ -29,6 +31,8 @@ from tests.scripted_engine import ScriptedEngine, assistant_turns
 __all__ = ["rule_engine", "main_turn", "sub_turn"]
 
 _URL = re.compile(r"synth://wiki/[a-z0-9-]+")
+_DELEGATE_TOOLS = re.compile(r'"name": "(delegate_[a-z0-9_]+)"')
+_MAIN = ("`delegate`", "`delegate_<name>`")  # what only M's role text says
 
 
 def _last_tool_message(prompt: str) -> str:
@@ -45,12 +49,15 @@ def main_turn(prompt: str, index: int) -> str:
     """M's next turn for the rollout at `index` of its generate batch."""
     question = _user_message(prompt)
     turn = assistant_turns(prompt)
-    delegations = 1 + int(hashlib.sha256(question.encode()).hexdigest(), 16) % 2
+    typed = list(dict.fromkeys(_DELEGATE_TOOLS.findall(prompt)))  # the tools listed, then any calls: each once
+    # one call to each sub-agent type, or, with one type, one or two calls (so d_k varies)
+    delegations = len(typed) or 1 + int(hashlib.sha256(question.encode()).hexdigest(), 16) % 2
     if index % 2 == 1 and turn == 0:
         return "I am not sure what to do."  # malformed: this rollout's format is invalid
     done = turn - (index % 2)
     if done < delegations:
-        return format_tool_call("delegate", {"task": question, "context": ""})
+        tool = typed[done % len(typed)] if typed else "delegate"
+        return format_tool_call(tool, {"task": question, "context": ""})
     result = _last_tool_message(prompt)
     try:
         findings = json.loads(result)["findings"]
@@ -66,6 +73,10 @@ def sub_turn(prompt: str, index: int) -> str:
     result = _last_tool_message(prompt)
     if turn < 0:
         return "Let me think about where to look."  # malformed: this sub-trajectory's format is invalid
+    if '"name": "calculator"' in prompt and '"name": "search"' not in prompt:  # a calculator sub-agent type
+        if turn == 0:
+            return format_tool_call("calculator", {"expression": f"{len(task)} + {index}"})
+        return format_answer(json.dumps({"findings": result.strip()[:200] or "nothing computed", "evidence": []}))
     if turn == 0:
         return format_tool_call("search", {"query": task[:80]})
     urls = _URL.findall(result)
@@ -83,7 +94,7 @@ class RulePolicyEngine(ScriptedEngine):
         generations = []
         for index, prompt in enumerate(prompts):
             text = self.tokenizer.decode(list(prompt))
-            turn = main_turn if "`delegate`" in text else sub_turn
+            turn = main_turn if any(role in text for role in _MAIN) else sub_turn
             self.respond = lambda decoded, turn=turn, index=index: turn(decoded, index)
             generations.append(self._generation(prompt, params))
         return generations

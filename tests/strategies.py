@@ -3,6 +3,7 @@ metadata (so a message type added to protocols.MESSAGE_TYPES is covered without 
 
 - array fields (`dtype` metadata): 1-D numpy arrays of exactly that dtype, any values (NaN/inf too);
 - `choices` metadata: one of the choices;
+- `valid` metadata: a side ("main" or a sub-agent type's name), or a map keyed by sub-agent type names;
 - floats with `finite` metadata: NaN- and inf-free; other top-level floats may be NaN or inf;
 - floats nested in lists/maps are NaN-free (NaN != NaN would make dict equality meaningless);
 - strings: any unicode text (astral plane included); ints: the signed 64-bit range;
@@ -21,10 +22,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from protocols import MESSAGE_TYPES, Message
+from protocols.subjects import RESERVED_SUB_TYPES, side_problem, sub_types_problem
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text(max_size=24)
 NESTED_FLOAT = st.floats(allow_nan=False)
+SUB_TYPE = st.from_regex(r"[a-z][a-z0-9_]{0,31}", fullmatch=True).filter(lambda name: name not in RESERVED_SUB_TYPES)
 
 
 def json_like(depth: int = 3) -> st.SearchStrategy:
@@ -70,6 +73,13 @@ def field_strategy(cls: type[Message], f: dataclasses.Field) -> st.SearchStrateg
     choices = f.metadata.get("choices")
     if choices is not None:
         return st.sampled_from(choices)
+    valid = f.metadata.get("valid")
+    if valid is side_problem:
+        return st.just("main") | SUB_TYPE
+    if valid is sub_types_problem:
+        return st.dictionaries(SUB_TYPE, INT64, max_size=4)
+    if valid is not None:
+        raise TypeError(f"no strategy for {cls.__name__}.{f.name}'s `valid` check: extend tests/strategies.py")
     hint = typing.get_type_hints(cls)[f.name]
     return _for_hint(hint, top_level=True, finite=bool(f.metadata.get("finite")))
 
@@ -93,6 +103,8 @@ def simple_message(cls: type[Message]) -> Message:
             values[f.name] = np.arange(3).astype(f.metadata["dtype"])
         elif f.metadata.get("choices"):
             values[f.name] = f.metadata["choices"][0]
+        elif f.metadata.get("valid") is side_problem:
+            values[f.name] = "main"
         elif hint is Any or typing.get_origin(hint) is dict:
             values[f.name] = {}
         elif typing.get_origin(hint) is list:

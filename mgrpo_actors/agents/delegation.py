@@ -110,20 +110,27 @@ class Delegates:
 
     tools: tuple[DelegateTool, ...]
     types: dict[str, str]  # tool name -> sub-agent type
+    example: str | None  # the tool M's worked example delegates a web lookup with (None: no type reads the web)
 
     @classmethod
-    def of(cls, sub_types: dict[str, str | None]) -> Delegates:
+    def of(cls, sub_types: dict[str, str | None], readers: tuple[str, ...] | None = None) -> Delegates:
         """The delegate tools of a run whose sub-agent types (in config order) are described as given (None: not
         described): one type has `delegate` (described as the default type is, unless its config says otherwise);
-        several have `delegate_<type>` each."""
+        several have `delegate_<type>` each. `readers`: the types that search and read the web (None: every type);
+        the worked example delegates to the first of them."""
         if not sub_types:
             raise ValueError("a run with delegation has at least one sub-agent type")
         if len(sub_types) == 1:
             ((sub_type, description),) = sub_types.items()
             text = DEFAULT_DESCRIPTION if description is None else _typed_description(sub_type, description)
-            return cls((DelegateTool(DELEGATE_TOOL_NAME, text),), {DELEGATE_TOOL_NAME: sub_type})
-        tools = tuple(DelegateTool(f"{DELEGATE_TOOL_NAME}_{t}", _typed_description(t, d)) for t, d in sub_types.items())
-        return cls(tools, {tool.name: sub_type for tool, sub_type in zip(tools, sub_types, strict=True)})
+            tools = (DelegateTool(DELEGATE_TOOL_NAME, text),)
+        else:
+            tools = tuple(
+                DelegateTool(f"{DELEGATE_TOOL_NAME}_{t}", _typed_description(t, d)) for t, d in sub_types.items()
+            )
+        types = {tool.name: sub_type for tool, sub_type in zip(tools, sub_types, strict=True)}
+        example = next((name for name, t in types.items() if readers is None or t in readers), None)
+        return cls(tools, types, example)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ def main_episode(
         cfg,
         rollout_index,
         main_system_prompt(own_tools, delegates),
-        main_demonstration(delegates.names[0]),
+        main_demonstration(delegates.example) if delegates.example else (),
         (*own_tools.names, *delegates.names),
         episode_id,
     )

@@ -26,6 +26,7 @@ __all__ = [
     "SINGLE_ROLE",
     "SUB_DEMONSTRATION",
     "SUB_ROLE",
+    "SUB_ROLE_TOOLS",
     "main_demonstration",
     "main_system_prompt",
     "opening_messages",
@@ -54,6 +55,12 @@ SUB_ROLE = (
     "You are a research sub-agent. You get one task from the main agent. Use `search` to find pages and "
     "`visit` to read them. When you are done, answer with a JSON object inside <answer>...</answer>: "
     '{"findings": "what you found, in one or two sentences", "evidence": ["url of each page you used"]}.'
+)
+# A sub-agent type with tools of its own (agents.subs.<type>.tools other than search and visit).
+SUB_ROLE_TOOLS = (
+    "You are a sub-agent of a team. You get one task from the main agent. Use your tools, listed below. When "
+    "you are done, answer with a JSON object inside <answer>...</answer>: "
+    '{"findings": "what you found, in one or two sentences", "evidence": ["url of each page you used, if any"]}.'
 )
 SINGLE_ROLE = (
     "You are a research agent and you answer the user's question. Use `search` to find pages, `visit` to "
@@ -129,8 +136,8 @@ def main_system_prompt(tools: ToolRegistry, delegates: Delegates = ONE_TYPE) -> 
 
 
 def sub_system_prompt(tools: ToolRegistry) -> str:
-    """S's prompt: `tools` are its search and visit."""
-    return _system_prompt(SUB_ROLE, tools)
+    """S's prompt: `tools` are its search and visit (SUB_ROLE), or a sub-agent type's own tools (SUB_ROLE_TOOLS)."""
+    return _system_prompt(SUB_ROLE if set(tools.names) == {"search", "visit"} else SUB_ROLE_TOOLS, tools)
 
 
 def single_system_prompt(tools: ToolRegistry) -> str:

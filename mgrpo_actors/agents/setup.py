@@ -8,13 +8,14 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from mgrpo_actors.agents.delegation import Delegates
 from mgrpo_actors.agents.engine_text import engine_text_generator
 from mgrpo_actors.agents.trajectory import ChatTurnWrapping, encode_opening
 from mgrpo_actors.algo.config import AlgoConfig
 from mgrpo_actors.algo.judge import Judge, OpenAICompatibleJudge
 from mgrpo_actors.algo.scorers import ContainsReferenceJudge, ExactMatchJudge, NumericMatchJudge, TokenF1Judge
 from mgrpo_actors.config.agents import AgentConfig, AgentsConfig
-from mgrpo_actors.config.node import ToolsConfig
+from mgrpo_actors.config.node import NodeConfig, ToolsConfig
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.engines.base import EngineConfig, SamplingParams
 from mgrpo_actors.engines.registry import make_engine
@@ -37,6 +38,7 @@ __all__ = [
     "engine_config",
     "load_agent",
     "load_task_questions",
+    "main_delegates",
     "make_judges",
     "reason_tool",
     "rollout_config",
@@ -100,10 +102,19 @@ def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
     return correct, expert
 
 
-def rollout_config(agents: AgentsConfig, algo: AlgoConfig) -> RolloutConfig:
-    """Budgets, sampling, reward weights and judges of both agents."""
+def rollout_config(agents: AgentsConfig, algo: AlgoConfig, sub: AgentConfig | None = None) -> RolloutConfig:
+    """Budgets, sampling, reward weights and judges of M and a sub-agent type (`sub`; None: agents.sub, the one
+    default type)."""
     correct, expert = make_judges(agents)
-    return RolloutConfig(main=agents.main, sub=agents.sub, rewards=algo.rewards, correct=correct, expert=expert)
+    sub = agents.sub if sub is None else sub
+    return RolloutConfig(main=agents.main, sub=sub, rewards=algo.rewards, correct=correct, expert=expert)
+
+
+def main_delegates(config: NodeConfig) -> Delegates:
+    """M's delegate tools for the run's sub-agent types, each described from its config (agents/delegation.py)."""
+    sub_types = config.sides[1:]
+    readers = tuple(t for t in sub_types if set(config.sub_tools(t)) == {"search", "visit"})
+    return Delegates.of({t: config.agent(t).description for t in sub_types}, readers)
 
 
 def reason_tool(reasoner: AgentModel, max_new_tokens: int) -> ReasonTool:

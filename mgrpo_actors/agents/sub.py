@@ -1,5 +1,6 @@
-"""The sub-agent S: works on one delegated task with `search` and `visit`, then returns a structured result
-(findings, evidence urls) that is all M sees of it (docs/method.md §The system being trained).
+"""The sub-agent S: works on one delegated task with `search` and `visit` (a sub-agent type of agents.subs: with its
+own tools), then returns a structured result (findings, evidence urls) that is all M sees of it (docs/method.md §The
+system being trained).
 
 S's `<answer>` may hold the JSON object `{"findings": "...", "evidence": ["url", ...]}`; any other answer
 text is taken as the findings, with no evidence: what S visited is its transcript, which M never sees.
@@ -8,6 +9,7 @@ text is taken as the findings, with no evidence: what S visited is its transcrip
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
@@ -24,23 +26,30 @@ SUB_TOOLS = ("search", "visit")
 _STOP_REASONS = {"turns": "it used its turn budget", "context": "it used its context budget"}
 
 
-def sub_tools(tools: ToolRegistry) -> ToolRegistry:
-    """The tools of `tools` that S may call (those of SUB_TOOLS it has)."""
-    return tools.subset(name for name in SUB_TOOLS if name in tools)
+def sub_tools(tools: ToolRegistry, names: Sequence[str] = SUB_TOOLS) -> ToolRegistry:
+    """The tools of `tools` that S may call: those of `names` (a sub-agent type's tools; SUB_TOOLS by default) it
+    has."""
+    return tools.subset(name for name in names if name in tools)
 
 
 def sub_episode(
-    request: DelegationRequest, tokenizer: PreTrainedTokenizerBase, tools: ToolRegistry, cfg: AgentConfig
+    request: DelegationRequest,
+    tokenizer: PreTrainedTokenizerBase,
+    tools: ToolRegistry,
+    cfg: AgentConfig,
+    tool_names: Sequence[str] = SUB_TOOLS,
 ) -> AgentEpisode:
-    """S's episode for one delegation; its id is the delegation's call id."""
-    own_tools = sub_tools(tools)
+    """S's episode for one delegation, calling `tool_names` (its type's tools); its id is the delegation's call id.
+    The worked example reads a page: only a sub-agent with search and visit opens with it."""
+    own_tools = sub_tools(tools, tool_names)
     system_prompt = cfg.system_prompt or sub_system_prompt(own_tools)
+    reads_pages = set(own_tools.names) == set(SUB_TOOLS)
     return AgentEpisode(
         tokenizer,
         opening_messages(
             system_prompt,
             sub_user_message(request.task, request.context),
-            SUB_DEMONSTRATION if cfg.demonstration else (),
+            SUB_DEMONSTRATION if cfg.demonstration and reads_pages else (),
         ),
         cfg,
         episode_id=request.call_id,

@@ -21,17 +21,23 @@ from typing import Any, Protocol
 from mgrpo_actors.alignment.batch_rows import batch_to_rows, join_chunks, rows_to_batch, split_batch
 from mgrpo_actors.alignment.fifo_queue import FifoQueue
 from mgrpo_actors.log import get_logger
-from protocols import AlignedBatch, decode, encode
+from protocols import DEFAULT_SUB_TYPE, AlignedBatch, decode, encode
 
-__all__ = ["HEAD_KEY", "QueueStore", "SavedQueue", "chunk_key"]
+__all__ = ["HEAD_KEY", "QueueStore", "SavedQueue", "chunk_key", "head_key"]
 
 log = get_logger(__name__)
 
-HEAD_KEY = "fifo.sub.head"
+
+def head_key(side: str = DEFAULT_SUB_TYPE) -> str:
+    """The key naming a sub-agent type's queue (in its side's state bucket)."""
+    return f"fifo.{side}.head"
 
 
-def chunk_key(step: int, chunk: int) -> str:
-    return f"fifo.sub.{step}.{chunk}"
+HEAD_KEY = head_key()  # the default type's
+
+
+def chunk_key(step: int, chunk: int, side: str = DEFAULT_SUB_TYPE) -> str:
+    return f"fifo.{side}.{step}.{chunk}"
 
 
 class Kv(Protocol):
@@ -57,6 +63,7 @@ class QueueStore:
 
     kv: Kv
     max_bytes: int
+    side: str = DEFAULT_SUB_TYPE  # the sub-agent type whose queue this is
     queue: FifoQueue = field(default_factory=FifoQueue)
     saved: SavedQueue | None = None
     pending: dict[int, SavedQueue] = field(default_factory=dict)
@@ -64,7 +71,7 @@ class QueueStore:
     def restore(self, published: Callable[[int], bool]) -> None:
         """The queue KV holds for the next step (nothing saved: the empty start). Raises LookupError if the
         head names a chunk that is gone."""
-        raw = self.kv.get(HEAD_KEY)
+        raw = self.kv.get(head_key(self.side))
         if raw is None:
             return
         head = json.loads(raw)
@@ -80,13 +87,14 @@ class QueueStore:
         """Store the queue a step's batch left (before the step's record), and the head naming it."""
         assert left.step is not None, "a queue to save is left by a step"
         rows = list(left.rows)
-        batch = rows_to_batch(run_id, "sub", left.step, f"{run_id}-sub-queue{left.step}", rows) if rows else None
+        queue_id = f"{run_id}-{self.side}-queue{left.step}"
+        batch = rows_to_batch(run_id, self.side, left.step, queue_id, rows) if rows else None
         chunks = split_batch(batch, self.max_bytes) if batch is not None else []
         for i, chunk in enumerate(chunks):
-            self.kv.put(chunk_key(left.step, i), encode(chunk, self.max_bytes))
+            self.kv.put(chunk_key(left.step, i, self.side), encode(chunk, self.max_bytes))
         saved = SavedQueue(left.step, len(chunks))
         taken_from = asdict(self.saved) if self.saved is not None else None
-        self.kv.put(HEAD_KEY, json.dumps({"left": asdict(saved), "taken_from": taken_from}).encode())
+        self.kv.put(head_key(self.side), json.dumps({"left": asdict(saved), "taken_from": taken_from}).encode())
         self.pending[left.step] = saved
 
     def advance(self, left: FifoQueue) -> None:
@@ -103,17 +111,17 @@ class QueueStore:
 
     def _delete(self, saved: SavedQueue) -> None:
         for i in range(saved.chunks):
-            self.kv.delete(chunk_key(saved.step, i))
+            self.kv.delete(chunk_key(saved.step, i, self.side))
 
     def _read(self, saved: SavedQueue) -> FifoQueue:
         chunks = []
         for i in range(saved.chunks):
-            raw = self.kv.get(chunk_key(saved.step, i))
+            raw = self.kv.get(chunk_key(saved.step, i, self.side))
             if raw is None:
-                raise LookupError(f"KV {chunk_key(saved.step, i)} (chunk {i} of {saved.chunks}) is gone")
+                raise LookupError(f"KV {chunk_key(saved.step, i, self.side)} (chunk {i} of {saved.chunks}) is gone")
             chunk = decode(raw, self.max_bytes)
             if not isinstance(chunk, AlignedBatch):
-                raise LookupError(f"KV {chunk_key(saved.step, i)} holds a {type(chunk).__name__}")
+                raise LookupError(f"KV {chunk_key(saved.step, i, self.side)} holds a {type(chunk).__name__}")
             chunks.append(chunk)
         rows = batch_to_rows(join_chunks(chunks)) if chunks else []
         return FifoQueue(tuple(rows), saved.step)

@@ -34,7 +34,7 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.rollout.config import RolloutConfig
 from mgrpo_actors.rollout.scoring import SubCallFacts, expert_for, sub_rewards
-from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
+from protocols import DEFAULT_SUB_TYPE, AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = [
     "alignment_rng",
@@ -133,6 +133,7 @@ def build_sub_batch(
     algo: AlgoConfig,
     rollout_cfg: RolloutConfig,
     questions: Mapping[str, Question],
+    side: str = DEFAULT_SUB_TYPE,
 ) -> tuple[AlignedBatch, dict[str, float], AlignmentPlan]:
     """The sub batch of `plan` aligned to `d`, its metrics, and the alignment (for d_k statistics)."""
     sub_ids = sub_call_lists(plan, stats, trajectories)
@@ -171,7 +172,7 @@ def build_sub_batch(
                 group=slot.query,  # the query's D·K aligned slots
             )
         )
-    batch = rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)
+    batch = rows_to_batch(plan.run_id, side, plan.step, batch_id(plan.run_id, side, plan.step), rows, d=d)
     return batch, _metrics(plan, stats, trajectories, alignment, rewards, advantages), alignment
 
 

@@ -34,7 +34,7 @@ from mgrpo_actors.alignment.sub import failed_and_lost, query_sub_rewards, sub_c
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.phases import ALIGN, timed
 from mgrpo_actors.rollout.config import RolloutConfig
-from protocols import AlignedBatch, RewardStats, StepPlan, Trajectory
+from protocols import DEFAULT_SUB_TYPE, AlignedBatch, RewardStats, StepPlan, Trajectory
 
 __all__ = ["build_fifo_sub_batch", "build_unaligned_sub_batch", "counted_rewards", "fifo_calls"]
 
@@ -118,9 +118,9 @@ def _step_figures(
     }
 
 
-def _batch(plan: StepPlan, rows: list[BatchRow], slots: int, d: int) -> AlignedBatch:
+def _batch(plan: StepPlan, rows: list[BatchRow], slots: int, d: int, side: str) -> AlignedBatch:
     rows = rows + [placeholder_row(f"-/-/fifo/-#{i}", "placeholder") for i in range(len(rows), slots)]
-    return rows_to_batch(plan.run_id, "sub", plan.step, batch_id(plan.run_id, "sub", plan.step), rows, d=d)
+    return rows_to_batch(plan.run_id, side, plan.step, batch_id(plan.run_id, side, plan.step), rows, d=d)
 
 
 @timed(ALIGN)
@@ -132,6 +132,7 @@ def build_unaligned_sub_batch(
     algo: AlgoConfig,
     rollout_cfg: RolloutConfig,
     questions: Mapping[str, Question],
+    side: str = DEFAULT_SUB_TYPE,
 ) -> tuple[AlignedBatch, dict[str, float]]:
     """`none-per-step`: the sub batch of `plan`, B·K·D samples filled first-in-first-out from the step's own
     sub trajectories, and its metrics."""
@@ -151,7 +152,7 @@ def build_unaligned_sub_batch(
     ]
     figures = _step_figures(plan, stats, trajectories, d, rewards, advantages[: len(taken)], slots)
     figures["dropped"] = float(len(counted) - len(taken))
-    return _batch(plan, rows, slots, d), figures
+    return _batch(plan, rows, slots, d, side), figures
 
 
 @timed(ALIGN)
@@ -164,6 +165,7 @@ def build_fifo_sub_batch(
     rollout_cfg: RolloutConfig,
     questions: Mapping[str, Question],
     queue: FifoQueue,
+    side: str = DEFAULT_SUB_TYPE,
 ) -> tuple[AlignedBatch, dict[str, float], FifoQueue]:
     """`none`: the sub batch of `plan`, B·K·D samples taken first-in-first-out from `queue` (what earlier steps
     left) and then the step's own counted sub trajectories; its metrics; and the queue left for the next step."""
@@ -185,4 +187,4 @@ def build_fifo_sub_batch(
     ]
     figures = _step_figures(plan, stats, trajectories, d, rewards, advantages, slots)
     figures.update(carried=float(taken.carried), queued=float(len(taken.left.rows)), dropped=float(taken.dropped))
-    return _batch(plan, rows, slots, d), figures, taken.left
+    return _batch(plan, rows, slots, d, side), figures, taken.left

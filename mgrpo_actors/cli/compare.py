@@ -189,7 +189,7 @@ def compare(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             extra=extra,
         )
-        base = load_node_config(args.config, list(extra))
+        base = load_node_config(args.config, list(extra), "mgrpo compare")
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
         return 2

@@ -66,7 +66,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[str, str | None]]:
     """The node config with the command's overrides, and the checkpoint tag of each agent --checkpoints set."""
-    config = load_node_config(args.config, rollout_overrides(args))
+    config = load_node_config(args.config, rollout_overrides(args), "mgrpo eval")
     if args.checkpoints is None:
         return config, {}
     single = args.single_agent or config.run.method == "single-agent"

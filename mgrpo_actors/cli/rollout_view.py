@@ -76,7 +76,7 @@ def load_rollout_config(args: argparse.Namespace) -> NodeConfig:
     if args.k < 1:
         raise SystemExit(f"mgrpo rollout: error: need --k >= 1, got {args.k}")
     try:
-        return load_node_config(args.config, rollout_overrides(args))
+        return load_node_config(args.config, rollout_overrides(args), "mgrpo rollout")
     except ConfigError as exc:
         raise SystemExit(f"mgrpo rollout: error: {exc}") from None
 

@@ -45,6 +45,11 @@ from mgrpo_actors.runtime.run_credentials import credentials_path
 __all__ = ["add_parser", "run_job"]
 
 
+def _sub_label(config: NodeConfig, sub_type: str) -> str:
+    """How the run's first line names a sub-agent type's model: S for the one default type, else its name."""
+    return "S" if not config.agents.subs else f"S {sub_type}"
+
+
 def run_job(config: NodeConfig, console: Console, composition: Composition, resume: bool = False) -> int:
     """The whole run in this process; returns the exit code."""
     roles = composition.expand_roles(["all"], config)
@@ -52,15 +57,14 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
     if config.run.method == "single-agent":
         console.print(f"run {config.run.id!r} (single-agent): {_single_agent(config)}, {config.agents.main.model}")
     else:
-        console.print(
-            f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, S {config.agents.sub.model}"
-        )
+        subs = ", ".join(f"{_sub_label(config, t)} {config.agent(t).model}" for t in config.sides[1:])
+        console.print(f"run {config.run.id!r} ({config.run.method}): M {config.agents.main.model}, {subs}")
     console.print(f"roles on an embedded nats-server: {', '.join(roles)}")
     shape = (
         f"{config.pipeline.steps} steps × {config.pipeline.queries_per_step} queries × "
         f"{config.pipeline.rollouts_per_query} rollouts"
     )
-    if "sub" in config.sides:
+    if len(config.sides) > 1:  # D is each sub-agent type's own (fixed, or estimated per type)
         shape += f"; D = {config.algo.alignment.d} ({config.algo.alignment.mode})"
     console.print(f"{shape}; loading models…")
     run_dir = Path(config.run.dir) / config.run.id
@@ -89,16 +93,15 @@ def run_job(config: NodeConfig, console: Console, composition: Composition, resu
             console.print(f"run report not written: {exc.strerror}", markup=False)
         except Exception as exc:
             console.print(f"run report not written: {type(exc).__name__}: {exc}", markup=False)
-    learners = [role for role in roles if role.endswith("-learner")]
     if code == 0:
-        console.print(trained_line(config.sides, learners, view.trained_samples))
+        trained_sides = [side for side in config.sides if config.trains(side)]  # each has its learner in `roles`
+        console.print(trained_line(config.sides, trained_sides, view.trained_samples))
     return code
 
 
-def trained_line(sides: Sequence[str], learners: Sequence[str], samples: Mapping[str, int]) -> str:
-    """What the run trained, as it did: a learner that applied no sample (no group's rewards differed)
-    trained nothing, and is said so; a side without a learner is frozen."""
-    ran = [role.removesuffix("-learner") for role in learners]
+def trained_line(sides: Sequence[str], ran: Sequence[str], samples: Mapping[str, int]) -> str:
+    """What the run trained, as it did: of the sides whose learner `ran`, one that applied no sample (no group's
+    rewards differed) trained nothing, and is said so; a side without a learner is frozen."""
     trained = [side for side in ran if samples.get(side, 0) > 0]
     idle = [side for side in ran if side not in trained]
     frozen = [side for side in sides if side not in ran]
@@ -131,7 +134,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        config = load_node_config(args.config, _overrides(args))
+        config = load_node_config(args.config, _overrides(args), "mgrpo run")
     except ConfigError as exc:
         print(f"mgrpo run: error: {exc}", file=sys.stderr)
         return 2

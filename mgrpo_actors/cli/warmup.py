@@ -37,7 +37,7 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides = [*args.overrides, *model_overrides(args)]
     try:
-        config = load_node_config(args.config, overrides)
+        config = load_node_config(args.config, overrides, "mgrpo warmup")
         # the flags win over the config's warmup section; its steps 0 (no warm-up in `mgrpo run`) means 8 here
         given = {
             name: value

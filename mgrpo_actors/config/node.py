@@ -18,6 +18,7 @@ from mgrpo_actors.config.learner import LearnerConfig, LearnersConfig
 from mgrpo_actors.config.nats_security import NatsAuthConfig, NatsTlsConfig, connect_security
 from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
+from mgrpo_actors.config.sub_types import TYPE_STREAM, check_sub_types
 from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.questions import max_difference_share
 from mgrpo_actors.envs.world import MIN_ENTITIES
@@ -25,7 +26,8 @@ from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
 from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, MAIN_SIDE, validate_run_id
 
-# The run's streams by the names Subjects.stream takes (docs/architecture.md §Delivery and state).
+# The run's streams by the names Subjects.stream takes (docs/architecture.md §Delivery and state), for the one default
+# sub-agent type; a named type has traj-<type>, stats-<type> and batch-<type> instead of traj-sub, stats, batch-sub.
 STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
 
 __all__ = [
@@ -156,10 +158,14 @@ class NatsConfig:
         check_range("nats.keep_consumed_steps", self.keep_consumed_steps, -1, 10**9)
         # must hold one message
         check_range("nats.pending_bytes_limit", self.pending_bytes_limit, self.max_message_bytes, 1 << 34)
-        unknown = sorted(set(self.stream_max_msgs) - set(STREAM_NAMES))
+        # a named sub-agent type's streams (agents.subs) are checked against the run's types by NodeConfig
+        unknown = sorted(
+            name for name in self.stream_max_msgs if name not in STREAM_NAMES and not TYPE_STREAM.match(name)
+        )
         if unknown:
             raise ValueError(
-                f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)}"
+                f"nats.stream_max_msgs names unknown stream(s) {unknown}; the run's streams: {', '.join(STREAM_NAMES)} "
+                "(and traj-<type>, stats-<type>, batch-<type> of each sub-agent type of agents.subs)"
             )
         for name, count in self.stream_max_msgs.items():
             check_range(f"nats.stream_max_msgs.{name}", count, 0, 10**12)
@@ -307,7 +313,7 @@ class NodeConfig:
                     f"learners.{side}.reference is {reference!r}, but algo.objective.kl_coef is 0 (no KL term, so no "
                     "reference is loaded): set kl_coef > 0 or leave the reference null"
                 )
-        self._check_sub_types()
+        check_sub_types(self)
         if self.algo.alignment.mode == "none" and self.pipeline.max_staleness < 1:
             # The ablation's queue carries sub samples into the next step, one policy version old: the learner's
             # staleness filter would drop every one of them.
@@ -315,23 +321,6 @@ class NodeConfig:
                 "algo.alignment.mode: none trains S on samples carried over from the step before (one version old): "
                 "pipeline.max_staleness must be >= 1, or the learner drops every carried sample"
             )
-
-    def _check_sub_types(self) -> None:
-        """learners.subs names only types of agents.subs; a type's tools are tools a node can serve."""
-        unknown = [name for name in self.learners.subs if name not in self.agents.subs]
-        if unknown:
-            raise ValueError(
-                f"learners.subs names {unknown}, not sub-agent types of agents.subs "
-                f"({', '.join(self.agents.subs) or 'none: the one type is agents.sub, its learner learners.sub'})"
-            )
-        servable = [*BUILTIN_TOOLS, *(entry["name"] for entry in self.tools.extra)]
-        for sub_type in self.agents.subs:
-            missing = [name for name in self.sub_tools(sub_type) if name not in servable]
-            if missing:
-                raise ValueError(
-                    f"agents.subs.{sub_type}.tools names {missing}, which no node can serve: built-in "
-                    f"{', '.join(BUILTIN_TOOLS)}; add others under tools.extra"
-                )
 
     @property
     def sub_types(self) -> tuple[str, ...]:

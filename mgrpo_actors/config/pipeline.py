@@ -191,8 +191,9 @@ def timeout_warnings(pipeline: PipelineConfig, main_turns: int, sub_turns: int) 
     longest_subtask = sub_turns * longest_attempt_s(pipeline.tool_timeout_s) * attempts
     if longest_subtask > pipeline.subtask_timeout_s:
         warnings.append(
-            f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns × "
-            "(pipeline.tool_timeout_s + up to 5 s of resends while no tool listens) × (call_retries + 1) = "
+            f"pipeline.subtask_timeout_s ({pipeline.subtask_timeout_s:g}) is below agents.sub.max_turns (the longest "
+            "sub-agent type's) × (pipeline.tool_timeout_s + up to 5 s of resends while no tool listens) × "
+            "(call_retries + 1) = "
             f"{longest_subtask:g}: slow tools can make M give up on S"
         )
     longest_rollout = main_turns * longest_attempt_s(pipeline.subtask_timeout_s) * attempts

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 
 from mgrpo_actors.config import NodeConfig
-from protocols import SIDES, StepAligned, StepDone
+from protocols import StepAligned, StepDone
 
 __all__ = ["Readiness", "StepCursor", "gate"]
 
@@ -58,7 +58,10 @@ class StepCursor:
     next: int = 0
     open: dict[int, list[str]] = field(default_factory=dict)  # insertion order = publishing order
     finished: bool = False
-    versions: dict[str, int] = field(default_factory=lambda: {side: 0 for side in SIDES})
+    versions: dict[str, int] = field(default_factory=dict)  # each side's newest policy version (0 until one is heard)
+
+    def __post_init__(self) -> None:
+        self.versions = {side: self.versions.get(side, 0) for side in self.sides}
 
     @classmethod
     def for_config(cls, config: NodeConfig, raw: bytes | str | None = None) -> StepCursor:
@@ -89,9 +92,19 @@ class StepCursor:
                     f"the saved controller cursor lacks {', '.join(missing)}: it is not this version's form "
                     "(start the run afresh under another run.id)"
                 )
+            # A run saved with sides the config does not have (other sub-agent types) cannot go on under it; a side
+            # that never did anything is no such side (earlier versions saved "sub": 0 for the single agent too).
+            versions = saved["versions"]
+            ready = [side for sides_ready in saved["open"].values() for side in sides_ready]
+            stray = [side for side in versions if side not in sides and (int(versions[side]) > 0 or side in ready)]
+            if stray:
+                raise ValueError(
+                    f"the saved controller cursor is of a run with sides {', '.join(versions)}; the config has "
+                    f"{', '.join(sides)}: resume it with its own config (agents.subs), or start afresh"
+                )
             cursor.next, cursor.finished = int(saved["next"]), bool(saved["finished"])
             cursor.open = {int(step): list(ready) for step, ready in saved["open"].items()}
-            cursor.versions = {side: int(v) for side, v in saved["versions"].items()}
+            cursor.versions |= {side: int(v) for side, v in versions.items() if side in sides}
         return cursor
 
     def to_json(self) -> str:
@@ -132,7 +145,7 @@ class StepCursor:
 
     def record_version(self, side: str, version: int) -> None:
         """A version `side`'s learner produced: the newest one wins (a repeat or a late report is older)."""
-        self.versions[side] = max(version, self.versions[side])
+        self.versions[side] = max(version, self.versions.get(side, 0))
 
     def side_ready(self, side: str, step: int) -> Readiness:
         """`side` is done with `step` (its gate message arrived). The last side closes the step; closing the

@@ -5,7 +5,8 @@ All K·n episodes of n queries run batched on M's engine (rollout/driver.py); de
 sub-agents over NATS (subtasks.py), tool calls to `reason` on M's own model. Each rollout is
 scored where the gold answer is (r_format, r_correct, R_M: rollout/scoring.py) and yields:
 - M's trajectory, for the main side's stream only;
-- its RewardStats (scalars and the call ids of S's trajectories), the only numbers that cross sides;
+- its RewardStats per sub-agent type (scalars and the call ids of that type's trajectories), the only numbers
+  that cross sides, each to its type's side;
 and each query a QueryDone for the controller.
 """
 
@@ -16,7 +17,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mgrpo_actors.agents.delegation import DELEGATE_TOOL_NAME
 from mgrpo_actors.agents.episode import EpisodeRecord, ToolCall
 from mgrpo_actors.agents.main import main_episode
 from mgrpo_actors.agents.single import single_episode
@@ -39,7 +39,7 @@ class QueryOutcome:
     request: RolloutRequest
     attempt: str
     trajectories: list[Trajectory]  # K main trajectories (main side only)
-    stats: list[RewardStats]  # K scalar records (cross to the sub side)
+    stats: dict[str, list[RewardStats]]  # per sub-agent type K scalar records (cross to that type's side)
     done: QueryDone  # progress for the controller
 
 
@@ -55,14 +55,13 @@ def question_of(request: RolloutRequest) -> Question:
     )
 
 
-def _sub_call_ids(record: EpisodeRecord, subtasks: BusSubtasks | None) -> list[str]:
-    """The wire call ids of this rollout's delegations whose sub trajectory is on the sub side, in call order."""
-    if subtasks is None:  # the single agent delegates nothing
-        return []
+def _sub_call_ids(record: EpisodeRecord, subtasks: BusSubtasks, sub_type: str) -> list[str]:
+    """The wire call ids of this rollout's delegations to `sub_type` whose trajectory is on that type's side, in
+    call order."""
     delegated = [
         turn.action.call_id
         for turn in record.turns
-        if isinstance(turn.action, ToolCall) and turn.action.name == DELEGATE_TOOL_NAME
+        if isinstance(turn.action, ToolCall) and subtasks.delegates.types.get(turn.action.name) == sub_type
     ]
     answered = [subtasks.answered[call_id] for call_id in delegated if call_id in subtasks.answered]
     return [a.wire_call_id for a in answered if a.has_trajectory]
@@ -79,9 +78,9 @@ def _query_outcome(
 ) -> QueryOutcome:
     scores = score_main(records, question_of(request), cfg.main.max_turns, cfg.rewards, cfg.correct)
     ids = {"run_id": request.run_id, "step": request.step, "query_id": request.query_id}
-    trajectories, stats = [], []
+    sub_types = list(dict.fromkeys(subtasks.delegates.types.values())) if subtasks is not None else []
+    trajectories, stats = [], {sub_type: [] for sub_type in sub_types}  # the single agent: no sub side, no stats
     for k, (record, score) in enumerate(zip(records, scores, strict=True)):
-        calls = _sub_call_ids(record, subtasks)
         trajectories.append(
             trajectory_to_wire(
                 record.trajectory,
@@ -98,52 +97,61 @@ def _query_outcome(
                 r_correct=score.r_correct,
             )
         )
-        stats.append(
-            RewardStats(
-                **ids,
-                rollout_index=k,
-                reward_main=score.reward,
-                r_format=score.r_format,
-                r_correct=score.r_correct,
-                num_sub_calls=len(calls),
-                sub_call_ids=calls,
-                attempt=attempt,
+        for sub_type in sub_types:  # R_M and r_correct(M) are shared; the calls are the type's own
+            assert subtasks is not None
+            calls = _sub_call_ids(record, subtasks, sub_type)
+            stats[sub_type].append(
+                RewardStats(
+                    **ids,
+                    rollout_index=k,
+                    reward_main=score.reward,
+                    r_format=score.r_format,
+                    r_correct=score.r_correct,
+                    num_sub_calls=len(calls),
+                    sub_call_ids=calls,
+                    attempt=attempt,
+                )
             )
-        )
     done = QueryDone(
         **ids,
         attempt=attempt,
         num_rollouts=len(records),
-        sub_calls=sum(s.num_sub_calls for s in stats),
+        sub_calls=sum(s.num_sub_calls for per_type in stats.values() for s in per_type),
         seconds=seconds,
         node=node,
-        correct_rollouts=sum(s.r_correct >= 1.0 for s in stats),  # full credit from the judge
-        reward_mean=sum(s.reward_main for s in stats) / len(stats) if stats else 0.0,
+        correct_rollouts=sum(s.r_correct >= 1.0 for s in scores),  # full credit from the judge
+        reward_mean=sum(s.reward for s in scores) / len(scores) if scores else 0.0,
     )
     return QueryOutcome(request, attempt, trajectories, stats, done)
 
 
-def failed_outcome(request: RolloutRequest, attempt: str, error: str, node: str) -> QueryOutcome:
-    """Every rollout of the query recorded as failed: reward 0, weight 0, counted (never dropped silently)."""
+def failed_outcome(
+    request: RolloutRequest, attempt: str, error: str, node: str, sub_types: Sequence[str]
+) -> QueryOutcome:
+    """Every rollout of the query recorded as failed: reward 0, weight 0, counted (never dropped silently), and
+    so reported to each of `sub_types` (none for the single agent)."""
     ids = {"run_id": request.run_id, "step": request.step, "query_id": request.query_id}
     trajectories = [
         failed_trajectory(error, **ids, side="main", rollout_index=k, call_id="", attempt=attempt)
         for k in range(request.num_rollouts)
     ]
-    stats = [
-        RewardStats(
-            **ids,
-            rollout_index=k,
-            reward_main=0.0,
-            r_format=0.0,
-            r_correct=0.0,
-            num_sub_calls=0,
-            sub_call_ids=[],
-            attempt=attempt,
-            failed=True,
-        )
-        for k in range(request.num_rollouts)
-    ]
+    stats = {
+        sub_type: [
+            RewardStats(
+                **ids,
+                rollout_index=k,
+                reward_main=0.0,
+                r_format=0.0,
+                r_correct=0.0,
+                num_sub_calls=0,
+                sub_call_ids=[],
+                attempt=attempt,
+                failed=True,
+            )
+            for k in range(request.num_rollouts)
+        ]
+        for sub_type in sub_types
+    }
     done = QueryDone(
         **ids, attempt=attempt, num_rollouts=request.num_rollouts, failed_rollouts=request.num_rollouts, node=node
     )
@@ -170,15 +178,21 @@ def run_main_rollouts(
     episode = main_episode if subtasks is not None else single_episode
     if subtasks is not None:
         subtasks.requests, subtasks.answered = attempts, {}
+    delegates = {"delegates": subtasks.delegates} if subtasks is not None else {}
     episodes = {
         attempt: [
-            episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}")
+            episode(request.question, model.tokenizer, tools, cfg.main, k, episode_id=f"{attempt}.r{k}", **delegates)
             for k in range(request.num_rollouts)
         ]
         for attempt, request in attempts.items()
     }
     run_episodes(
-        [e for batch in episodes.values() for e in batch], model.engine, execute_tools, delegate=subtasks, seed=seed
+        [e for batch in episodes.values() for e in batch],
+        model.engine,
+        execute_tools,
+        delegate=subtasks,
+        seed=seed,
+        **delegates,
     )
     seconds = time.perf_counter() - started
     return [

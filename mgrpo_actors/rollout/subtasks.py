@@ -1,6 +1,7 @@
 """`BusSubtasks`: M's `Delegate` (agents/delegation.py) over NATS: each delegation becomes a
-SubtaskRequest to the sub-agents' queue group, all of a turn batch in flight at once, retried on
-another instance after a timeout (calls.py). M reads back only S's SubtaskResult.
+SubtaskRequest to the queue group of its sub-agent type's sub-agents (on that type's subject, naming that
+type's policy version), all of a turn batch in flight at once, retried on another instance after a timeout
+(calls.py). M reads back only S's SubtaskResult.
 
 A retry carries a new wire call id (`<call id>~<attempt>`) so that a slow first sub-agent that answers
 late cannot be mistaken for the one that answered; `answered` records, per M call id, the wire call id
@@ -13,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mgrpo_actors.agents.delegation import DelegationRequest
+from mgrpo_actors.agents.delegation import ONE_TYPE, Delegates, DelegationRequest
 from mgrpo_actors.rollout.calls import CallStats, request_all
 from mgrpo_actors.runtime import Bus
 from protocols import RolloutRequest, SubtaskRequest, SubtaskResult
@@ -42,21 +43,30 @@ class Answered:
 
 
 class BusSubtasks:
-    """A Delegate for the main agents of several queries at once; `requests` maps attempt -> its request."""
+    """A Delegate for the main agents of several queries at once; `requests` maps attempt -> its request.
+    sub_versions() gives each sub-agent type's policy version the batch is rolled out with."""
 
     def __init__(
-        self, bus: Bus, timeout_s: float, retries: int, stats: CallStats, sub_version: Callable[[], int]
+        self,
+        bus: Bus,
+        timeout_s: float,
+        retries: int,
+        stats: CallStats,
+        sub_versions: Callable[[], dict[str, int]],
+        delegates: Delegates = ONE_TYPE,
     ) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
         self.retries = retries
         self.stats = stats
-        self.sub_version = sub_version
+        self.sub_versions = sub_versions
+        self.delegates = delegates  # M's delegate tools, and the sub-agent type each goes to
         self.requests: dict[str, RolloutRequest] = {}
         self.answered: dict[str, Answered] = {}
 
     def __call__(self, delegations: Sequence[DelegationRequest]) -> list[SubtaskResult]:
-        subjects = [self.bus.subjects.subtask_requests] * len(delegations)
+        subjects = [self.bus.subjects.subtask_requests_of(d.sub_type) for d in delegations]
+        versions = self.sub_versions()
 
         def request(index: int, attempt: int) -> SubtaskRequest:
             delegation = delegations[index]
@@ -69,7 +79,7 @@ class BusSubtasks:
                 call_id=wire_call_id(delegation.call_id, attempt),
                 task=delegation.task,
                 context=delegation.context,
-                sub_version=self.sub_version(),
+                sub_version=versions.get(delegation.sub_type, 0),
             )
 
         results = []

@@ -38,7 +38,8 @@ from mgrpo_actors.runtime.slow_consumers import SlowConsumers
 from mgrpo_actors.runtime.store_full import StoreWatch
 from mgrpo_actors.runtime.subscription import Subscription, mailbox_feeder
 from mgrpo_actors.runtime.targets import Target
-from protocols import DEFAULT_MAX_BYTES, Message, Subjects, encode
+from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, Message, Subjects, encode
+from protocols.durables import durables, work_durables
 
 __all__ = ["Bus", "Subscription"]
 
@@ -72,11 +73,15 @@ class Bus(JetStreamCalls):
         pending_bytes_limit: int = 64 * 1024 * 1024,
         security: ConnectSecurity | None = None,
         store_dir: str | os.PathLike[str] | None = None,
+        sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,),
     ) -> None:
         """store_dir: the JetStream store of the server this process started (EmbeddedNats.jetstream_dir), so a
-        write it leaves unanswered on a full disk stops the run saying so (runtime/store_full.py)."""
+        write it leaves unanswered on a full disk stops the run saying so (runtime/store_full.py). sub_types: the
+        run's sub-agent types (NodeConfig.sub_types), whose sides' subjects and durables the bus names."""
         self.url = url
-        self.subjects = Subjects(run_id)
+        self.subjects = Subjects(run_id, sub_types)
+        self.durables = durables(sub_types)  # the run's durable consumers by name (protocols/durables.py)
+        self.work_durables = work_durables(sub_types)
         self.run_id = run_id
         self.node = node
         self.max_bytes = max_bytes

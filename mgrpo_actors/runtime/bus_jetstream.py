@@ -27,7 +27,7 @@ from mgrpo_actors.runtime.retention import ack_floor, purge_below
 from mgrpo_actors.runtime.store_full import StoreWatch
 from mgrpo_actors.runtime.targets import Target
 from protocols import Message, Subjects
-from protocols.durables import DURABLES, WORK_DURABLES
+from protocols.durables import DurableSpec
 
 if TYPE_CHECKING:
     from mgrpo_actors.runtime.audit import DeliveryLog
@@ -44,6 +44,8 @@ class JetStreamCalls:
     url: str
     run_id: str
     subjects: Subjects
+    durables: dict[str, DurableSpec]
+    work_durables: tuple[str, ...]
     max_bytes: int
     loop: BusLoop
     audit: DeliveryLog | None
@@ -175,9 +177,9 @@ class JetStreamCalls:
             )
 
     def _work_stream(self, durable: str) -> str:
-        if durable not in WORK_DURABLES:
+        if durable not in self.work_durables:
             raise ValueError(f"{durable!r} is not the one reader of its stream: nothing of it may be purged")
-        return self.subjects.stream(DURABLES[durable].stream)
+        return self.subjects.stream(self.durables[durable].stream)
 
     def _consumed_work_failed(self, stream: str, exc: BaseException) -> None:
         # Said once per stream. Refused (a deployment rendered before its users could purge): never tried again,

@@ -82,7 +82,13 @@ def _stats(run_id: str, query: str, k: int, attempt: str, calls: list[str], **fi
 
 def _plan(run_id: str, queries: list[str], k: int) -> StepPlan:
     return StepPlan(
-        run_id=run_id, step=0, query_ids=queries, num_rollouts=k, main_version=0, sub_version=0, started_at=time.time()
+        run_id=run_id,
+        step=0,
+        query_ids=queries,
+        num_rollouts=k,
+        main_version=0,
+        sub_versions={"sub": 0},
+        started_at=time.time(),
     )
 
 

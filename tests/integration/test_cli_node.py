@@ -13,7 +13,7 @@ import yaml
 
 from actors.roles import ROLES
 from mgrpo_actors.runtime import NoResponders, RequestTimeout
-from protocols import Event, NodeInfo, NodePing, ToolRequest, ToolResult, decode
+from protocols import SCHEMA_VERSION, Event, NodeInfo, NodePing, ToolRequest, ToolResult, decode
 from tests.helpers import closed_port_url, run_script, start_script, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ def test_version_prints_the_schema_and_packages():
     result = run_script("mgrpo-node", "--version")
     assert result.returncode == 0
     versions = yaml.safe_load(result.stdout)
-    assert versions["schema"] == "1" and "nats-py" in versions and "pykka" in versions
+    assert versions["schema"] == str(SCHEMA_VERSION) and "nats-py" in versions and "pykka" in versions
 
 
 # ---- a running node -------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_tool_node_answers_pings_and_tool_requests_then_stops_on_sigterm(tool_no
     assert ping.returncode == 0, ping.stderr
     lines = [json.loads(line) for line in ping.stdout.splitlines() if line.strip()]
     assert [(n["node"], n["roles"], n["pid"]) for n in lines] == [("node-a", ["tool"], tool_node.pid)]
-    assert lines[0]["versions"]["schema"] == "1" and lines[0]["dead_letters"] == 0
+    assert lines[0]["versions"]["schema"] == str(SCHEMA_VERSION) and lines[0]["dead_letters"] == 0
 
     tool_node.send_signal(signal.SIGTERM)
     assert tool_node.wait(timeout=30) == 0, tool_node.stderr.read()[-3000:]

@@ -78,7 +78,7 @@ def test_an_aligner_that_finds_its_step_published_announces_it_again(bus, actors
     actors.append(MainAlignerActor.start_ready(bus, config))
     bus.js_publish(
         bus.subjects.step_start,
-        StepPlan(run_id=run_id, step=0, query_ids=["q"], num_rollouts=2, main_version=0, sub_version=0),
+        StepPlan(run_id=run_id, step=0, query_ids=["q"], num_rollouts=2, main_version=0, sub_versions={"sub": 0}),
     )
     wait_until(lambda: ready, timeout_s=15)
     assert ready[0].step == 0 and ready[0].num_samples == 4 and ready[0].batch_id == f"{run_id}-main-step0"

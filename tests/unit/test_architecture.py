@@ -94,7 +94,7 @@ def test_packages_by_stage_and_no_pipeline_layer():
 
 # actors/: the composition root (the node, its role table, the `mgrpo` entry, the node's own ping
 # answerer), the role modules named in the role table, and the two bases their shells share.
-COMPOSITION_ROOT = {"actors", "actors.cli", "actors.node", "actors.node_info", "actors.roles"}
+COMPOSITION_ROOT = {"actors", "actors.cli", "actors.node", "actors.node_checks", "actors.node_info", "actors.roles"}
 ROLE_BASES = {"actors.agent", "actors.aligner"}
 
 

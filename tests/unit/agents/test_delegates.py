@@ -98,3 +98,14 @@ def test_the_driver_sends_each_call_to_its_type_and_refuses_the_one_type_name():
     assert [(r.rollout_index, r.sub_type) for r in seen] == [(0, "calculator"), (1, "searcher")]
     refused = episodes[2].record().turns[0].tool_result
     assert refused.startswith("Error: unknown tool 'delegate'; known tools: reason, delegate_searcher")
+
+
+def test_the_worked_example_delegates_to_the_first_type_that_reads_the_web():
+    assert TWO.example == "delegate_searcher" and ONE_TYPE.example == "delegate"
+    calculator_first = Delegates.of({"calculator": "computes.", "searcher": None}, readers=("searcher",))
+    assert calculator_first.example == "delegate_searcher"
+    none_reads = Delegates.of({"calculator": "computes.", "counter": "counts."}, readers=())
+    assert none_reads.example is None
+    tokenizer = tiny_tokenizer()
+    episode = main_episode("Q?", tokenizer, web_tools(small_web()), AgentConfig(), 0, delegates=none_reads)
+    assert "Castellan Bridge" not in tokenizer.decode(episode.next_prompt_ids())  # no worked example to copy

@@ -15,7 +15,7 @@ from protocols import RewardStats, StepPlan, Trajectory
 
 ATTEMPT = "aaaaaaaaaaaa"
 CALL = f"{ATTEMPT}.r0.t1"
-PLAN = StepPlan(run_id="r", step=0, query_ids=["q0", "q1"], num_rollouts=1, main_version=0, sub_version=0)
+PLAN = StepPlan(run_id="r", step=0, query_ids=["q0", "q1"], num_rollouts=1, main_version=0, sub_versions={"sub": 0})
 
 
 class Aligner:

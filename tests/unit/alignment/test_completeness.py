@@ -11,7 +11,7 @@ from mgrpo_actors.alignment.sub import observe_step, sub_complete, unknown_quest
 from mgrpo_actors.envs.qa import Question
 from protocols import RewardStats, StepPlan
 
-PLAN = StepPlan(run_id="run", step=1, query_ids=["q1", "q2"], num_rollouts=2, main_version=0, sub_version=0)
+PLAN = StepPlan(run_id="run", step=1, query_ids=["q1", "q2"], num_rollouts=2, main_version=0, sub_versions={"sub": 0})
 
 
 def stats(query, k, calls=(), failed=False):

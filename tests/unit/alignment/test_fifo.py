@@ -26,7 +26,12 @@ QUESTIONS = {"q1": QUESTION}  # q2 has no evidence: its R_S is 0 here all the sa
 
 def plan(step, k=2, query_ids=("q1",)):
     return StepPlan(
-        run_id="run", step=step, query_ids=list(query_ids), num_rollouts=k, main_version=step, sub_version=step
+        run_id="run",
+        step=step,
+        query_ids=list(query_ids),
+        num_rollouts=k,
+        main_version=step,
+        sub_versions={"sub": step},
     )
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from actors.sub_aligner import SubAlignerActor
 from mgrpo_actors.alignment.fifo_queue import FifoQueue
-from mgrpo_actors.alignment.fifo_store import HEAD_KEY, QueueStore, chunk_key
+from mgrpo_actors.alignment.fifo_store import HEAD_KEY, QueueStore, chunk_key, head_key
+from protocols import AlignedBatch, decode
 from tests.unit.alignment.test_fifo import build
 
 MAX_BYTES = 64 * 1024 + 100  # beyond the chunk overhead, room for one of these small samples per chunk
@@ -39,8 +40,8 @@ def leftovers_of_step0():
     return build(0, FifoQueue(), arrivals)[2]
 
 
-def committed(kv, left, run_id="run"):
-    store = QueueStore(kv, MAX_BYTES)
+def committed(kv, left, run_id="run", side="sub"):
+    store = QueueStore(kv, MAX_BYTES, side=side)
     store.save(left, run_id)
     store.advance(left)
     return store
@@ -102,6 +103,45 @@ def test_a_missing_chunk_is_an_error_not_a_shorter_queue():
     del kv.values[chunk_key(0, 1)]
     with pytest.raises(LookupError, match="fifo.sub.0.1"):
         QueueStore(kv, MAX_BYTES).restore(published=lambda step: True)
+
+
+def test_the_default_types_keys_are_those_it_had_alone():
+    assert HEAD_KEY == head_key() == head_key("sub") == "fifo.sub.head"
+    assert chunk_key(3, 1) == chunk_key(3, 1, "sub") == "fifo.sub.3.1"
+    kv = Kv()
+    committed(kv, leftovers_of_step0())
+    assert sorted(kv.values) == ["fifo.sub.0.0", "fifo.sub.0.1", "fifo.sub.0.2", "fifo.sub.head"]
+
+
+def test_a_types_queue_is_saved_under_its_own_keys():
+    assert (head_key("calculator"), chunk_key(3, 1, "calculator")) == ("fifo.calculator.head", "fifo.calculator.3.1")
+    kv = Kv()
+    committed(kv, leftovers_of_step0(), side="calculator")
+    assert sorted(kv.values) == [
+        "fifo.calculator.0.0",
+        "fifo.calculator.0.1",
+        "fifo.calculator.0.2",
+        "fifo.calculator.head",
+    ]
+    chunk = decode(kv.values["fifo.calculator.0.0"])
+    assert isinstance(chunk, AlignedBatch) and chunk.side == "calculator"
+    assert chunk.batch_id.startswith("run-calculator-queue0")
+
+
+def test_each_type_restores_its_own_queue():
+    kv, left = Kv(), leftovers_of_step0()
+    calculator = committed(kv, left, side="calculator")
+    _, _, left1 = build(1, calculator.queue, [("q1", 0, 0)] * 3)  # leaves 2
+    calculator.save(left1, "run")
+    calculator.advance(left1)
+    committed(kv, left, side="searcher")  # a second type beside it: step 0's 3 rows
+    restored = {side: QueueStore(kv, MAX_BYTES, side=side) for side in ("calculator", "searcher", "sub")}
+    for store in restored.values():
+        store.restore(published=lambda step: True)
+    assert (restored["calculator"].queue.step, len(restored["calculator"].queue.rows)) == (1, 2)
+    assert [r.sample_id for r in restored["searcher"].queue.rows] == [r.sample_id for r in left.rows]
+    assert restored["sub"].queue == FifoQueue()  # the default type saved nothing
+    assert not [key for key in kv.values if key.startswith("fifo.calculator.0.")]  # only the calculator's step 0
 
 
 def test_the_sub_aligner_builds_one_step_at_a_time_from_the_queue():

@@ -15,7 +15,9 @@ def piece(attempt="a1", name="t"):
 
 
 def plan(step=0, query_ids=("q1",), k=2):
-    return StepPlan(run_id="run", step=step, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_version=0)
+    return StepPlan(
+        run_id="run", step=step, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_versions={"sub": 0}
+    )
 
 
 class Kv:

@@ -24,7 +24,9 @@ def build_main_batch(plan, trajectories, cfg):  # noqa: ANN001, ANN201
 
 
 def plan(query_ids=("q1",), k=3, step=4):
-    return StepPlan(run_id="run", step=step, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_version=0)
+    return StepPlan(
+        run_id="run", step=step, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_versions={"sub": 0}
+    )
 
 
 def traj(query, k, format_ok=True, r_correct=0.0, n_tokens=3, failed=False, attempt="att", version=5):

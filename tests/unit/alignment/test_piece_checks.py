@@ -9,7 +9,7 @@ import pytest
 from mgrpo_actors.alignment.piece_checks import named_reason, plan_reason, stats_reason, trajectory_reason
 from protocols import RewardStats, StepPlan, Trajectory
 
-PLAN = StepPlan(run_id="run", step=3, query_ids=["q0", "q1"], num_rollouts=2, main_version=0, sub_version=0)
+PLAN = StepPlan(run_id="run", step=3, query_ids=["q0", "q1"], num_rollouts=2, main_version=0, sub_versions={"sub": 0})
 ATTEMPT = "0123456789ab"
 
 

@@ -33,7 +33,9 @@ TASK = "Where was Mary Somerville born?"  # M already names Mary Somerville: ech
 
 
 def plan(k=2, query_ids=("q1",)):
-    return StepPlan(run_id="run", step=3, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_version=0)
+    return StepPlan(
+        run_id="run", step=3, query_ids=list(query_ids), num_rollouts=k, main_version=0, sub_versions={"sub": 0}
+    )
 
 
 def stats(k, calls, m_format=True, m_correct=1.0, failed=False, query="q1"):

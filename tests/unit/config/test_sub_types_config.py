@@ -12,6 +12,7 @@ from mgrpo_actors.config import ConfigError, NodeConfig, from_dict, load_config,
 from mgrpo_actors.config.runnable import load_node_config
 
 TWO_TYPES = [
+    "tools.serve=[search, visit, calculator]",
     "agents.sub.max_turns=4",
     "agents.subs.searcher.model=tiny:sub",
     "agents.subs.calculator.tools=[calculator]",
@@ -87,7 +88,13 @@ def test_a_printed_config_loads_back_to_the_same_config():
         (["agents.subs.web-reader.model=smollm2"], "sub-agent type 'web-reader' is invalid"),
         (["agents.subs.main.model=smollm2"], "sub-agent type 'main' is reserved"),
         (["learners.subs.reader.lr=1e-4"], r"learners.subs names \['reader'\], not sub-agent types of agents.subs"),
-        (["agents.subs.calc.tools=[abacus]"], r"agents.subs.calc.tools names \['abacus'\], which no node can serve"),
+        (["agents.subs.calc.tools=[abacus]"], r"agents.subs.calc.tools names \['abacus'\], which the tool nodes do"),
+        (
+            ["agents.subs.calc.tools=[calculator]", "agents.subs.calc.description=sums"],
+            r"agents.subs.calc.tools names \['calculator'\], which the tool nodes do not serve \(tools.serve: search",
+        ),
+        (["tools.serve=[calculator]", "agents.subs.calc.tools=[calculator]"], "agents.subs.calc.description is null"),
+        (["run.method=single-agent", "agents.subs.searcher.model=smollm2"], "agents.subs must stay empty"),
         (["agents.subs.calc.description= "], "agent description must not be blank"),
         (["agents.sub.tools=[search]"], r"agents\.sub\.tools must stay null"),
         (["agents.sub.description=reads"], r"agents\.sub\.description must stay null"),
@@ -102,24 +109,55 @@ def test_what_is_refused_is_named(overrides, message):
 
 def test_a_tool_of_tools_extra_can_be_a_types_tool():
     config = load_config(
-        NodeConfig, None, ["tools.extra=[{name: abacus, factory: 'pkg.mod:Abacus'}]", "agents.subs.calc.tools=[abacus]"]
+        NodeConfig,
+        None,
+        [
+            "tools.extra=[{name: abacus, factory: 'pkg.mod:Abacus'}]",
+            "tools.serve=[search, visit, abacus]",
+            "agents.subs.calc.tools=[abacus]",
+            "agents.subs.calc.description=counts beads",
+        ],
     )
     assert config.sub_tools("calc") == ("abacus",)
 
 
-def test_the_commands_loader_refuses_several_types_naming_them():
-    with pytest.raises(ConfigError, match="sub-agent types searcher, calculator: their config loads and validates"):
-        load_node_config(None, TWO_TYPES)
+@pytest.mark.parametrize("command", ["mgrpo rollout", "mgrpo eval", "mgrpo compare", "mgrpo warmup"])
+def test_a_command_that_rolls_out_in_one_process_refuses_the_types_naming_them(command):
+    with pytest.raises(ConfigError, match=f"sub-agent types searcher, calculator; {command} runs the one default"):
+        load_node_config(None, TWO_TYPES, command)
+
+
+@pytest.mark.parametrize("command", ["mgrpo run", "mgrpo-node"])
+def test_the_pipeline_commands_take_the_types(command):
+    assert load_node_config(None, TWO_TYPES, command).sub_types == ("searcher", "calculator")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "what"),
+    [
+        (["warmup.steps=2"], "supervised warm start"),
+        (["pipeline.question_pool=2", "pipeline.pool_probe_rollouts=2"], "pool probe"),
+    ],
+)
+def test_the_warm_start_and_the_pool_probe_refuse_the_types(overrides, what):
+    with pytest.raises(ConfigError, match=f"sub-agent types searcher, calculator; the {what}"):
+        load_node_config(None, [*TWO_TYPES, *overrides], "mgrpo run")
 
 
 def test_the_commands_loader_takes_one_type_configs_as_before():
-    config = load_node_config("deploy/configs/make-run.yaml", ["run.seed=3"])
+    config = load_node_config("deploy/configs/make-run.yaml", ["run.seed=3"], "mgrpo eval")
     assert config == load_config(NodeConfig, "deploy/configs/make-run.yaml", ["run.seed=3"])
     assert config.sub_types == ("sub",)
 
 
-def test_mgrpo_node_exits_2_with_the_message(capsys):
-    from actors.node import main
+def test_two_subs_yaml_loads_with_its_two_types():
+    config = load_node_config("deploy/configs/two-subs.yaml", [], "mgrpo run")
+    assert config.sub_types == ("searcher", "calculator")
+    assert config.sub_tools("calculator") == ("calculator",) and config.sub_tools("searcher") == ("search", "visit")
 
-    assert main(["--role", "tool", *(f"--set={item}" for item in TWO_TYPES)]) == 2
-    assert "sub-agent types searcher, calculator" in capsys.readouterr().err
+
+def test_mgrpo_eval_exits_2_with_the_message(capsys):
+    from mgrpo_actors.cli.parser import main
+
+    assert main(["eval", *(f"--set={item}" for item in TWO_TYPES)]) == 2
+    assert "mgrpo eval runs the one default sub-agent type" in capsys.readouterr().err

@@ -165,7 +165,7 @@ def test_non_finite_float_allowed_where_not_marked_finite():
         (
             Trajectory(
                 run_id="r",
-                side="left",
+                side="Left-hand",
                 step=0,
                 query_id="q",
                 rollout_index=0,
@@ -176,7 +176,7 @@ def test_non_finite_float_allowed_where_not_marked_finite():
                 logprobs=[],
             ),
             "Trajectory.side",
-            "not one of",
+            "is not a side",
         ),
     ],
 )

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols import MESSAGE_TYPES, SCHEMA_VERSION, Message, ProtocolError, Trajectory, decode, encode
+from protocols.subjects import side_problem, sub_types_problem
 from tests.strategies import any_message, message_strategy, simple_message
 
 _DTYPE_CODES = {"int32": 1, "int64": 2, "uint8": 3, "float32": 4, "float16": 5, "bool": 6}
@@ -164,7 +165,7 @@ def test_a_hand_built_envelope_decodes():
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"v": 2}, "<envelope>.v"),
+        ({"v": SCHEMA_VERSION + 1}, "<envelope>.v"),
         ({"v": 0}, "<envelope>.v"),
         ({"v": "1"}, "<envelope>.v"),
         ({"v": None}, "<envelope>.v"),
@@ -233,7 +234,9 @@ def _wrong_values(cls: type[Message], f: dataclasses.Field) -> list[Any]:
     if origin is dict:
         if args[1] is Any:
             return [[1, 2], "a string", {1: "int key"}, {"k": ext_array("int32", [1])}]
-        return [[1, 2], "a string", {"k": b"\x00" if args[1] is str else "x"}]
+        wrong_maps = [[1, 2], "a string", {"k": b"\x00" if args[1] is str else "x"}]
+        by_type = f.metadata.get("valid") is sub_types_problem
+        return [*wrong_maps, {"main": 1}, {"Bad-Type": 1}] if by_type else wrong_maps
     wrong = {
         str: [7, b"bytes", None, ["x"]],
         int: ["7", 7.5, True, None],
@@ -243,6 +246,8 @@ def _wrong_values(cls: type[Message], f: dataclasses.Field) -> list[Any]:
     }[hint]
     if f.metadata.get("choices"):
         wrong = [*wrong, "definitely-not-a-choice"]
+    if f.metadata.get("valid") is side_problem:
+        wrong = [*wrong, "Not-A-Side", "tool"]
     if f.metadata.get("finite"):
         wrong = [*wrong, float("nan"), float("inf")]
     return wrong
