@@ -13,10 +13,10 @@ import yaml
 
 from mgrpo_actors.runtime import Bus
 from mgrpo_actors.runtime.stream_reader import follow_stream
-from protocols import Event, Message, ProtocolError, decode
+from protocols import AlignedBatch, Event, Message, ProtocolError, decode
 from tests.helpers import REPO, start_script, stop_process, wait_until
 
-__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream", "received"]
+__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream", "received", "side_batches"]
 
 RULE_ENGINE = "tests.pipeline_policy:rule_engine"
 
@@ -90,6 +90,10 @@ class NodeProcesses:
     def output(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text()
 
+    def tails(self, chars: int = 1500) -> str:
+        """The last `chars` of every node's output, each under its name (for a failed wait's message)."""
+        return "\n".join(f"--- {name}\n{self.output(name)[-chars:]}" for name in self.procs)
+
     def stop_all(self) -> dict[str, int]:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -130,6 +134,11 @@ class EventLog:
 
     def wait_for(self, kind: str, timeout_s: float, describe: Any = "") -> Event:
         return wait_until(lambda: (self.kinds(kind) or [None])[0], timeout_s=timeout_s, what=describe)
+
+
+def side_batches(bus: Bus, side: str) -> list[AlignedBatch]:
+    """Every AlignedBatch on `side`'s batch stream (its chunks as they are stored)."""
+    return [m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)]
 
 
 def read_stream(bus: Bus, stream: str, subject: str = ">") -> list[Message]:

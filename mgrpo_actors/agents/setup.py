@@ -89,8 +89,9 @@ def load_agent(cfg: AgentConfig) -> AgentModel:
     return AgentModel(make_engine(cfg.engine, model, tokenizer, engine_config(cfg)), tokenizer)
 
 
-def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
-    """(M's r_correct judge, S's r_expert judge or None when β3 is folded), docs/method.md §Rewards."""
+def make_judges(agents: AgentsConfig, sub: AgentConfig | None = None) -> tuple[Judge, Judge | None]:
+    """(M's r_correct judge, the r_expert judge of S, or of sub-agent type `sub`, or None when β3 is folded),
+    docs/method.md §Rewards."""
     llm = OpenAICompatibleJudge(agents.llm_judge) if agents.llm_judge is not None else None
     rules: dict[str, Judge] = {
         "exact-match": ExactMatchJudge(),
@@ -98,15 +99,16 @@ def make_judges(agents: AgentsConfig) -> tuple[Judge, Judge | None]:
         "token-f1": TokenF1Judge(),
     }
     correct: Judge = rules.get(agents.correct_judge) or llm  # type: ignore[assignment]
-    expert = {"contains-reference": ContainsReferenceJudge(), "llm": llm, "none": None}[agents.expert_judge]
+    expert_judge = (sub.expert_judge if sub is not None else None) or agents.expert_judge
+    expert = {"contains-reference": ContainsReferenceJudge(), "llm": llm, "none": None}[expert_judge]
     return correct, expert
 
 
 def rollout_config(agents: AgentsConfig, algo: AlgoConfig, sub: AgentConfig | None = None) -> RolloutConfig:
     """Budgets, sampling, reward weights and judges of M and a sub-agent type (`sub`; None: agents.sub, the one
     default type)."""
-    correct, expert = make_judges(agents)
     sub = agents.sub if sub is None else sub
+    correct, expert = make_judges(agents, sub)
     return RolloutConfig(main=agents.main, sub=sub, rewards=algo.rewards, correct=correct, expert=expert)
 
 

@@ -85,6 +85,9 @@ class AgentConfig:
     description: str | None = None
     """a sub-agent type of agents.subs: what its delegate tool tells M it does (M sees one delegate tool per type);
     None = the default sub-agent's ("can search and read web pages")"""
+    expert_judge: Literal["contains-reference", "llm", "none"] | None = None
+    """a sub-agent type of agents.subs: the r_expert judge of its findings (none, for one whose findings no page holds,
+    e.g. a calculator: β3 is folded into β2 for it); None = agents.expert_judge"""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """the vllm engine's GPU memory share, context length and CUDA graphs (engine vllm only)"""
 
@@ -160,7 +163,14 @@ class AgentsConfig:
     learners.<side>.torch_threads"""
 
     def __post_init__(self) -> None:
-        if "llm" in (self.correct_judge, self.expert_judge) and self.llm_judge is None:
+        for key, agent in (("main", self.main), ("sub", self.sub)):
+            if agent.expert_judge is not None:
+                raise ValueError(
+                    f"agents.{key}.expert_judge must stay null: agents.expert_judge judges S; a sub-agent type of "
+                    "agents.subs may choose its own"
+                )
+        typed = [agent.expert_judge for agent in self.subs.values()]
+        if "llm" in (self.correct_judge, self.expert_judge, *typed) and self.llm_judge is None:
             raise ValueError("agents.llm_judge (base_url, model) is required when a judge is 'llm'")
         unknown = [name for name in self.main.tools or () if name not in SINGLE_AGENT_TOOLS]
         if unknown:

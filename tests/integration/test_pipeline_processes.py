@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from protocols import SAMPLE_KINDS, AlignedBatch, RewardStats, Trajectory
-from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, side_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -48,21 +48,13 @@ def finished_run(nats_server, tmp_path_factory):
     try:
         for name, roles in TOPOLOGY.items():
             nodes.start(name, *roles)
-        events.wait_for("run.finished", timeout_s=300, describe=lambda: _tails(nodes))
+        events.wait_for("run.finished", timeout_s=300, describe=lambda: nodes.tails())
         codes = nodes.stop_all()
-        assert all(code == 0 for code in codes.values()), (codes, _tails(nodes))
+        assert all(code == 0 for code in codes.values()), (codes, nodes.tails())
         yield bus, run_id, tmp, events
     finally:
         nodes.stop_all()
         bus.close()
-
-
-def _tails(nodes: NodeProcesses) -> str:
-    return "\n".join(f"--- {name}\n{nodes.output(name)[-1500:]}" for name in nodes.procs)
-
-
-def _batches(bus, side: str) -> list[AlignedBatch]:
-    return [m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)]
 
 
 def _rows(batch: AlignedBatch) -> list[dict]:
@@ -100,7 +92,7 @@ def _expected_advantages(rows: list[dict], group_of) -> dict[str, float]:  # noq
 
 def test_every_step_has_exactly_one_batch_of_the_exact_size_per_side(finished_run):
     bus, run_id, _, events = finished_run
-    main, sub = _batches(bus, "main"), _batches(bus, "sub")
+    main, sub = side_batches(bus, "main"), side_batches(bus, "sub")
     assert [b.step for b in main] == list(range(STEPS)) and [b.step for b in sub] == list(range(STEPS))
     for batch in main:
         assert len(batch.sample_ids) == B * K == len(batch.advantages) == len(batch.lengths)
@@ -113,14 +105,14 @@ def test_every_step_has_exactly_one_batch_of_the_exact_size_per_side(finished_ru
 def test_advantages_follow_from_the_rewards(finished_run):
     bus = finished_run[0]
     for side, group_of in (("main", lambda sid: sid.split("/")[0]), ("sub", lambda sid: sid.split("/")[0])):
-        for batch in _batches(bus, side):
+        for batch in side_batches(bus, side):
             rows = _rows(batch)
             expected = _expected_advantages(rows, group_of)
             for row in rows:
                 assert row["advantage"] == pytest.approx(expected[row["id"]], abs=1e-5), (side, row["id"])
             if side == "main":  # the rule policy makes half of each group malformed: there is signal
                 assert any(abs(r["advantage"]) > 0.5 for r in rows)
-    for batch in _batches(bus, "sub"):
+    for batch in side_batches(bus, "sub"):
         for row in _rows(batch):
             if row["kind"] in ("placeholder", "failed"):
                 assert row["weight"] == 0 and not row["mask"].any() and row["advantage"] == 0
@@ -140,7 +132,7 @@ def test_every_sample_traces_back_to_its_rollout(finished_run):
         for s in read_stream(bus, subjects.stream("stats"))
         if isinstance(s, RewardStats)
     }
-    for batch in _batches(bus, "main"):
+    for batch in side_batches(bus, "main"):
         for row in _rows(batch):
             query, attempt, rollout = row["id"].split("/")
             traj = main_trajs[(query, attempt, int(rollout[1:]))]
@@ -148,7 +140,7 @@ def test_every_sample_traces_back_to_its_rollout(finished_run):
             np.testing.assert_array_equal(row["tokens"], traj.token_ids)
             np.testing.assert_array_equal(row["logprobs"], traj.logprobs)
     sub_calls = 0
-    for batch in _batches(bus, "sub"):
+    for batch in side_batches(bus, "sub"):
         for row in _rows(batch):
             if row["weight"] == 0:
                 continue

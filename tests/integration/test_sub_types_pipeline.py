@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import yaml
 
-from protocols import AlignedBatch, Metric, StepDone, Trajectory
+from protocols import Metric, StepDone, Trajectory
 from tests.helpers import wait_until
-from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received, side_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(500)]
 
@@ -76,21 +76,13 @@ def finished_run(nats_server, tmp_path_factory):
     try:
         for name, (roles, extra) in TOPOLOGY.items():
             nodes.start(name, *roles, extra=extra)
-        events.wait_for("run.finished", timeout_s=400, describe=lambda: _tails(nodes))
+        events.wait_for("run.finished", timeout_s=400, describe=lambda: nodes.tails())
         codes = nodes.stop_all()
-        assert all(code == 0 for code in codes.values()), (codes, _tails(nodes))
+        assert all(code == 0 for code in codes.values()), (codes, nodes.tails())
         yield bus, tmp
     finally:
         nodes.stop_all()
         bus.close()
-
-
-def _tails(nodes: NodeProcesses) -> str:
-    return "\n".join(f"--- {name}\n{nodes.output(name)[-1500:]}" for name in nodes.procs)
-
-
-def _batches(bus, side: str) -> list[AlignedBatch]:
-    return [m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)]
 
 
 def test_every_sides_learner_applies_every_step_in_order(finished_run):
@@ -103,7 +95,7 @@ def test_every_sides_learner_applies_every_step_in_order(finished_run):
 def test_each_type_has_one_batch_of_b_k_d_samples_per_step_of_its_own_trajectories(finished_run):
     bus, _ = finished_run
     for sub_type in TYPES:
-        batches = _batches(bus, sub_type)
+        batches = side_batches(bus, sub_type)
         assert sorted(b.step for b in batches) == list(range(STEPS)), sub_type
         own = {
             t.call_id: t for t in read_stream(bus, bus.subjects.stream(f"traj-{sub_type}")) if isinstance(t, Trajectory)
@@ -123,7 +115,7 @@ def test_each_type_has_one_batch_of_b_k_d_samples_per_step_of_its_own_trajectori
 def test_each_types_advantages_follow_from_its_own_rewards(finished_run):
     bus, _ = finished_run
     for sub_type in TYPES:
-        for batch in _batches(bus, sub_type):
+        for batch in side_batches(bus, sub_type):
             for group in set(batch.groups.tolist()) - {-1}:
                 members = (batch.groups == group) & (batch.weights > 0)
                 rewards = batch.rewards[members].astype(np.float64)
@@ -191,9 +183,9 @@ def test_killing_one_types_sub_agent_mid_step_completes_the_step_with_counted_re
             what=lambda: nodes.output("main-agent")[-2000:],
         )
         victim.send_signal(signal.SIGKILL)
-        events.wait_for("run.finished", timeout_s=150, describe=lambda: _tails(nodes))
+        events.wait_for("run.finished", timeout_s=150, describe=lambda: nodes.tails())
         for sub_type in TYPES:
-            assert [len(b.sample_ids) for b in _batches(bus, sub_type)] == [B * K * D], sub_type
+            assert [len(b.sample_ids) for b in side_batches(bus, sub_type)] == [B * K * D], sub_type
         retries = _metric_total(bus, "main_agent.subtask.retries")
         failures = _metric_total(bus, "main_agent.subtask.failures")
         print(f"subtask retries after the kill: {retries:g}, subtasks failed after retries: {failures:g}")

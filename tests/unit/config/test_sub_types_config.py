@@ -161,3 +161,18 @@ def test_mgrpo_eval_exits_2_with_the_message(capsys):
 
     assert main(["eval", *(f"--set={item}" for item in TWO_TYPES)]) == 2
     assert "mgrpo eval runs the one default sub-agent type" in capsys.readouterr().err
+
+
+def test_a_type_may_judge_its_findings_its_own_way():
+    from mgrpo_actors.agents.setup import rollout_config
+    from mgrpo_actors.algo.scorers import ContainsReferenceJudge
+
+    config = _two_types("agents.subs.calculator.expert_judge=none")
+    assert rollout_config(config.agents, config.algo, config.agent("calculator")).expert is None  # β3 folded
+    assert isinstance(
+        rollout_config(config.agents, config.algo, config.agent("searcher")).expert, ContainsReferenceJudge
+    )
+    with pytest.raises(ConfigError, match=r"agents\.sub\.expert_judge must stay null"):
+        load_config(NodeConfig, None, ["agents.sub.expert_judge=none"])
+    with pytest.raises(ConfigError, match="agents.llm_judge"):
+        _two_types("agents.subs.calculator.expert_judge=llm")
