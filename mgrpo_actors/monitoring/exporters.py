@@ -22,6 +22,7 @@ __all__ = [
     "TensorBoardExporter",
     "exporters_for",
     "prometheus_name",
+    "scalar_tag",
     "tags_text",
 ]
 
@@ -43,6 +44,18 @@ SINGLETON_ROLES = ("controller", "main-aligner", "sub-aligner", "main-learner", 
 def tags_text(tags: dict[str, str]) -> str:
     """A sample's tags as one stable string ("dk=3"), "" without tags."""
     return ",".join(f"{key}={tags[key]}" for key in sorted(tags))
+
+
+def scalar_tag(metric: Metric) -> str:
+    """A metric's TensorBoard tag: `main.reward_mean` -> `main/reward_mean`, then its tags, then, for a role that
+    scales out (agents, tools), its node."""
+    tag = metric.name.replace(".", "/", 1)
+    if metric.tags:
+        tag = f"{tag}/{tags_text(metric.tags)}"
+    # each side's aligner and learner (a sub-agent type's learner role is "<type>-learner") is one per run too
+    if metric.role not in SINGLETON_ROLES and not metric.role.endswith(("-aligner", "-learner")):
+        tag = f"{tag}/{metric.node}"
+    return tag
 
 
 def prometheus_name(metric: str) -> str:
@@ -106,12 +119,7 @@ class TensorBoardExporter:
     def observe(self, message: Message) -> None:
         if not isinstance(message, Metric):
             return
-        tag = message.name.replace(".", "/", 1)
-        if message.tags:
-            tag = f"{tag}/{tags_text(message.tags)}"
-        if message.role not in SINGLETON_ROLES:
-            tag = f"{tag}/{message.node}"
-        self.writer.add_scalar(tag, message.value, global_step=message.step)
+        self.writer.add_scalar(scalar_tag(message), message.value, global_step=message.step)
 
     def close(self) -> None:
         self.writer.close()
