@@ -21,7 +21,7 @@ from mgrpo_actors.agents.main import main_tools
 from mgrpo_actors.agents.setup import main_delegates, reason_tool, rollout_config
 from mgrpo_actors.agents.single import single_tool_names, single_tools
 from mgrpo_actors.config import NodeConfig
-from mgrpo_actors.monitoring.publish import publish_metrics
+from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.rollout.driver import ToolExecutor, registry_executor
 from mgrpo_actors.rollout.main import QueryOutcome, failed_outcome, new_attempt, run_main_rollouts
 from mgrpo_actors.rollout.subtasks import BusSubtasks
@@ -132,13 +132,19 @@ class MainAgentActor(AgentActor):
         )
 
     def _of_this_run(self, request: RolloutRequest, delivery: Delivery) -> bool:
-        """Whether the request names this node's sub-agent types; one from a controller run with other types
-        (another config) is dead-lettered, saying so, rather than rolled out against types that are not there."""
+        """Whether the request names this node's sub-agent types. One from a controller with other types means this
+        node's config is not the run's: the request goes back (a main agent with the run's config rolls it out) and
+        this node stops, saying why (exit 3), rather than roll out against types that are not there."""
         if set(request.sub_versions) == set(self.sub_types):
             return True
+        if not self.sub_types and request.sub_versions == {"sub": 0}:
+            return True  # an earlier version's single-agent request (schema 1 named a sub version even there)
         named, own = ", ".join(request.sub_versions) or "none", ", ".join(self.sub_types) or "none"
-        why = f"the request names sub-agent types {named}; this node's are {own}"
-        self._dead_letter(delivery, why, "ConfigMismatch")  # terms the request: no other main agent is sent it
+        why = f"the run's requests name sub-agent types {named}; this node's config has {own}"
+        self.hand_back(delivery, why)
+        publish_event(self.bus, "main_agent.config_mismatch", why, self.role, level="error", step=request.step)
+        if self.bus.on_run_stopped is not None:
+            self.bus.on_run_stopped(why)
         return False
 
     def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:

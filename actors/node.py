@@ -32,7 +32,7 @@ import yaml
 
 from actors.node_checks import follower_side, preflight
 from actors.node_info import NodeInfoActor
-from actors.roles import ROLES, expand_roles, node_sub_types, role_streams
+from actors.roles import ROLES, expand_roles, node_streams, node_sub_types
 from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config, to_dict
 from mgrpo_actors.config.pipeline import timeout_warnings
 from mgrpo_actors.log import configure_logging, get_logger
@@ -338,8 +338,7 @@ def start_roles(
     stopped on any failure), the sub side's for `sub_types` (None: every type of the run); used by `mgrpo-node`
     and `mgrpo run`."""
     served = sub_types or config.sub_types
-    main_side = any(not ROLES[role].per_sub_type for role in roles)  # a main-side role writes every type's stats
-    bus.ensure_streams(role_streams(roles, config.sub_types if main_side else served), config.nats.stream_limits)
+    bus.ensure_streams(node_streams(roles, config.sub_types, served), config.nats.stream_limits)
     actors.append(NodeInfoActor.start_ready(bus, roles))
     for role in roles:
         ROLES[role].start_actors(bus, config, actors, served)

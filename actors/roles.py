@@ -22,6 +22,7 @@ __all__ = [
     "SUB_SIDE_ROLES",
     "RoleSpec",
     "expand_roles",
+    "node_streams",
     "node_sub_types",
     "role_streams",
     "roles_of_all",
@@ -220,6 +221,16 @@ def role_streams(roles: list[str], sub_types: tuple[str, ...] = (DEFAULT_SUB_TYP
     writes to every type's reward statistics; a sub-side role serves the types its node serves)."""
     named = [*COMMON_STREAMS, *(what for role in roles for what in ROLES[role].streams)]
     return list(dict.fromkeys(name for what in named for name in _per_sub_type(what, sub_types)))
+
+
+def node_streams(roles: list[str], sub_types: tuple[str, ...], served: tuple[str, ...]) -> list[str]:
+    """The streams a node with `roles` uses in a run of `sub_types`, each once: a sub-side role's for the types the
+    node serves (`served`); a main-side role's for every type (the main agent writes each type's statistics)."""
+    streams = [
+        *role_streams([role for role in roles if not ROLES[role].per_sub_type], sub_types),
+        *role_streams([role for role in roles if ROLES[role].per_sub_type], served),
+    ]
+    return list(dict.fromkeys(streams))
 
 
 # The roles of the sub side: a single-agent run has none of them.

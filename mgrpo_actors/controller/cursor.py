@@ -92,12 +92,12 @@ class StepCursor:
                     f"the saved controller cursor lacks {', '.join(missing)}: it is not this version's form "
                     "(start the run afresh under another run.id)"
                 )
-            # A run saved with sides the config does not have (other sub-agent types) cannot go on under it; a side
-            # that never did anything is no such side (earlier versions saved "sub": 0 for the single agent too).
+            # A run saved with other sides than the config's (other sub-agent types) cannot go on under it. Every
+            # side is saved; the one exception, an earlier version's single agent, also saved "sub": 0.
             versions = saved["versions"]
             ready = [side for sides_ready in saved["open"].values() for side in sides_ready]
-            stray = [side for side in versions if side not in sides and (int(versions[side]) > 0 or side in ready)]
-            if stray:
+            single_agent = sides == ("main",) and set(versions) == {"main", "sub"} and int(versions["sub"]) == 0
+            if set(versions) != set(sides) and not (single_agent and "sub" not in ready):
                 raise ValueError(
                     f"the saved controller cursor is of a run with sides {', '.join(versions)}; the config has "
                     f"{', '.join(sides)}: resume it with its own config (agents.subs), or start afresh"

@@ -19,11 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgrpo_actors.config import NodeConfig, to_dict
+from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import resolve_model_dir
 from mgrpo_actors.runtime.compute import on_compute_thread_until
 
-__all__ = ["WarmStart", "loss_summary", "resolve_warm_start", "warm_start", "warm_start_dir", "with_warm_start"]
+__all__ = [
+    "WarmStart",
+    "agent_settings",
+    "loss_summary",
+    "resolve_warm_start",
+    "warm_start",
+    "warm_start_dir",
+    "with_warm_start",
+]
 
 # Bump when the warm-up's recipe (oracle episodes, loss, saving) changes, so an old warm start is not reused.
 _RECIPE_VERSION = 1
@@ -53,8 +62,18 @@ def model_files_identity(spec: str) -> list:
 _NOT_IN_EPISODES = ("model", "engine", "dtype", "device", "temperature", "top_p", "top_k", "vllm")
 
 
-def _episode_settings(agent: dict) -> dict:
-    return {key: value for key, value in agent.items() if key not in _NOT_IN_EPISODES}
+# Agent settings added after caches were built, each None unless a sub-agent type of agents.subs sets it: left out of
+# the keys while unset, so the warm starts and pool probes already cached stay valid.
+_LATER_SETTINGS = ("description", "expert_judge")
+
+
+def agent_settings(agent: AgentConfig) -> dict:
+    """`agent` as a cache key holds it: its fields, those of _LATER_SETTINGS only when set."""
+    return {key: value for key, value in to_dict(agent).items() if not (key in _LATER_SETTINGS and value is None)}
+
+
+def _episode_settings(agent: AgentConfig) -> dict:
+    return {key: value for key, value in agent_settings(agent).items() if key not in _NOT_IN_EPISODES}
 
 
 def warm_start_dir(config: NodeConfig) -> Path:
@@ -66,7 +85,7 @@ def warm_start_dir(config: NodeConfig) -> Path:
         "models": {side: config.agent(side).model for side in sides},
         "files": {side: model_files_identity(config.agent(side).model) for side in sides},
         "tools": to_dict(config.tools),
-        "agents": {side: _episode_settings(to_dict(config.agent(side))) for side in sides},
+        "agents": {side: _episode_settings(config.agent(side)) for side in sides},
         "judges": [config.agents.correct_judge, config.agents.expert_judge],
         "rewards": to_dict(config.algo.rewards),
         "warmup": dataclasses.asdict(config.warmup),

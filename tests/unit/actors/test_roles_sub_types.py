@@ -152,3 +152,11 @@ def test_a_sub_type_for_a_node_without_sub_side_roles_is_refused_not_ignored():
     with pytest.raises(ValueError, match="--sub-type chooses what sub-agent, sub-aligner and sub-learner serve"):
         node_sub_types(_two_types(), ["searcher"], ["main-agent", "tool"])
     assert node_sub_types(_two_types(), ["searcher"], ["tool", "sub-agent"]) == ("searcher",)
+
+
+def test_a_node_makes_the_streams_of_the_types_it_serves_and_the_main_agent_every_types_statistics():
+    from actors.roles import node_streams
+
+    assert node_streams(["sub-agent", "tool"], TWO, ("searcher",)) == ["metrics", "dlq", "traj-searcher"]
+    main = node_streams(["main-agent", "sub-aligner"], TWO, ("calculator",))
+    assert {"stats-searcher", "stats-calculator", "traj-calculator"} <= set(main) and "traj-searcher" not in main

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.controller.cursor import Readiness, StepCursor
 
@@ -57,10 +59,24 @@ def test_a_cursor_saved_by_a_one_type_run_reads_as_before():
     assert json.loads(cursor.to_json())["versions"] == {"main": 2, "sub": 1}
 
 
-def test_a_side_the_saved_cursor_lacks_starts_at_version_0():
-    saved = '{"next": 1, "open": {}, "finished": false, "versions": {"main": 1}}'
-    cursor = StepCursor.from_json(saved, steps=4, steps_ahead=0, sides=THREE)
-    assert cursor.versions == {"main": 1, "searcher": 0, "calculator": 0}
+@pytest.mark.parametrize(
+    ("versions", "sides"),
+    [
+        ({"main": 1}, THREE),  # a single-agent run's cursor under a config with types
+        ({"main": 2, "sub": 0}, THREE),  # a one-type run's, its sub side never stepped yet
+        ({"main": 2, "searcher": 0, "calculator": 0}, ("main", "sub")),  # a run with types under a one-type config
+    ],
+)
+def test_a_cursor_saved_with_other_sides_than_the_configs_is_refused(versions, sides):
+    saved = json.dumps({"next": 1, "open": {}, "finished": False, "versions": versions})
+    with pytest.raises(ValueError, match="resume it with its own config"):
+        StepCursor.from_json(saved, steps=4, steps_ahead=0, sides=sides)
+
+
+def test_an_earlier_versions_single_agent_cursor_resumes():
+    saved = '{"next": 2, "open": {"1": ["main"]}, "finished": false, "versions": {"main": 1, "sub": 0}}'
+    cursor = StepCursor.from_json(saved, steps=4, steps_ahead=0, sides=("main",))
+    assert cursor.versions == {"main": 1} and cursor.open == {1: ["main"]}
 
 
 def test_the_version_bound_holds_on_a_lagging_type_that_trains():
