@@ -22,6 +22,7 @@ step and what it waits for, and stops the run: its node exits 3 (`Bus.on_run_sto
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -202,6 +203,17 @@ class ControllerActor(BusActor):
         return gate(self.config, side)
 
     def on_side_ready(self, message: StepAligned | StepDone, delivery: Delivery) -> None:
+        # The cursor changes before it is saved: a save that fails (a KV timeout while the cluster elects a new
+        # leader) hands the message back, and its redelivery must find the cursor as it was, or the step it closed
+        # is taken as closed already and never announced (the run would never finish).
+        before = copy.deepcopy(self.cursor)
+        try:
+            self._side_ready(message)
+        except Exception:
+            self.cursor = before
+            raise
+
+    def _side_ready(self, message: StepAligned | StepDone) -> None:
         if message.side not in self.cursor.sides:  # a node run with another config (its sub-agent types): refused
             raise ValueError(f"{message.side!r} is not a side of this run (its sides: {', '.join(self.cursor.sides)})")
         if isinstance(message, StepDone):
