@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mgrpo_actors.monitoring.steps import StepLog
 from protocols import Event, Message, QueryDone
 
 # Per step: R_M, M correct, R_S, d_k mean, clip fraction of M and of S.
@@ -103,3 +104,13 @@ def fake_run(run_id: str, steps: int = 2, queries: int = 2) -> list[tuple[Messag
         event("step.finished", f"step {step} finished in 9.0 s", t + 9.0, step=step, seconds=9.0)
     event("run.finished", f"run {run_id} finished after {steps} steps", 10.0 * steps, steps=steps)
     return out
+
+
+def fed(log: StepLog, messages: list[tuple[Message, float]]) -> StepLog:
+    """`log` after the messages (event or QueryDone, send time offset from 1000 s) were added in order."""
+    for message, at in messages:
+        if isinstance(message, Event):
+            log.add_event(message, 1000.0 + at)
+        else:
+            log.add_query_done(message, 1000.0 + at)
+    return log

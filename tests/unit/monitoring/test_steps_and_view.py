@@ -14,19 +14,13 @@ from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.monitoring import StepLog, write_report, write_rewards_png, write_summary_json
 from mgrpo_actors.monitoring.run_view import RunView
 from protocols import Event, Metric, QueryDone, encode
-from tests.monitor_helpers import fake_run
+from tests.monitor_helpers import fake_run, fed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def step_log(messages) -> StepLog:
-    log = StepLog()
-    for message, at in messages:
-        if isinstance(message, Event):
-            log.add_event(message, 1000.0 + at)
-        else:
-            log.add_query_done(message, 1000.0 + at)
-    return log
+    return fed(StepLog(), messages)
 
 
 def test_rows_carry_both_agents_figures_phases_and_rates():

@@ -17,7 +17,7 @@ from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.monitoring import StepLog, report, write_summary_json
 from mgrpo_actors.monitoring.run_view import RunView
 from protocols import Event, QueryDone, encode
-from tests.monitor_helpers import fake_run
+from tests.monitor_helpers import fake_run, fed
 
 TYPES = ("searcher", "calculator")
 # A sub-agent type's flat key in a one-type run's row, by its key in the row's `subs` entry.
@@ -65,17 +65,8 @@ def two_type_step(step: int = 0, calculator_samples: float = 8.0) -> list[tuple[
     ]
 
 
-def _fed(log: StepLog, messages: list[tuple[Any, float]]) -> StepLog:
-    for message, at in messages:
-        if isinstance(message, Event):
-            log.add_event(message, 1000.0 + at)
-        else:
-            log.add_query_done(message, 1000.0 + at)
-    return log
-
-
 def test_a_two_type_row_has_each_types_figures_under_subs_and_no_flat_sub_figures():
-    (row,) = _fed(StepLog(sub_types=TYPES), two_type_step()).rows()
+    (row,) = fed(StepLog(sub_types=TYPES), two_type_step()).rows()
     searcher, calculator = row["subs"]["searcher"], row["subs"]["calculator"]
     assert list(row["subs"]) == list(TYPES)  # config order; the run's only sub sides (its sub.batch is ignored)
     assert (searcher["reward_mean"], searcher["d"], searcher["dk_mean"], searcher["calls"]) == (0.5, 8.0, 2.0, 6.0)
@@ -97,7 +88,7 @@ def test_a_two_type_row_has_each_types_figures_under_subs_and_no_flat_sub_figure
 
 def test_the_one_type_row_has_subs_sub_equal_to_its_flat_figures():
     messages = [*fake_run("r1"), (_event("sub.batch", step=2, carried=2.0, queued=1.0), 30.0)]
-    rows = _fed(StepLog(), messages).rows()
+    rows = fed(StepLog(), messages).rows()
     for row in rows:
         assert list(row["subs"]) == ["sub"]
         assert row["subs"]["sub"] == {key: row[flat] for key, flat in FLAT_KEYS.items()}
@@ -105,7 +96,7 @@ def test_the_one_type_row_has_subs_sub_equal_to_its_flat_figures():
 
 
 def test_a_run_without_a_sub_side_records_main_only():
-    log = _fed(StepLog(sub_types=()), two_type_step())
+    log = fed(StepLog(sub_types=()), two_type_step())
     (row,) = log.rows()
     assert log.sides == ("main",) and row["subs"] == {} and row["sub_reward_mean"] is None
     # Only M's batch (+5 s) and learner (+7 s) count: the other sides' events are not this run's.
@@ -168,7 +159,7 @@ def test_a_type_whose_learner_applied_nothing_is_said_to_have_trained_nothing(tm
 
 
 def test_rewards_png_has_one_r_s_line_per_type_and_today_s_lines_for_one_type():
-    rows = _fed(StepLog(sub_types=TYPES), [*two_type_step(0), *two_type_step(1)]).rows()
+    rows = fed(StepLog(sub_types=TYPES), [*two_type_step(0), *two_type_step(1)]).rows()
     curves = report.reward_curves(rows)
     assert [(label, values, style) for label, values, _, style in curves][1:3] == [
         ("R_S searcher", [0.5, 0.5], "-"),
@@ -181,7 +172,7 @@ def test_rewards_png_has_one_r_s_line_per_type_and_today_s_lines_for_one_type():
         "M correct (r_correct mean)",
     ]
     assert len({colour for _, _, colour, _ in curves}) == 4
-    one_type = report.reward_curves(_fed(StepLog(), fake_run("r1")).rows())
+    one_type = report.reward_curves(fed(StepLog(), fake_run("r1")).rows())
     assert [(label, values) for label, values, _, _ in one_type][:2] == [
         ("R_M mean (main agent)", [0.25, 0.5]),
         ("R_S mean (sub-agent)", [0.1, 0.3]),
@@ -189,7 +180,7 @@ def test_rewards_png_has_one_r_s_line_per_type_and_today_s_lines_for_one_type():
 
 
 def test_summary_json_keeps_the_types_figures_and_nulls_what_json_cannot_hold(tmp_path):
-    rows = _fed(StepLog(sub_types=TYPES), two_type_step()).rows()
+    rows = fed(StepLog(sub_types=TYPES), two_type_step()).rows()
     rows[0]["subs"]["calculator"]["loss"] = float("inf")
     document = json.loads(write_summary_json(rows, tmp_path / "summary.json", "r1").read_text())
     (step,) = document["steps"]
