@@ -47,7 +47,7 @@ class AlignerActor(BusActor):
     have them."""
 
     side = ""
-    # The durables whose stream this aligner alone reads (protocols.durables.WORK_DURABLES): what they acknowledged
+    # The durables whose stream this aligner alone reads (protocols.durables.work_durables): what they acknowledged
     # is removed nats.keep_consumed_steps published steps later (runtime/retention.py).
     work_durables: tuple[str, ...] = ()
 

@@ -6,17 +6,14 @@ from __future__ import annotations
 import sys
 
 from actors.node import preflight, run_node
-from actors.roles import ROLES, expand_roles
+from actors.roles import expand_roles, role_accesses
 from mgrpo_actors.cli.composition import Composition
 from mgrpo_actors.cli.parser import main as tools_main
 
 __all__ = ["COMPOSITION", "main"]
 
 COMPOSITION = Composition(
-    run_node=run_node,
-    expand_roles=expand_roles,
-    role_access={name: spec.nats_access for name, spec in ROLES.items()},
-    preflight=preflight,
+    run_node=run_node, expand_roles=expand_roles, role_accesses=role_accesses, preflight=preflight
 )
 
 

@@ -11,9 +11,10 @@ from typing import Any
 
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.deploy.access import RoleAccess
+from mgrpo_actors.deploy.accounts import sub_account
 from mgrpo_actors.runtime import Bus
-from protocols import DEFAULT_SUB_TYPE
-from protocols.durables import DURABLES
+from protocols import DEFAULT_SUB_TYPE, MAIN_SIDE, Subjects
+from protocols.durables import durables
 from protocols.subjects import stats_stream
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "expand_roles",
     "node_streams",
     "node_sub_types",
+    "role_accesses",
     "role_streams",
+    "role_user",
     "roles_of_all",
     "unused_roles",
 ]
@@ -44,13 +47,7 @@ class RoleSpec:
     start: str  # "actors.<module>:<function>", imported when the role starts (a tool node never imports torch)
     streams: tuple[str, ...] = ()  # the run's streams this role reads or writes (created if missing)
     in_all: bool = True  # started by `--role all` (the monitor is not: `mgrpo run` has its own view)
-    access: RoleAccess = RoleAccess()  # what else it touches on NATS: its user's permissions (mgrpo deploy nats-config)
     per_sub_type: bool = False  # a role of the sub side: started once per sub-agent type the node serves
-
-    @property
-    def nats_access(self) -> RoleAccess:
-        """`access` with the role's streams: everything its NATS user must be allowed."""
-        return dataclasses.replace(self.access, streams=(*self.streams, *self.access.streams))
 
     def start_actors(self, bus: Bus, config: NodeConfig, started: list[Any], sub_types: tuple[str, ...]) -> None:
         """Start the role's actors into `started`: a role of the sub side, those of each of `sub_types`."""
@@ -64,70 +61,91 @@ class RoleSpec:
 
 # What each role touches on NATS besides what every node does (deploy/access.py): the account its user
 # lives in (its side: deploy/accounts.py), subjects relative to mgrpo.<run>., streams and buckets by
-# short name, durables by the names the actors give them.
-def _durables(*names: str) -> tuple[tuple[str, str], ...]:
+# short name, durables by the names the actors give them. A role of the sub side has one access per sub-agent type
+# (its own account, subjects, streams, buckets and durables); a main agent calls and informs every type.
+def _durables(sub_types: tuple[str, ...], *names: str) -> tuple[tuple[str, str], ...]:
     """(stream, durable) of the pipeline's durables (protocols/durables.py) a role pulls from."""
-    return tuple((DURABLES[name].stream, name) for name in names)
+    specs = durables(sub_types)
+    return tuple((specs[name].stream, name) for name in names)
 
 
-_ACCESS = {
-    "controller": RoleAccess(
-        "MAIN",
-        publish=("step.start", "rollout.request"),
-        subscribe=("query.done",),
-        durables=_durables("controller"),
-        kv_write=(("state", "controller.cursor"),),
-    ),
-    "main-agent": RoleAccess(
-        "MAIN",
-        publish=("traj.main", "stats", "query.done"),
-        requests=("subtask.request", "tool.*"),
-        subscribe=("weights.main",),
-        durables=_durables("main-agents"),
-        kv_read=("versions-main",),
-        objects_read=("weights-main",),
-    ),
-    "sub-agent": RoleAccess(
-        "SUB",
-        publish=("traj.sub",),
-        requests=("tool.*",),
-        subscribe=("subtask.request", "weights.sub"),
-        kv_read=("versions-sub",),
-        objects_read=("weights-sub",),
-    ),
-    "tool": RoleAccess("TOOLS", subscribe=("tool.*",)),
-    "main-aligner": RoleAccess(
-        "MAIN",
-        publish=("batch.main", "step.aligned.main"),
-        durables=_durables("main-aligner-plans", "main-aligner"),
-        kv_write=(("state-main", "aligned.main.>"),),
-    ),
-    "sub-aligner": RoleAccess(
-        "SUB",
-        publish=("batch.sub", "step.aligned.sub"),
-        durables=_durables("sub-aligner-plans", "sub-aligner-stats", "sub-aligner"),
-        # fifo.sub.>: the alignment ablation's queue (mgrpo_actors/alignment/fifo_store.py)
-        kv_write=(("state-sub", "aligned.sub.>"), ("state-sub", "d_estimator.sub"), ("state-sub", "fifo.sub.>")),
-    ),
-    "main-learner": RoleAccess(
-        "MAIN",
-        publish=("weights.main", "step.done.main"),
-        durables=_durables("main-learner"),
-        kv_write=(("state-main", "learner.main"), ("versions-main", "latest.main")),
-        objects_write=("weights-main",),
-    ),
-    "sub-learner": RoleAccess(
-        "SUB",
-        publish=("weights.sub", "step.done.sub"),
-        durables=_durables("sub-learner"),
-        kv_write=(("state-sub", "learner.sub"), ("versions-sub", "latest.sub")),
-        objects_write=("weights-sub",),
-    ),
-    "monitor": RoleAccess("MONITOR", replays=("metrics",)),
-}
+# The sub aligner's KV keys in its side's state bucket, as (head, tail) around its type: its alignment records,
+# its D estimator, and the alignment ablation's queue (mgrpo_actors/alignment/fifo_store.py).
+_KV_ALIGNER_KEYS = (("aligned", ".>"), ("d_estimator", ""), ("fifo", ".>"))
+
+
+def _relative(subject: str) -> str:
+    """A run's subject relative to its `mgrpo.<run>.` root."""
+    return subject.split(".", 2)[2]
+
+
+def _access(role: str, sub_types: tuple[str, ...], t: str = DEFAULT_SUB_TYPE) -> RoleAccess:
+    """The NATS access of `role` (without its streams: RoleSpec.streams) in a run of `sub_types`; a sub side's role
+    serving the type `t`."""
+    s = Subjects("r", sub_types)
+    if role == "controller":
+        return RoleAccess(
+            "MAIN",
+            publish=("step.start", "rollout.request"),
+            subscribe=("query.done",),
+            durables=_durables(sub_types, "controller"),
+            kv_write=(("state", "controller.cursor"),),
+        )
+    if role == "main-agent":
+        return RoleAccess(
+            "MAIN",
+            publish=("traj.main", *(_relative(s.reward_stats_of(x)) for x in sub_types), "query.done"),
+            requests=(*(_relative(s.subtask_requests_of(x)) for x in sub_types), "tool.*"),
+            subscribe=("weights.main",),
+            durables=_durables(sub_types, "main-agents"),
+            kv_read=("versions-main",),
+            objects_read=("weights-main",),
+        )
+    if role == "sub-agent":
+        return RoleAccess(
+            sub_account(t),
+            publish=(f"traj.{t}",),
+            requests=("tool.*",),
+            subscribe=(_relative(s.subtask_requests_of(t)), f"weights.{t}"),
+            kv_read=(f"versions-{t}",),
+            objects_read=(f"weights-{t}",),
+        )
+    if role == "tool":
+        return RoleAccess("TOOLS", subscribe=("tool.*",))
+    if role == "main-aligner":
+        return RoleAccess(
+            "MAIN",
+            publish=("batch.main", "step.aligned.main"),
+            durables=_durables(sub_types, "main-aligner-plans", "main-aligner"),
+            kv_write=(("state-main", "aligned.main.>"),),
+        )
+    if role == "sub-aligner":
+        return RoleAccess(
+            sub_account(t),
+            publish=(f"batch.{t}", f"step.aligned.{t}"),
+            durables=_durables(sub_types, f"{t}-aligner-plans", f"{t}-aligner-stats", f"{t}-aligner"),
+            kv_write=(
+                (f"state-{t}", f"aligned.{t}.>"),
+                (f"state-{t}", f"d_estimator.{t}"),
+                (f"state-{t}", f"fifo.{t}.>"),
+            ),
+        )
+    if role in ("main-learner", "sub-learner"):
+        side = MAIN_SIDE if role == "main-learner" else t
+        return RoleAccess(
+            "MAIN" if side == MAIN_SIDE else sub_account(t),
+            publish=(f"weights.{side}", f"step.done.{side}"),
+            durables=_durables(sub_types, f"{side}-learner"),
+            kv_write=((f"state-{side}", f"learner.{side}"), (f"versions-{side}", f"latest.{side}")),
+            objects_write=(f"weights-{side}",),
+        )
+    if role == "monitor":
+        return RoleAccess("MONITOR", replays=("metrics",))
+    raise ValueError(f"role {role!r} has no NATS access declared")
+
 
 ROLES: dict[str, RoleSpec] = {
-    spec.name: dataclasses.replace(spec, access=_ACCESS[spec.name])
+    spec.name: spec
     for spec in (
         RoleSpec(
             "controller",
@@ -231,6 +249,29 @@ def node_streams(roles: list[str], sub_types: tuple[str, ...], served: tuple[str
         *role_streams([role for role in roles if ROLES[role].per_sub_type], served),
     ]
     return list(dict.fromkeys(streams))
+
+
+def role_user(role: str, sub_type: str = DEFAULT_SUB_TYPE) -> str:
+    """The NATS user a role's nodes run as (mgrpo deploy nats-config renders one per role and type): the role's name,
+    and for a role of the sub side serving a named type `<type>-agent`, `<type>-aligner` or `<type>-learner`
+    (the default type's keep `sub-agent`, `sub-aligner`, `sub-learner`)."""
+    if not ROLES[role].per_sub_type or sub_type == DEFAULT_SUB_TYPE:
+        return role
+    return f"{sub_type}-{role.removeprefix('sub-')}"
+
+
+def role_accesses(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> dict[str, RoleAccess]:
+    """What each role's NATS user may do in a run whose sub-agent types are `sub_types`, by user (role_user): a role
+    of the sub side once per type, in that type's account, with that type's subjects, streams, buckets and
+    durables; its streams included (RoleSpec.streams, named per type)."""
+    accesses = {}
+    for role, spec in ROLES.items():
+        for t in sub_types if spec.per_sub_type else (DEFAULT_SUB_TYPE,):
+            access = _access(role, sub_types, t)
+            streams = role_streams([role], (t,) if spec.per_sub_type else sub_types)
+            own = [name for name in streams if name not in COMMON_STREAMS]
+            accesses[role_user(role, t)] = dataclasses.replace(access, streams=(*own, *access.streams))
+    return accesses
 
 
 # The roles of the sub side: a single-agent run has none of them.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocols.subjects import DEFAULT_SUB_TYPE, Subjects, sides_of, stats_stream
+from protocols.subjects import DEFAULT_SUB_TYPE, MAIN_SIDE, Subjects, side_problem, sides_of, stats_stream
 
-__all__ = ["DURABLES", "WORK_DURABLES", "DurableSpec", "durables", "work_durables"]
+__all__ = ["DURABLES", "WORK_DURABLES", "DurableSpec", "durables", "is_work_durable", "work_durables"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,14 @@ def work_durables(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str
         *(f"{t}-aligner-stats" for t in sub_types),
         *(f"{side}-learner" for side in sides),
     )
+
+
+def is_work_durable(name: str) -> bool:
+    """Whether `name` is a work durable (work_durables) of a run with whatever sub-agent types: the side it serves is
+    the first part of its name (a type's name holds no "-")."""
+    side = name.split("-", 1)[0]
+    named_type = side != MAIN_SIDE and side_problem(side) is None
+    return name in work_durables((side,) if named_type else (DEFAULT_SUB_TYPE,))
 
 
 # A run with the one default sub-agent type.

@@ -16,7 +16,7 @@ from mgrpo_actors.runtime.stream_reader import follow_stream
 from protocols import AlignedBatch, Event, Message, ProtocolError, decode
 from tests.helpers import REPO, start_script, stop_process, wait_until
 
-__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream", "received", "side_batches"]
+__all__ = ["EventLog", "NodeProcesses", "pipeline_config", "read_stream", "received", "side_batches", "two_type_config"]
 
 RULE_ENGINE = "tests.pipeline_policy:rule_engine"
 
@@ -49,6 +49,28 @@ def pipeline_config(tmp_path: Path, run_id: str, **sections: dict[str, Any]) -> 
     path = tmp_path / "node.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def two_type_config(tmp: Path, run_id: str, shape: tuple[int, int, int, int], **sections: dict[str, Any]) -> Path:
+    """pipeline_config's tiny models under the rule policy, with two sub-agent types: a `searcher` (search and visit)
+    and a `calculator` (the calculator tool); `shape` is (B, K, D, steps)."""
+    b, k, d, steps = shape
+    pipeline = {"steps": steps, "queries_per_step": b, "rollouts_per_query": k, **sections.pop("pipeline", {})}
+    config = pipeline_config(
+        tmp,
+        run_id,
+        tools={"web_entities": 150, "actors_per_tool": 1, "serve": ["search", "visit", "calculator"]},
+        pipeline=pipeline,
+        algo={"alignment": {"d": d}},
+        **sections,
+    )
+    data = yaml.safe_load(config.read_text())
+    data["agents"]["subs"] = {
+        "searcher": {"description": "it searches the web and reads pages"},
+        "calculator": {"tools": ["calculator"], "description": "it computes arithmetic"},
+    }
+    config.write_text(yaml.safe_dump(data))
+    return config
 
 
 class NodeProcesses:

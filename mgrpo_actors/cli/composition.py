@@ -25,8 +25,9 @@ class Composition:
     run_node: Callable[..., int]
     # actors.roles.expand_roles(requested, config): `all` and duplicates resolved, in start order.
     expand_roles: Callable[[list[str], NodeConfig | None], list[str]]
-    # Every role's NATS access (actors.roles.ROLES[role].nats_access): what its user may do.
-    role_access: Mapping[str, RoleAccess]
+    # actors.roles.role_accesses(sub_types): what each role's NATS user may do in a run of those sub-agent types,
+    # by user (a role of the sub side once per type).
+    role_accesses: Callable[[tuple[str, ...]], Mapping[str, RoleAccess]]
     # actors.node.preflight(config, roles): what the roles read and need, checked before anything starts
     # (ValueError naming the file, line or key).
     preflight: Callable[[NodeConfig, list[str]], None]

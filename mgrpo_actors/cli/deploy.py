@@ -4,12 +4,17 @@
     mgrpo deploy nats-config --description deploy/nats/deployment.yaml --out deploy/nats/generated
     mgrpo deploy provision --config deploy/nats/generated/nodes/admin-main.yaml --run-id r1
                            # and admin-sub, admin-tools, admin-monitor
+    mgrpo deploy provision --config deploy/configs/two-subs.yaml \
+                           --config deploy/nats/generated/nodes/admin-sub_searcher.yaml --run-id two-subs
+                           # a run with sub-agent types: its config first, so the types are known
 
 `certs`: a development CA, a server certificate for the given hosts, client certificates on request.
 `nats-config`: one nats-server configuration per server (JetStream, TLS, cluster routes, the accounts
-MAIN, SUB, TOOLS and MONITOR with what crosses between them, in each a user per role of that account
-with the subject permissions of that role's access in actors/roles.py, an `admin-<account>` and a
-read-only tap user), a password file per user, and per user the `nats` section of its node config.
+MAIN, one per sub-agent type of the description's `sub_types` (SUB, or SUB_<TYPE>), TOOLS and MONITOR with
+what crosses between them, in each a user per role of that account with the subject permissions of that
+role's access in actors/roles.py (a sub side's role once per type: `<type>-agent`, `<type>-aligner`,
+`<type>-learner`), an `admin-<account>` and a read-only tap user), a password file per user, and per user
+the `nats` section of its node config.
 `provision`: the run's streams, KV buckets and object stores of one account, made as that account's
 admin before any node starts (no role may create them). Lives here, above mgrpo_actors, because it
 reads the role table.
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.cli.composition import composition_of
+from protocols import DEFAULT_SUB_TYPE
 
 __all__ = ["add_parser"]
 
@@ -46,7 +52,7 @@ def _nats_config(args: argparse.Namespace) -> int:
     from mgrpo_actors.deploy.server_config import render_deployment
 
     description = load_config(DeploymentDescription, args.description)
-    accesses = dict(composition_of(args).role_access)
+    accesses = dict(composition_of(args).role_accesses(tuple(description.sub_types)))
     rendered = render_deployment(description, accesses, Path(args.out), install_dir=args.install_dir)
     for name, path in rendered.server_configs.items():
         print(f"server {name}: {path}   (nats-server -c {path})")
@@ -57,19 +63,26 @@ def _nats_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _account(args: argparse.Namespace, user: str) -> str | None:
-    """--account, else the account of an `admin-<account>` user, else None (everything: a server without accounts)."""
-    from mgrpo_actors.deploy.accounts import ACCOUNTS
+def _account(args: argparse.Namespace, user: str, sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> str | None:
+    """--account, else the account of an `admin-<account>` user, else None (everything: a server without accounts);
+    the accounts are those of a run with the sub-agent types `sub_types`."""
+    from mgrpo_actors.deploy.accounts import accounts_of
     from mgrpo_actors.deploy.server_config import admin_user
 
-    if args.account != "auto":
-        return args.account
-    return next((account for account in ACCOUNTS if user == admin_user(account)), None)
+    accounts = accounts_of(sub_types)
+    if args.account == "auto":
+        return next((account for account in accounts if user == admin_user(account)), None)
+    if args.account not in accounts:
+        raise ValueError(
+            f"--account {args.account}: the run's accounts are {', '.join(accounts)} (its sub-agent types come from "
+            "--config: give the run's config first)"
+        )
+    return args.account
 
 
 def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.cli.arguments import connection
-    from mgrpo_actors.config import load_config
+    from mgrpo_actors.config import NodeConfig, load_config
     from mgrpo_actors.config.pipeline import PipelineConfig
     from mgrpo_actors.deploy.accounts import account_resources
     from mgrpo_actors.deploy.provision import provision_run
@@ -77,13 +90,20 @@ def _provision(args: argparse.Namespace) -> int:
 
     url, security, nats = connection(args)
     pipeline = load_config(PipelineConfig, args.config, section="pipeline")  # the durables' ack wait
-    account = _account(args, nats.auth.user)
-    resources = account_resources(dict(composition_of(args).role_access), account) if account else None
+    sub_types = load_config(NodeConfig, args.config).sub_types  # the run's sides (agents.subs)
+    account = _account(args, nats.auth.user, sub_types)
+    if account is None and args.account == "auto" and nats.auth.user.startswith("admin-sub_"):
+        raise ValueError(
+            f"user {nats.auth.user} is the admin of no account of this run (sub-agent types {', '.join(sub_types)}): "
+            "give the run's config first (--config RUN.yaml --config ADMIN.yaml), or --account"
+        )
+    resources = account_resources(dict(composition_of(args).role_accesses(sub_types)), account) if account else None
     try:
         with Bus(
             url,
             run_id=args.run_id,
             node="mgrpo-deploy-provision",
+            sub_types=sub_types,
             connect_timeout_s=nats.connect_timeout_s,
             max_bytes=nats.max_message_bytes,
             security=security,
@@ -162,14 +182,14 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         metavar="FILE",
         help="the admin's node config (nodes/admin-main.yaml, …); repeat to merge the run's config first "
-        "(its pipeline.ack_wait_s and nats limits), later files winning",
+        "(its sub-agent types, pipeline.ack_wait_s and nats limits), later files winning",
     )
     provision.add_argument(
         "--account",
         default="auto",
-        choices=["auto", "MAIN", "SUB", "TOOLS", "MONITOR"],
-        help="whose streams and buckets (default: the account of an admin-<account> user; "
-        "else every one, for a server without accounts)",
+        metavar="ACCOUNT",
+        help="whose streams and buckets: MAIN, SUB (or SUB_<TYPE> for a sub-agent type), TOOLS or MONITOR "
+        "(default: the account of an admin-<account> user; else every one, for a server without accounts)",
     )
     provision.add_argument("--nats", metavar="URL", help="server URL(s) (default: nats.url of --config)")
     provision.add_argument("--run-id", required=True, metavar="ID", help="the run to provision")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from protocols import Subjects
-from protocols.durables import WORK_DURABLES
+from protocols.durables import is_work_durable
 
 __all__ = ["Permissions", "RoleAccess", "common_access", "permissions", "replay_api", "subject_matches"]
 
@@ -94,7 +94,7 @@ def _durable_api(stream: str, durable: str) -> list[str]:
     # Bind (info), pull and ack; never create or update: the admin makes the durables at provision time
     # (protocols/durables.py says why), and nats-py binds to one that exists. The one reader of a work stream
     # also removes what it acknowledged (runtime/retention.py): no more than acking everything could do.
-    purge = [f"$JS.API.STREAM.PURGE.{stream}"] if durable in WORK_DURABLES else []
+    purge = [f"$JS.API.STREAM.PURGE.{stream}"] if is_work_durable(durable) else []
     return [
         f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",

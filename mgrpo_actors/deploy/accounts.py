@@ -1,8 +1,10 @@
-"""The sides as NATS accounts (docs/architecture.md §Sides and what crosses them): `MAIN`, `SUB`, `TOOLS` and a
-read-only `MONITOR`, each with JetStream and its own streams. A subject published in one account does
+"""The sides as NATS accounts (docs/architecture.md §Sides and what crosses them): `MAIN`, one account per
+sub-agent type (`SUB` for the one type of a run that names none, `SUB_<TYPE>` for a named type: `sub_account`),
+`TOOLS` and a read-only `MONITOR`, each with JetStream and its own streams. A subject published in one account does
 not exist in another unless the first exports it and the second imports it, whatever a process tries:
-the server keeps the accounts apart. `CROSSINGS` is every subject that crosses, each with why it must;
-`account_block` renders one account's users, exports and imports for a deployment's runs.
+the server keeps the accounts apart. `crossings(sub_types)` is every subject that crosses, each with why it must
+(`CROSSINGS`: those of a run with the one default type); `account_block` renders one account's users, exports and
+imports for a deployment's runs.
 
 Measured on nats-server 2.15.1 with nats-py (the facts this layout relies on):
 - a stream in the importing account captures an imported subject (SUB's `stats` stream keeps MAIN's
@@ -23,11 +25,13 @@ Measured on nats-server 2.15.1 with nats-py (the facts this layout relies on):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mgrpo_actors.deploy.access import RoleAccess, common_access
-from protocols import Subjects
+from protocols import DEFAULT_SUB_TYPE, Subjects
+from protocols.subjects import sides_of
 
 __all__ = [
     "ACCOUNTS",
@@ -37,13 +41,34 @@ __all__ = [
     "Crossing",
     "account_block",
     "account_resources",
+    "accounts_of",
     "accounts_section",
+    "crossings",
     "crossings_into",
     "crossings_out_of",
+    "sub_account",
 ]
 
-# The accounts of a deployment: each role's user lives in one of them (RoleAccess.account).
-ACCOUNTS = ("MAIN", "SUB", "TOOLS", "MONITOR")
+# An account's name: the fixed ones, or a sub-agent type's (sub_account).
+_ACCOUNT_NAME = re.compile(r"^(MAIN|TOOLS|MONITOR|SUB|SUB_[A-Z][A-Z0-9_]{0,31})$")
+
+
+def sub_account(sub_type: str = DEFAULT_SUB_TYPE) -> str:
+    """The account of a sub-agent type's side: `SUB` for the default type (its name from before runs had several
+    types), `SUB_<TYPE>` for a named one (`searcher` -> `SUB_SEARCHER`)."""
+    sides_of((sub_type,))  # a valid type name, so the account name is one too
+    return "SUB" if sub_type == DEFAULT_SUB_TYPE else f"SUB_{sub_type.upper()}"
+
+
+def accounts_of(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
+    """The accounts of a deployment whose runs have the sub-agent types `sub_types`: MAIN, one per type, TOOLS and
+    MONITOR. Each role's user lives in one of them (RoleAccess.account)."""
+    sides_of(sub_types)
+    return ("MAIN", *(sub_account(t) for t in sub_types), "TOOLS", "MONITOR")
+
+
+# The accounts of a deployment whose runs have the one default sub-agent type.
+ACCOUNTS = accounts_of()
 
 
 @dataclass(frozen=True)
@@ -58,44 +83,84 @@ class Crossing:
 
     def __post_init__(self) -> None:
         for account in (self.source, *self.into):
-            if account not in ACCOUNTS:
+            if not _ACCOUNT_NAME.fullmatch(account):
                 raise ValueError(
-                    f"crossing {self.subject!r}: unknown account {account!r} (accounts: {', '.join(ACCOUNTS)})"
+                    f"crossing {self.subject!r}: unknown account {account!r} (accounts: MAIN, TOOLS, MONITOR, SUB and "
+                    "SUB_<TYPE>)"
                 )
         if self.source in self.into:
             raise ValueError(f"crossing {self.subject!r}: {self.source} cannot import its own subject")
 
 
-# Everything that crosses (docs/architecture.md: subtask requests and results, the scalar reward statistics, and
-# the step events the other side needs; tools serve both sides; the monitor watches every account).
-# Trajectories, batches, weights and their KV/object stores cross nothing.
-CROSSINGS: tuple[Crossing, ...] = (
-    Crossing("subtask.request", True, "SUB", ("MAIN",), "main agents delegate subtasks to sub-agents"),
-    Crossing("tool.*", True, "TOOLS", ("MAIN", "SUB"), "both sides' agents call the tools"),
-    Crossing(
-        "stats",
-        False,
-        "MAIN",
-        ("SUB",),
-        "the sub-aligner's scalar reward statistics (R_M, r_format, r_correct, sub-call ids)",
-    ),
-    Crossing("step.start", False, "MAIN", ("SUB",), "the sub-aligner's step plans (from the controller)"),
-    Crossing("step.aligned.sub", False, "SUB", ("MAIN",), "the controller hears the sub batch is ready"),
-    Crossing("step.done.sub", False, "SUB", ("MAIN",), "the controller hears the sub learner applied a step"),
-    Crossing(
-        "events",
-        False,
-        "MAIN",
-        ("SUB", "TOOLS", "MONITOR"),
-        "run.finished stops every node; the monitor shows the events",
-    ),
-    Crossing("events", False, "SUB", ("MONITOR",), "the monitor shows the sub side's events"),
-    Crossing("events", False, "TOOLS", ("MONITOR",), "the monitor shows the tools' events"),
-    Crossing("metrics.>", False, "MAIN", ("MONITOR",), "the monitor's metrics"),
-    Crossing("metrics.>", False, "SUB", ("MONITOR",), "the monitor's metrics"),
-    Crossing("metrics.>", False, "TOOLS", ("MONITOR",), "the monitor's metrics"),
-    Crossing("query.done", False, "MAIN", ("MONITOR",), "the monitor's query progress"),
-)
+def _relative(subject: str) -> str:
+    """A run's subject relative to its `mgrpo.<run>.` root."""
+    return subject.split(".", 2)[2]
+
+
+def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossing, ...]:
+    """Everything that crosses in a run whose sub-agent types are `sub_types` (docs/architecture.md: subtask requests
+    and results, the scalar reward statistics, and the step events the other side needs; tools serve every side;
+    the monitor watches every account). Each sub-agent type's side crosses with MAIN only, never with another
+    type's side. Trajectories, batches, weights and their KV/object stores cross nothing."""
+    s = Subjects("r", sides_of(sub_types)[1:])
+    subs = tuple(sub_account(t) for t in sub_types)
+    per_type: list[Crossing] = []
+    for sub_type, account in zip(sub_types, subs):
+        per_type += [
+            Crossing(
+                _relative(s.subtask_requests_of(sub_type)),
+                True,
+                account,
+                ("MAIN",),
+                f"main agents delegate subtasks to {sub_type} sub-agents",
+            ),
+            Crossing(
+                _relative(s.reward_stats_of(sub_type)),
+                False,
+                "MAIN",
+                (account,),
+                f"the {sub_type} aligner's scalar reward statistics (R_M, r_format, r_correct, its sub-call ids)",
+            ),
+            Crossing(
+                _relative(s.step_aligned(sub_type)),
+                False,
+                account,
+                ("MAIN",),
+                f"the controller hears the {sub_type} batch is ready",
+            ),
+            Crossing(
+                _relative(s.step_done(sub_type)),
+                False,
+                account,
+                ("MAIN",),
+                f"the controller hears the {sub_type} learner applied a step",
+            ),
+        ]
+    return (
+        *per_type,
+        Crossing("tool.*", True, "TOOLS", ("MAIN", *subs), "every side's agents call the tools"),
+        Crossing("step.start", False, "MAIN", subs, "the sub-aligners' step plans (from the controller)"),
+        Crossing(
+            "events",
+            False,
+            "MAIN",
+            (*subs, "TOOLS", "MONITOR"),
+            "run.finished stops every node; the monitor shows the events",
+        ),
+        *(
+            Crossing("events", False, account, ("MONITOR",), "the monitor shows a sub side's events")
+            for account in subs
+        ),
+        Crossing("events", False, "TOOLS", ("MONITOR",), "the monitor shows the tools' events"),
+        Crossing("metrics.>", False, "MAIN", ("MONITOR",), "the monitor's metrics"),
+        *(Crossing("metrics.>", False, account, ("MONITOR",), "the monitor's metrics") for account in subs),
+        Crossing("metrics.>", False, "TOOLS", ("MONITOR",), "the monitor's metrics"),
+        Crossing("query.done", False, "MAIN", ("MONITOR",), "the monitor's query progress"),
+    )
+
+
+# What crosses in a run with the one default sub-agent type.
+CROSSINGS: tuple[Crossing, ...] = crossings()
 
 
 def crossings_out_of(account: str, crossings: Iterable[Crossing] = CROSSINGS) -> list[Crossing]:
@@ -150,23 +215,30 @@ def _entry(crossing: Crossing, subject: str, exported: bool, reply_window_s: flo
     return f"{{ {kind}: {{ account: {json.dumps(crossing.source)}, subject: {json.dumps(subject)} }} }}"
 
 
-def _entries(account: str, run_ids: list[str], exported: bool, reply_window_s: float) -> list[str]:
-    crossings = crossings_out_of(account) if exported else crossings_into(account)
+def _entries(
+    account: str, run_ids: list[str], exported: bool, reply_window_s: float, run_crossings: Iterable[Crossing]
+) -> list[str]:
+    chosen = crossings_out_of(account, run_crossings) if exported else crossings_into(account, run_crossings)
     return [
         _entry(c, f"{Subjects(run_id).root}.{c.subject}", exported, reply_window_s)
-        for c in crossings
+        for c in chosen
         for run_id in run_ids
     ]
 
 
 def account_block(
-    account: str, user_blocks: list[str], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S
+    account: str,
+    user_blocks: list[str],
+    run_ids: list[str],
+    reply_window_s: float = DEFAULT_REPLY_WINDOW_S,
+    run_crossings: Iterable[Crossing] = CROSSINGS,
 ) -> str:
-    """One account of the `accounts { … }` section: JetStream, its users (rendered), exports, imports."""
+    """One account of the `accounts { … }` section: JetStream, its users (rendered), exports, imports (of
+    `run_crossings`, rendered for each of `run_ids`)."""
     lines = [f"  {account}: {{", "    jetstream: enabled", "    users: [", ",\n".join(user_blocks), "    ]"]
     for key, entries in (
-        ("exports", _entries(account, run_ids, True, reply_window_s)),
-        ("imports", _entries(account, run_ids, False, reply_window_s)),
+        ("exports", _entries(account, run_ids, True, reply_window_s, run_crossings)),
+        ("imports", _entries(account, run_ids, False, reply_window_s, run_crossings)),
     ):
         if entries:
             lines.append(f"    {key}: [")
@@ -177,10 +249,16 @@ def account_block(
 
 
 def accounts_section(
-    users_by_account: Mapping[str, list[str]], run_ids: list[str], reply_window_s: float = DEFAULT_REPLY_WINDOW_S
+    users_by_account: Mapping[str, list[str]],
+    run_ids: list[str],
+    reply_window_s: float = DEFAULT_REPLY_WINDOW_S,
+    sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,),
 ) -> str:
-    """The whole `accounts { … }` section from each account's rendered user blocks."""
+    """The whole `accounts { … }` section from each account's rendered user blocks, for runs whose sub-agent types
+    are `sub_types`."""
+    run_crossings = crossings(sub_types)
     blocks = [
-        account_block(account, users_by_account.get(account, []), run_ids, reply_window_s) for account in ACCOUNTS
+        account_block(account, users_by_account.get(account, []), run_ids, reply_window_s, run_crossings)
+        for account in accounts_of(sub_types)
     ]
     return "accounts {\n" + "\n".join(blocks) + "\n}"

@@ -1,5 +1,6 @@
 """The small description of a deployment that `mgrpo deploy nats-config` renders (deploy/nats/deployment.yaml):
-its NATS servers, TLS, JetStream, the run ids its users may work on, and the tools served. Everything
+its NATS servers, TLS, JetStream, the run ids its users may work on and their sub-agent types, and the tools
+served. Everything
 else (users, permissions, the node configs' `nats` sections) is derived from it and the role table."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from mgrpo_actors.config.node import check_range
-from protocols import DEFAULT_MAX_BYTES, validate_run_id
+from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, validate_run_id
+from protocols.subjects import sides_of
 
 __all__ = ["DeploymentDescription", "JetStreamSettings", "ServerAddress", "TlsSettings"]
 
@@ -88,6 +90,10 @@ class DeploymentDescription:
     cluster_name: str = "mgrpo"  # name of the cluster when there are several servers
     # runs the users may work on (stream and bucket names hold the run id)
     run_ids: list[str] = field(default_factory=lambda: ["default"])
+    # the sub-agent types of those runs (the names under agents.subs; ["sub"]: runs that name none): each type is
+    # its own side, so its own account (SUB, or SUB_<TYPE>) with its own users (<type>-agent, <type>-aligner,
+    # <type>-learner) and admin; list every type any of the runs has
+    sub_types: list[str] = field(default_factory=lambda: [DEFAULT_SUB_TYPE])
     tls: TlsSettings = field(default_factory=TlsSettings)
     jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)
     max_payload: int = DEFAULT_MAX_BYTES  # = nats.max_message_bytes of the nodes
@@ -108,6 +114,7 @@ class DeploymentDescription:
             raise ValueError("run_ids: at least one run id")
         for run_id in self.run_ids:
             validate_run_id(run_id)
+        sides_of(tuple(self.sub_types))  # names a type once, each a valid name
         check_range("jetstream.replicas", self.jetstream.replicas, 1, len(self.servers))
         check_range("max_payload", self.max_payload, 1024, 64 * 1024 * 1024)
         check_range("reply_window_s", self.reply_window_s, 1, 7 * 24 * 3600)

@@ -8,27 +8,56 @@ and replicas are the node config's (nats.stream_max_msgs, stream_max_age_s, repl
 
 from __future__ import annotations
 
-from mgrpo_actors.config.node import STREAM_NAMES
 from mgrpo_actors.deploy.accounts import AccountResources
 from mgrpo_actors.runtime import Bus, StreamLimits, ensure_durable
-from protocols import SIDES
-from protocols.durables import DURABLES
+from protocols import DEFAULT_SUB_TYPE
+from protocols.durables import durables
+from protocols.subjects import sides_of, stats_stream
 
-__all__ = ["RUN_BUCKETS", "everything", "provision_run", "weights_buckets"]
-
-# KV: the controller's cursor; each side's run state for resume (aligner, learner); each side's newest weights.
-RUN_BUCKETS = ("state", "state-main", "state-sub", "versions-main", "versions-sub")
+__all__ = ["RUN_BUCKETS", "everything", "provision_run", "run_buckets", "run_stream_names", "weights_buckets"]
 
 
-def weights_buckets() -> list[str]:
+def run_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
+    """Short names of a run's KV buckets: the controller's cursor; each side's run state for resume (aligner,
+    learner); each side's newest weights version."""
+    sides = sides_of(sub_types)
+    return ("state", *(f"state-{side}" for side in sides), *(f"versions-{side}" for side in sides))
+
+
+# The KV buckets of a run with the one default sub-agent type.
+RUN_BUCKETS = run_buckets()
+
+
+def weights_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> list[str]:
     """Short names of the object stores weights travel through, one per side."""
-    return [f"weights-{side}" for side in SIDES]
+    return [f"weights-{side}" for side in sides_of(sub_types)]
+
+
+def run_stream_names(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
+    """Short names (Subjects.stream) of a run's streams: per side its trajectories and batches, per sub-agent type
+    its reward statistics (protocols/subjects.py Subjects.streams)."""
+    sides = sides_of(sub_types)
+    return (
+        "rollouts",
+        *(f"traj-{side}" for side in sides),
+        *(stats_stream(t) for t in sub_types),
+        *(f"batch-{side}" for side in sides),
+        "steps",
+        "metrics",
+        "dlq",
+    )
 
 
 def everything(bus: Bus) -> AccountResources:
-    """Every stream, KV bucket, object store and durable of the bus's run (a server without accounts keeps them all
-    in one)."""
-    return AccountResources(STREAM_NAMES, RUN_BUCKETS, tuple(weights_buckets()), tuple(DURABLES))
+    """Every stream, KV bucket, object store and durable of the bus's run, for its sub-agent types (a server without
+    accounts keeps them all in one)."""
+    sub_types = bus.subjects.sub_types
+    return AccountResources(
+        run_stream_names(sub_types),
+        run_buckets(sub_types),
+        tuple(weights_buckets(sub_types)),
+        tuple(durables(sub_types)),
+    )
 
 
 def provision_run(
@@ -43,7 +72,7 @@ def provision_run(
     for what in resources.objects:
         bus.object_store(bus.subjects.bucket(what))
     for name in resources.durables:
-        spec = DURABLES[name]
+        spec = durables(bus.subjects.sub_types)[name]
         ensure_durable(bus, *spec.where(bus.subjects), ack_wait_s=ack_wait_s, max_ack_pending=spec.max_ack_pending)
     return {
         "streams": streams,

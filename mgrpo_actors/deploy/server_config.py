@@ -1,12 +1,12 @@
 """Render the NATS side of a deployment (`mgrpo deploy nats-config`): one nats-server configuration per
-server (JetStream, TLS, the cluster's routes, and the accounts of deploy/accounts.py: MAIN, SUB,
-TOOLS, MONITOR, each with what crosses into and out of it, and in each account one user per role
-living there with the subject permissions of its `RoleAccess`, an `admin-<account>` user that
-provisions the run's streams and buckets of that account, and a read-only tap user: `tap-main`,
-`tap-sub`, `tap-tools`, and `tap` in MONITOR, which sees every account's metrics and events), a
-password file per user (random, mode 0600, kept when they exist so re-rendering changes no password),
-and per user the `nats` section of its node config (URLs, user, password file, inbox prefix, CA).
-Passwords reach the servers only as bcrypt hashes.
+server (JetStream, TLS, the cluster's routes, and the accounts of deploy/accounts.py: MAIN, one per
+sub-agent type (SUB, or SUB_<TYPE>), TOOLS, MONITOR, each with what crosses into and out of it, and in
+each account one user per role living there with the subject permissions of its `RoleAccess`, an
+`admin-<account>` user that provisions the run's streams and buckets of that account, and a read-only
+tap user: `tap-main`, `tap-sub` (`tap-sub_<type>`), `tap-tools`, and `tap` in MONITOR, which sees every
+account's metrics and events), a password file per user (random, mode 0600, kept when they exist so
+re-rendering changes no password), and per user the `nats` section of its node config (URLs, user,
+password file, inbox prefix, CA). Passwords reach the servers only as bcrypt hashes.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import yaml
 
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions, replay_api
 from mgrpo_actors.deploy.accounts import (
-    ACCOUNTS,
     DEFAULT_REPLY_WINDOW_S,
     AccountResources,
     account_resources,
+    accounts_of,
     accounts_section,
 )
 from mgrpo_actors.deploy.description import DeploymentDescription
-from protocols import Subjects
+from protocols import DEFAULT_SUB_TYPE, Subjects
 
 __all__ = [
     "TAP_USER",
@@ -93,18 +93,20 @@ def _tap_permissions(run_ids: list[str], inbox_prefix: str, resources: AccountRe
 
 
 def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAccess]) -> list[UserSpec]:
-    """A user per role (named as the role, in its role's account), then per account its admin and tap
-    users; each allowed what its role needs in every run of the description."""
+    """A user per role (`accesses` by user: actors.roles.role_accesses of the description's sub-agent types, a role
+    of the sub side once per type), then per account its admin and tap users; each allowed what its role needs in
+    every run of the description."""
+    accounts = accounts_of(tuple(description.sub_types))
     users = []
     for role, access in accesses.items():
-        if access.account not in ACCOUNTS:
-            raise ValueError(f"role {role}: account {access.account!r} is not one of {', '.join(ACCOUNTS)}")
+        if access.account not in accounts:
+            raise ValueError(f"role {role}: account {access.account!r} is not one of {', '.join(accounts)}")
         prefix = f"_INBOX.{role}"
         merged = Permissions()
         for run_id in description.run_ids:
             merged = merged.merged(permissions(access, run_id, prefix))
         users.append(UserSpec(role, prefix, merged, access.account))
-    for account in ACCOUNTS:
+    for account in accounts:
         admin, tap = admin_user(account), tap_user(account)
         users.append(UserSpec(admin, f"_INBOX.{admin}", None, account))
         users.append(
@@ -163,8 +165,10 @@ def security_sections(
     tls_timeout_s: float,
     run_ids: list[str],
     reply_window_s: float = DEFAULT_REPLY_WINDOW_S,
+    sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,),
 ) -> str:
-    """The `accounts` (and `tls`) sections of a server configuration (exports and imports for `run_ids`)."""
+    """The `accounts` (and `tls`) sections of a server configuration (exports and imports for `run_ids`, whose
+    sub-agent types are `sub_types`)."""
     parts = []
     if tls_files is not None:
         verify = "\n  verify: true" if verify_clients else ""
@@ -177,9 +181,9 @@ def security_sections(
         )
     by_account = {
         account: [_user_block(u, hashes[u.name], reply_window_s) for u in users if u.account == account]
-        for account in ACCOUNTS
+        for account in accounts_of(sub_types)
     }
-    parts.append(accounts_section(by_account, run_ids, reply_window_s))
+    parts.append(accounts_section(by_account, run_ids, reply_window_s, sub_types))
     return "\n".join(parts) + "\n"
 
 
@@ -252,12 +256,20 @@ def render_deployment(
         description.tls.timeout_s,
         description.run_ids,
         description.reply_window_s,
+        tuple(description.sub_types),
     )
     # The accounts alone, for servers configured elsewhere (the NATS Helm chart includes it:
     # deploy/k8s/nats/values.yaml).
     (out / "accounts.conf").write_text(
         security_sections(
-            users, hashes, None, False, description.tls.timeout_s, description.run_ids, description.reply_window_s
+            users,
+            hashes,
+            None,
+            False,
+            description.tls.timeout_s,
+            description.run_ids,
+            description.reply_window_s,
+            tuple(description.sub_types),
         )
     )
     server_configs = {}

@@ -197,8 +197,8 @@ class JetStreamCalls:
         )
 
     def ack_floor(self, durable: str) -> int | None:
-        """How far `durable` (one of protocols.durables.WORK_DURABLES) has acknowledged every message of its stream
-        (runtime/retention.py); None, said once, when the server cannot tell now."""
+        """How far `durable` (a work durable: protocols.durables.work_durables) has acknowledged every message of its
+        stream (runtime/retention.py); None, said once, when the server cannot tell now."""
         stream = self._work_stream(durable)
         if stream in self._purge_refused:
             return None

@@ -2,7 +2,7 @@
 
 A trajectory is done with once its aligner has acknowledged it (its batch is out), a batch once its learner has
 (a checkpoint holds it), a reward report once the sub aligner has. Those streams are each read by one durable
-(protocols/durables.py WORK_DURABLES), so after every step the durable's owner notes how far the durable has
+(protocols/durables.py work_durables), so after every step the durable's owner notes how far the durable has
 acknowledged everything (its ack floor) and removes from the stream what lies below the floor it noted
 `keep_steps` steps before (nats.keep_consumed_steps): the newest steps' work stays for a look back with
 `mgrpo tap --stream`, and a long run's storage stays at what those steps hold instead of growing with every step

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from protocols import Metric, StepDone, Trajectory
 from tests.helpers import wait_until
-from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received, side_batches
+from tests.pipeline_helpers import EventLog, NodeProcesses, read_stream, received, side_batches, two_type_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(500)]
 
@@ -39,26 +38,6 @@ TOPOLOGY: dict[str, tuple[list[str], tuple[str, ...]]] = {
 NODES_OF = {side: [n for n in TOPOLOGY if n.startswith(f"{side}-")] for side in SIDES}
 
 
-def _two_type_config(tmp: Path, run_id: str, **sections: dict) -> Path:
-    """pipeline_config's tiny models under the rule policy, with the searcher and the calculator types."""
-    pipeline = {"steps": STEPS, "queries_per_step": B, "rollouts_per_query": K, **sections.pop("pipeline", {})}
-    config = pipeline_config(
-        tmp,
-        run_id,
-        tools={"web_entities": 150, "actors_per_tool": 1, "serve": ["search", "visit", "calculator"]},
-        pipeline=pipeline,
-        algo={"alignment": {"d": D}},
-        **sections,
-    )
-    data = yaml.safe_load(config.read_text())
-    data["agents"]["subs"] = {
-        "searcher": {"description": "it searches the web and reads pages"},
-        "calculator": {"tools": ["calculator"], "description": "it computes arithmetic"},
-    }
-    config.write_text(yaml.safe_dump(data))
-    return config
-
-
 @pytest.fixture(scope="module")
 def finished_run(nats_server, tmp_path_factory):
     """Run the whole topology once for the module's tests; yields (bus, processes' dir)."""
@@ -67,8 +46,8 @@ def finished_run(nats_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sub-types")
     run_id = "sub-types"
     learner = {"frozen": False, "lr": 1e-2, "checkpoint_every": 0, "micro_batch_samples": 4}
-    config = _two_type_config(
-        tmp, run_id, pipeline={"advance_on": "learners"}, learners={"main": learner, "sub": learner}
+    config = two_type_config(
+        tmp, run_id, (B, K, D, STEPS), pipeline={"advance_on": "learners"}, learners={"main": learner, "sub": learner}
     )
     bus = Bus(nats_server.url, run_id=run_id, node="test", sub_types=TYPES).connect()
     events = EventLog(bus)
@@ -164,7 +143,9 @@ def test_killing_one_types_sub_agent_mid_step_completes_the_step_with_counted_re
     from mgrpo_actors.runtime import Bus
 
     run_id = "sub-types-kill"
-    config = _two_type_config(tmp_path, run_id, pipeline={"steps": 1, "subtask_timeout_s": 6, "tool_timeout_s": 3})
+    config = two_type_config(
+        tmp_path, run_id, (B, K, D, STEPS), pipeline={"steps": 1, "subtask_timeout_s": 6, "tool_timeout_s": 3}
+    )
     bus = Bus(nats_server.url, run_id=run_id, node="test", sub_types=TYPES).connect()
     events = EventLog(bus)
     nodes = NodeProcesses(nats_server.url, config, tmp_path / "logs")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.roles import ROLES
+from actors.roles import ROLES, role_accesses
 from mgrpo_actors.config.node import STREAM_NAMES
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, common_access, permissions, subject_matches
 from protocols import SIDES, Subjects
@@ -20,7 +20,7 @@ RUN = "r1"
 
 
 def _role(name: str, run_id: str = RUN, **kwargs) -> Permissions:
-    return permissions(ROLES[name].nats_access, run_id, f"_INBOX.{name}", **kwargs)
+    return permissions(role_accesses()[name], run_id, f"_INBOX.{name}", **kwargs)
 
 
 # ---- subject_matches -------------------------------------------------------------------------

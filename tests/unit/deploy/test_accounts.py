@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.roles import ROLES
-from mgrpo_actors.deploy.access import common_access, subject_matches
+from actors.roles import role_accesses
 from mgrpo_actors.deploy.accounts import (
     ACCOUNTS,
     CROSSINGS,
@@ -19,27 +18,14 @@ from mgrpo_actors.deploy.accounts import (
     crossings_into,
     crossings_out_of,
 )
+from tests.account_checks import (
+    assert_crossing_has_both_ends,
+    assert_every_subscription_finds_its_other_end,
+    assert_no_side_data_crosses,
+    assert_no_subject_crosses_both_ways,
+)
 
-ACCESSES = {name: spec.nats_access for name, spec in ROLES.items()}
-COMMON = common_access()
-
-
-def _roles_of(account: str) -> list[str]:
-    return [name for name, access in ACCESSES.items() if access.account == account]
-
-
-def _published_in(account: str) -> list[str]:
-    """Subjects (relative) the roles of `account` publish, every node's common ones included."""
-    return [*COMMON.publish, *(rel for name in _roles_of(account) for rel in ACCESSES[name].publish)]
-
-
-def _served_in(account: str) -> list[str]:
-    return [rel for name in _roles_of(account) for rel in ACCESSES[name].subscribe]
-
-
-def _covers(patterns: list[str], subject: str) -> bool:
-    """Some pattern matches `subject`, or `subject` is itself a wildcard a pattern equals."""
-    return any(p == subject or subject_matches(p, subject) for p in patterns)
+ACCESSES = role_accesses()
 
 
 def test_every_role_lives_in_one_of_the_accounts_by_its_side():
@@ -61,37 +47,13 @@ def test_every_role_lives_in_one_of_the_accounts_by_its_side():
 def test_every_crossing_has_a_source_in_its_account_and_a_user_in_each_importer(crossing):
     """A stream crossing is published in its source and read in every importer; a service is answered
     in its source and called from every importer. Nothing crosses that nobody needs."""
-    if crossing.service:
-        assert _covers(_served_in(crossing.source), crossing.subject)
-        for account in crossing.into:
-            assert any(_covers(ACCESSES[name].requests, crossing.subject) for name in _roles_of(account)), account
-        return
-    assert _covers(_published_in(crossing.source), crossing.subject)
-    from protocols import Subjects
-
-    s = Subjects("r")
-    subject = f"{s.root}.{crossing.subject}"
-    for account in crossing.into:
-        readers = []
-        for name in _roles_of(account):
-            access = ACCESSES[name]
-            readers += [f"{s.root}.{rel}" for rel in (*access.subscribe, *COMMON.subscribe)]
-            for stream in (*(d for d, _ in access.durables), *access.replays):
-                readers += s.streams()[s.stream(stream)]
-        assert any(subject_matches(r, subject) or subject_matches(subject, r) or r == subject for r in readers), (
-            account,
-            crossing.subject,
-        )
+    assert_crossing_has_both_ends(ACCESSES, crossing)
 
 
 def test_no_trajectory_batch_weights_or_store_subject_crosses():
     """docs/architecture.md §Sides and what crosses them: no trajectories, tokens, logprobs, gradients or weights
     cross sides."""
-    for crossing in CROSSINGS:
-        head = crossing.subject.split(".")[0]
-        assert head not in ("traj", "batch", "weights", "dlq", "node") and not crossing.subject.startswith("$"), (
-            crossing
-        )
+    assert_no_side_data_crosses(CROSSINGS)
 
 
 def test_what_crosses_between_the_two_sides_is_the_design_list():
@@ -113,36 +75,12 @@ def test_every_subscription_and_call_of_a_role_finds_its_other_end(account):
     """What a role subscribes to (besides pings and its inbox) is published in its account, crosses into
     it, or is a service it answers for callers in its account or in the accounts it exports it to;
     what it calls is answered in its account or crosses into it as a service."""
-    arriving = [c.subject for c in crossings_into(account)]
-    callers_here = [rel for name in _roles_of(account) for rel in ACCESSES[name].requests]
-    exported_services = [c.subject for c in crossings_out_of(account) if c.service]
-    for name in _roles_of(account):
-        access = ACCESSES[name]
-        for rel in access.subscribe:
-            assert (
-                _covers(_published_in(account), rel)
-                or rel in arriving
-                or rel in callers_here
-                or rel in exported_services
-            ), (name, rel)
-        for rel in access.requests:
-            assert _covers(_served_in(account), rel) or rel in [
-                c.subject for c in crossings_into(account) if c.service
-            ], (name, rel)
+    assert_every_subscription_finds_its_other_end(ACCESSES, account, CROSSINGS)
 
 
 def test_no_subject_crosses_both_ways_between_two_accounts():
     """nats-server refuses to start when an import forms a cycle: subjects one way never overlap the other way."""
-    for a in ACCOUNTS:
-        for b in ACCOUNTS:
-            if a >= b:
-                continue
-            there = [c.subject for c in crossings_out_of(a) if b in c.into]
-            back = [c.subject for c in crossings_out_of(b) if a in c.into]
-            for x in there:
-                for y in back:
-                    probe_x, probe_y = x.replace("*", "t").replace(">", "t"), y.replace("*", "t").replace(">", "t")
-                    assert not (subject_matches(x, probe_y) or subject_matches(y, probe_x)), (a, b, x, y)
+    assert_no_subject_crosses_both_ways(ACCOUNTS, CROSSINGS)
 
 
 def test_account_block_renders_exports_naming_importers_and_imports_per_run():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.roles import ROLES
+from actors.roles import ROLES, role_accesses
 from mgrpo_actors.config import ConfigError, from_dict
 from mgrpo_actors.deploy.access import Permissions
 from mgrpo_actors.deploy.accounts import ACCOUNTS
@@ -132,7 +132,7 @@ def test_a_bad_mapping_is_a_config_error():
 
 # ---- users and sections ---------------------------------------------------------------------------
 
-ACCESSES = {name: spec.nats_access for name, spec in ROLES.items()}
+ACCESSES = role_accesses()
 
 
 def test_user_specs_are_one_per_role_then_admin_and_tap_per_account():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from protocols import DEFAULT_SUB_TYPE, SIDES, Subjects, sides_of, validate_sub_type
-from protocols.durables import DURABLES, WORK_DURABLES, durables, work_durables
+from protocols.durables import DURABLES, WORK_DURABLES, durables, is_work_durable, work_durables
 from protocols.subjects import stats_stream
 
 # The names of a one-type run as they were before sub-agent types existed: a deployment rendered then, a run's
@@ -124,3 +124,14 @@ def test_sub_types_are_a_tuple_of_names(bad):
         Subjects("r1", bad)
     with pytest.raises(ValueError, match="tuple of names"):
         durables(bad)
+
+
+def test_a_work_durable_is_known_by_its_name_for_any_sub_agent_type():
+    """The permission renderer (deploy/access.py) knows a stream's one reader from the durable's name alone: every
+    work durable of a run with named types is one, a plan, controller or main-agents durable is not."""
+    types = ("searcher", "calc")
+    assert all(is_work_durable(name) for name in work_durables(types))
+    assert all(is_work_durable(name) for name in WORK_DURABLES)
+    others = set(durables(types)) - set(work_durables(types))
+    assert others and not any(is_work_durable(name) for name in others)
+    assert not is_work_durable("main-aligner-stats") and not is_work_durable("tool-learner")
