@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from actors.roles import SUB_SIDE_ROLES
+from actors.roles import SUB_SIDE_ROLES, role_user
 from mgrpo_actors.config import NodeConfig
 
 __all__ = ["follower_side", "preflight"]
@@ -25,10 +25,26 @@ def preflight(config: NodeConfig, roles: list[str], sub_types: tuple[str, ...] |
     if "sub-learner" in roles and not any(config.trains(t) for t in served):
         why = _why_frozen(config, served[0])
         raise ValueError(f"{why}: no sub-agent type of {', '.join(served)} trains, so no sub-learner runs")
+    _user_serves_its_type(config, roles, served)
     # the datasets and models these roles read (mgrpo_actors/preflight.py): no role starts on a bad input
     from mgrpo_actors.preflight import check_inputs
 
     check_inputs(config, roles, served)
+
+
+def _user_serves_its_type(config: NodeConfig, roles: list[str], served: tuple[str, ...]) -> None:
+    """A node running as a sub-agent type's rendered user (`searcher-agent`: mgrpo deploy nats-config) serves that
+    type only: that user may touch nothing of another type's, so the node would fail on its first stream."""
+    user = config.nats.auth.user
+    typed = {role_user(role, t): (role, t) for role in SUB_SIDE_ROLES for t in config.sub_types}
+    if user not in typed or len(config.sub_types) == 1:
+        return
+    role, sub_type = typed[user]
+    if any(r in SUB_SIDE_ROLES for r in roles) and served != (sub_type,):
+        raise ValueError(
+            f"nats.auth.user {user} is the user of {role} for the sub-agent type {sub_type} only: start the node with "
+            f"--role {role} --sub-type {sub_type}"
+        )
 
 
 def _why_frozen(config: NodeConfig, side: str) -> str:

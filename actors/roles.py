@@ -74,15 +74,11 @@ def _durables(sub_types: tuple[str, ...], *names: str) -> tuple[tuple[str, str],
 _KV_ALIGNER_KEYS = (("aligned", ".>"), ("d_estimator", ""), ("fifo", ".>"))
 
 
-def _relative(subject: str) -> str:
-    """A run's subject relative to its `mgrpo.<run>.` root."""
-    return subject.split(".", 2)[2]
-
-
-def _access(role: str, sub_types: tuple[str, ...], t: str = DEFAULT_SUB_TYPE) -> RoleAccess:
+def _access(role: str, sub_types: tuple[str, ...], sub_type: str = DEFAULT_SUB_TYPE) -> RoleAccess:
     """The NATS access of `role` (without its streams: RoleSpec.streams) in a run of `sub_types`; a sub side's role
-    serving the type `t`."""
-    s = Subjects("r", sub_types)
+    serving the type `sub_type`."""
+    t, names = sub_type, Subjects("r", sub_types)  # the run id is a stand-in: access is declared relative to it
+    relative = names.relative
     if role == "controller":
         return RoleAccess(
             "MAIN",
@@ -94,8 +90,8 @@ def _access(role: str, sub_types: tuple[str, ...], t: str = DEFAULT_SUB_TYPE) ->
     if role == "main-agent":
         return RoleAccess(
             "MAIN",
-            publish=("traj.main", *(_relative(s.reward_stats_of(x)) for x in sub_types), "query.done"),
-            requests=(*(_relative(s.subtask_requests_of(x)) for x in sub_types), "tool.*"),
+            publish=("traj.main", *(relative(names.reward_stats_of(x)) for x in sub_types), "query.done"),
+            requests=(*(relative(names.subtask_requests_of(x)) for x in sub_types), "tool.*"),
             subscribe=("weights.main",),
             durables=_durables(sub_types, "main-agents"),
             kv_read=("versions-main",),
@@ -106,7 +102,7 @@ def _access(role: str, sub_types: tuple[str, ...], t: str = DEFAULT_SUB_TYPE) ->
             sub_account(t),
             publish=(f"traj.{t}",),
             requests=("tool.*",),
-            subscribe=(_relative(s.subtask_requests_of(t)), f"weights.{t}"),
+            subscribe=(relative(names.subtask_requests_of(t)), f"weights.{t}"),
             kv_read=(f"versions-{t}",),
             objects_read=(f"weights-{t}",),
         )
@@ -124,11 +120,7 @@ def _access(role: str, sub_types: tuple[str, ...], t: str = DEFAULT_SUB_TYPE) ->
             sub_account(t),
             publish=(f"batch.{t}", f"step.aligned.{t}"),
             durables=_durables(sub_types, f"{t}-aligner-plans", f"{t}-aligner-stats", f"{t}-aligner"),
-            kv_write=(
-                (f"state-{t}", f"aligned.{t}.>"),
-                (f"state-{t}", f"d_estimator.{t}"),
-                (f"state-{t}", f"fifo.{t}.>"),
-            ),
+            kv_write=tuple((f"state-{t}", f"{head}.{t}{tail}") for head, tail in _KV_ALIGNER_KEYS),
         )
     if role in ("main-learner", "sub-learner"):
         side = MAIN_SIDE if role == "main-learner" else t
@@ -267,10 +259,9 @@ def role_accesses(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> dict[str,
     accesses = {}
     for role, spec in ROLES.items():
         for t in sub_types if spec.per_sub_type else (DEFAULT_SUB_TYPE,):
-            access = _access(role, sub_types, t)
             streams = role_streams([role], (t,) if spec.per_sub_type else sub_types)
-            own = [name for name in streams if name not in COMMON_STREAMS]
-            accesses[role_user(role, t)] = dataclasses.replace(access, streams=(*own, *access.streams))
+            own = tuple(name for name in streams if name not in COMMON_STREAMS)  # every node's come with permissions
+            accesses[role_user(role, t)] = dataclasses.replace(_access(role, sub_types, t), streams=own)
     return accesses
 
 

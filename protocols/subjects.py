@@ -135,6 +135,14 @@ class Subjects:
         """Prefix of every subject of the run."""
         return f"mgrpo.{self.run_id}"
 
+    def relative(self, subject: str) -> str:
+        """`subject` of this run relative to its root (`mgrpo.<run>.stats.searcher` -> `stats.searcher`), as NATS
+        permissions and account crossings are declared (mgrpo_actors/deploy/)."""
+        prefix = f"{self.root}."
+        if not subject.startswith(prefix):
+            raise ValueError(f"subject {subject!r} is not one of run {self.run_id!r}")
+        return subject.removeprefix(prefix)
+
     @property
     def all(self) -> str:
         """Wildcard matching every subject of the run (what `mgrpo tap` listens to by default)."""
@@ -233,6 +241,10 @@ class Subjects:
     def stream(self, what: str) -> str:
         """Name of one of the run's streams (see `streams()`)."""
         return f"mgrpo-{self.run_id}-{_token(what, 'stream')}"
+
+    def stream_names(self) -> list[str]:
+        """Short names (`stream`'s `what`) of every stream of the run, in the order of `streams()`."""
+        return [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.streams()]
 
     def streams(self) -> dict[str, list[str]]:
         """Every stream of the run and the subjects it captures (docs/architecture.md §Delivery and state); per

@@ -23,12 +23,16 @@ reads the role table.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.cli.composition import composition_of
 from protocols import DEFAULT_SUB_TYPE
+
+# The admin users `mgrpo deploy nats-config` renders (server_config.admin_user): one per account of some run.
+_RENDERED_ADMIN = re.compile(r"admin-(main|tools|monitor|sub|sub_[a-z][a-z0-9_]*)")
 
 __all__ = ["add_parser"]
 
@@ -75,7 +79,7 @@ def _account(args: argparse.Namespace, user: str, sub_types: tuple[str, ...] = (
     if args.account not in accounts:
         raise ValueError(
             f"--account {args.account}: the run's accounts are {', '.join(accounts)} (its sub-agent types come from "
-            "--config: give the run's config first)"
+            "--config: give the run's config too)"
         )
     return args.account
 
@@ -92,10 +96,11 @@ def _provision(args: argparse.Namespace) -> int:
     pipeline = load_config(PipelineConfig, args.config, section="pipeline")  # the durables' ack wait
     sub_types = load_config(NodeConfig, args.config).sub_types  # the run's sides (agents.subs)
     account = _account(args, nats.auth.user, sub_types)
-    if account is None and args.account == "auto" and nats.auth.user.startswith("admin-sub_"):
+    if account is None and args.account == "auto" and _RENDERED_ADMIN.fullmatch(nats.auth.user):
         raise ValueError(
             f"user {nats.auth.user} is the admin of no account of this run (sub-agent types {', '.join(sub_types)}): "
-            "give the run's config first (--config RUN.yaml --config ADMIN.yaml), or --account"
+            "give the run's config too (--config RUN.yaml --config ADMIN.yaml: its agents.subs name the types), "
+            "or --account"
         )
     resources = account_resources(dict(composition_of(args).role_accesses(sub_types)), account) if account else None
     try:
@@ -123,7 +128,8 @@ def _provision(args: argparse.Namespace) -> int:
         return 3
     where = f"account {account}" if account else "every stream and bucket (no account named)"
     print(
-        f"run {args.run_id}, {where}: {len(made['streams'])} streams, KV {', '.join(made['kv']) or '-'}, "
+        f"run {args.run_id} (sub-agent types {', '.join(sub_types)}), {where}: {len(made['streams'])} streams, "
+        f"KV {', '.join(made['kv']) or '-'}, "
         f"object stores {', '.join(made['objects']) or '-'}, durables {', '.join(made['durables']) or '-'} "
         f"(replicas {nats.replicas}, ack wait {pipeline.ack_wait_s:g} s)"
     )

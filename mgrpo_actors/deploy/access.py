@@ -31,7 +31,7 @@ __all__ = ["Permissions", "RoleAccess", "common_access", "permissions", "replay_
 class RoleAccess:
     """What one role's processes touch on NATS (names relative to the run, see the module doc)."""
 
-    account: str = ""  # the NATS account its user lives in (deploy/accounts.py: MAIN, SUB, TOOLS, MONITOR)
+    account: str = ""  # its user's NATS account (deploy/accounts.py: MAIN, SUB or SUB_<TYPE>, TOOLS, MONITOR)
     publish: tuple[str, ...] = ()  # core and JetStream publishes (js_publish needs a PubAck: on the inbox)
     requests: tuple[str, ...] = ()  # subjects it sends requests on (the replies come to its inbox)
     subscribe: tuple[str, ...] = ()  # plain or queue-group subscriptions

@@ -92,9 +92,17 @@ class Crossing:
             raise ValueError(f"crossing {self.subject!r}: {self.source} cannot import its own subject")
 
 
-def _relative(subject: str) -> str:
-    """A run's subject relative to its `mgrpo.<run>.` root."""
-    return subject.split(".", 2)[2]
+def _per_type(
+    names: Subjects, accounts: dict[str, str], subject_of: str, service: bool, into_main: bool, why: str
+) -> list[Crossing]:
+    """One crossing per sub-agent type (`accounts`: its account by type) of the subject `names.<subject_of>(type)`:
+    from the type's account into MAIN (`into_main`), or from MAIN into the type's account."""
+    out = []
+    for sub_type, account in accounts.items():
+        subject = names.relative(getattr(names, subject_of)(sub_type))
+        source, into = (account, ("MAIN",)) if into_main else ("MAIN", (account,))
+        out.append(Crossing(subject, service, source, into, why.format(type=sub_type)))
+    return out
 
 
 def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossing, ...]:
@@ -102,44 +110,23 @@ def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossin
     and results, the scalar reward statistics, and the step events the other side needs; tools serve every side;
     the monitor watches every account). Each sub-agent type's side crosses with MAIN only, never with another
     type's side. Trajectories, batches, weights and their KV/object stores cross nothing."""
-    s = Subjects("r", sides_of(sub_types)[1:])
-    subs = tuple(sub_account(t) for t in sub_types)
-    per_type: list[Crossing] = []
-    for sub_type, account in zip(sub_types, subs):
-        per_type += [
-            Crossing(
-                _relative(s.subtask_requests_of(sub_type)),
-                True,
-                account,
-                ("MAIN",),
-                f"main agents delegate subtasks to {sub_type} sub-agents",
-            ),
-            Crossing(
-                _relative(s.reward_stats_of(sub_type)),
-                False,
-                "MAIN",
-                (account,),
-                f"the {sub_type} aligner's scalar reward statistics (R_M, r_format, r_correct, its sub-call ids)",
-            ),
-            Crossing(
-                _relative(s.step_aligned(sub_type)),
-                False,
-                account,
-                ("MAIN",),
-                f"the controller hears the {sub_type} batch is ready",
-            ),
-            Crossing(
-                _relative(s.step_done(sub_type)),
-                False,
-                account,
-                ("MAIN",),
-                f"the controller hears the {sub_type} learner applied a step",
-            ),
-        ]
+    names = Subjects("r", sides_of(sub_types)[1:])  # the run id is a stand-in: crossings are relative to it
+    by_type = {t: sub_account(t) for t in sub_types}
+    subs = tuple(by_type.values())
     return (
-        *per_type,
+        *_per_type(names, by_type, "subtask_requests_of", True, True, "main agents delegate subtasks to {type}"),
         Crossing("tool.*", True, "TOOLS", ("MAIN", *subs), "every side's agents call the tools"),
+        *_per_type(
+            names,
+            by_type,
+            "reward_stats_of",
+            False,
+            False,
+            "{type}'s aligner: scalar reward statistics (R_M, r_format, r_correct, its sub-call ids)",
+        ),
         Crossing("step.start", False, "MAIN", subs, "the sub-aligners' step plans (from the controller)"),
+        *_per_type(names, by_type, "step_aligned", False, True, "the controller hears {type}'s batch is ready"),
+        *_per_type(names, by_type, "step_done", False, True, "the controller hears {type}'s learner applied a step"),
         Crossing(
             "events",
             False,
@@ -147,13 +134,10 @@ def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossin
             (*subs, "TOOLS", "MONITOR"),
             "run.finished stops every node; the monitor shows the events",
         ),
-        *(
-            Crossing("events", False, account, ("MONITOR",), "the monitor shows a sub side's events")
-            for account in subs
-        ),
+        *(Crossing("events", False, a, ("MONITOR",), "the monitor shows a sub side's events") for a in subs),
         Crossing("events", False, "TOOLS", ("MONITOR",), "the monitor shows the tools' events"),
         Crossing("metrics.>", False, "MAIN", ("MONITOR",), "the monitor's metrics"),
-        *(Crossing("metrics.>", False, account, ("MONITOR",), "the monitor's metrics") for account in subs),
+        *(Crossing("metrics.>", False, a, ("MONITOR",), "the monitor's metrics") for a in subs),
         Crossing("metrics.>", False, "TOOLS", ("MONITOR",), "the monitor's metrics"),
         Crossing("query.done", False, "MAIN", ("MONITOR",), "the monitor's query progress"),
     )
@@ -163,14 +147,14 @@ def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossin
 CROSSINGS: tuple[Crossing, ...] = crossings()
 
 
-def crossings_out_of(account: str, crossings: Iterable[Crossing] = CROSSINGS) -> list[Crossing]:
+def crossings_out_of(account: str, run_crossings: Iterable[Crossing] = CROSSINGS) -> list[Crossing]:
     """What `account` exports."""
-    return [c for c in crossings if c.source == account]
+    return [c for c in run_crossings if c.source == account]
 
 
-def crossings_into(account: str, crossings: Iterable[Crossing] = CROSSINGS) -> list[Crossing]:
+def crossings_into(account: str, run_crossings: Iterable[Crossing] = CROSSINGS) -> list[Crossing]:
     """What `account` imports."""
-    return [c for c in crossings if account in c.into]
+    return [c for c in run_crossings if account in c.into]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The small description of a deployment that `mgrpo deploy nats-config` renders (deploy/nats/deployment.yaml):
 its NATS servers, TLS, JetStream, the run ids its users may work on and their sub-agent types, and the tools
-served. Everything
-else (users, permissions, the node configs' `nats` sections) is derived from it and the role table."""
+served. Everything else (users, permissions, the node configs' `nats` sections) is derived from it and the
+role table."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from mgrpo_actors.deploy.accounts import AccountResources
 from mgrpo_actors.runtime import Bus, StreamLimits, ensure_durable
 from protocols import DEFAULT_SUB_TYPE
 from protocols.durables import durables
-from protocols.subjects import sides_of, stats_stream
+from protocols.subjects import sides_of
 
-__all__ = ["RUN_BUCKETS", "everything", "provision_run", "run_buckets", "run_stream_names", "weights_buckets"]
+__all__ = ["RUN_BUCKETS", "everything", "provision_run", "run_buckets", "weights_buckets"]
 
 
 def run_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
@@ -33,27 +33,12 @@ def weights_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> list[st
     return [f"weights-{side}" for side in sides_of(sub_types)]
 
 
-def run_stream_names(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
-    """Short names (Subjects.stream) of a run's streams: per side its trajectories and batches, per sub-agent type
-    its reward statistics (protocols/subjects.py Subjects.streams)."""
-    sides = sides_of(sub_types)
-    return (
-        "rollouts",
-        *(f"traj-{side}" for side in sides),
-        *(stats_stream(t) for t in sub_types),
-        *(f"batch-{side}" for side in sides),
-        "steps",
-        "metrics",
-        "dlq",
-    )
-
-
 def everything(bus: Bus) -> AccountResources:
     """Every stream, KV bucket, object store and durable of the bus's run, for its sub-agent types (a server without
     accounts keeps them all in one)."""
     sub_types = bus.subjects.sub_types
     return AccountResources(
-        run_stream_names(sub_types),
+        tuple(bus.subjects.stream_names()),
         run_buckets(sub_types),
         tuple(weights_buckets(sub_types)),
         tuple(durables(sub_types)),
@@ -72,7 +57,7 @@ def provision_run(
     for what in resources.objects:
         bus.object_store(bus.subjects.bucket(what))
     for name in resources.durables:
-        spec = durables(bus.subjects.sub_types)[name]
+        spec = bus.durables[name]
         ensure_durable(bus, *spec.where(bus.subjects), ack_wait_s=ack_wait_s, max_ack_pending=spec.max_ack_pending)
     return {
         "streams": streams,

@@ -98,14 +98,14 @@ def user_specs(description: DeploymentDescription, accesses: dict[str, RoleAcces
     every run of the description."""
     accounts = accounts_of(tuple(description.sub_types))
     users = []
-    for role, access in accesses.items():
+    for user, access in accesses.items():
         if access.account not in accounts:
-            raise ValueError(f"role {role}: account {access.account!r} is not one of {', '.join(accounts)}")
-        prefix = f"_INBOX.{role}"
+            raise ValueError(f"role {user}: account {access.account!r} is not one of {', '.join(accounts)}")
+        prefix = f"_INBOX.{user}"
         merged = Permissions()
         for run_id in description.run_ids:
             merged = merged.merged(permissions(access, run_id, prefix))
-        users.append(UserSpec(role, prefix, merged, access.account))
+        users.append(UserSpec(user, prefix, merged, access.account))
     for account in accounts:
         admin, tap = admin_user(account), tap_user(account)
         users.append(UserSpec(admin, f"_INBOX.{admin}", None, account))
@@ -179,9 +179,13 @@ def security_sections(
             # no credentials to a plain-text impostor.
             "  handshake_first: true\n}"
         )
+    accounts = accounts_of(sub_types)
+    strays = [u.name for u in users if u.account not in accounts]
+    if strays:
+        raise ValueError(f"users {', '.join(strays)} live in no account of sub-agent types {', '.join(sub_types)}")
     by_account = {
         account: [_user_block(u, hashes[u.name], reply_window_s) for u in users if u.account == account]
-        for account in accounts_of(sub_types)
+        for account in accounts
     }
     parts.append(accounts_section(by_account, run_ids, reply_window_s, sub_types))
     return "\n".join(parts) + "\n"

@@ -67,11 +67,7 @@ class JetStreamCalls:
 
         Raises BusError saying so when the server has no JetStream.
         """
-        which = (
-            which
-            if which is not None
-            else [name.removeprefix(f"mgrpo-{self.run_id}-") for name in self.subjects.streams()]
-        )
+        which = which if which is not None else self.subjects.stream_names()
         self._streams = (sorted({*self._streams[0], *which}), limits or self._streams[1])
         try:
             # API retries on a busy cluster

@@ -95,3 +95,26 @@ def test_a_sub_learner_of_several_types_under_a_launcher_asks_for_sub_type(launc
 def test_without_a_launcher_several_types_are_fine(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert follower_side(["sub-learner"], TWO) is None
+
+
+@pytest.mark.parametrize(
+    ("user", "roles", "served", "refused"),
+    [
+        ("searcher-agent", ["sub-agent"], ("searcher",), False),
+        ("searcher-agent", ["sub-agent"], TWO, True),  # no --sub-type: it would serve the calculator too
+        ("calculator-learner", ["sub-learner"], ("searcher",), True),
+        ("main-agent", ["main-agent"], TWO, False),  # not a sub-agent type's user
+        ("", ["sub-agent"], TWO, False),  # no credentials: an unsecured server
+    ],
+)
+def test_a_node_running_as_a_types_user_serves_that_type_only(user, roles, served, refused, monkeypatch):
+    """A node whose NATS user is a sub-agent type's rendered one (`searcher-agent`) must serve that type alone: the
+    user may touch nothing of another type's, so the check says which --sub-type to give before anything starts."""
+    monkeypatch.setenv("MGRPO_TEST_PASSWORD", "secret")
+    auth = [f"nats.auth.user={user}", "nats.auth.password_env=MGRPO_TEST_PASSWORD"] if user else []
+    config = _two_types(*auth)
+    if not refused:
+        preflight(config, roles, served)
+        return
+    with pytest.raises(ValueError, match=r"is the user of sub-(agent|learner) for the sub-agent type \w+ only: start"):
+        preflight(config, roles, served)

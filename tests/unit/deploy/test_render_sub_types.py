@@ -105,3 +105,29 @@ def test_provision_refuses_an_account_the_run_does_not_have(flag, types):
     """--account must be one of the run's accounts (its types come from the run's config)."""
     with pytest.raises(ValueError, match=f"--account {flag}"):
         _account(argparse.Namespace(account=flag), "ops", types)
+
+
+def test_security_sections_refuse_a_user_in_no_account_of_the_types():
+    """A role user rendered for other sub-agent types than the accounts' is an error, not a user silently left out."""
+    users = user_specs(DeploymentDescription(run_ids=["r1"], sub_types=list(TWO)), role_accesses(TWO))
+    with pytest.raises(ValueError, match=r"searcher-agent.*live in no account of sub-agent types sub"):
+        security_sections(users, {u.name: "h" for u in users}, None, False, 2.0, ["r1"])
+
+
+@pytest.mark.parametrize(
+    ("user", "rendered"),
+    [
+        ("admin-main", True),
+        ("admin-sub", True),
+        ("admin-sub_searcher", True),
+        ("admin-monitor", True),
+        ("admin-ops", False),
+        ("ops", False),
+    ],
+)
+def test_provision_knows_the_admin_users_nats_config_renders(user, rendered):
+    """`mgrpo deploy provision` refuses a rendered admin whose account the run does not have (its config was left
+    out), and leaves any other user to provision everything (a server without accounts)."""
+    from mgrpo_actors.cli.deploy import _RENDERED_ADMIN
+
+    assert bool(_RENDERED_ADMIN.fullmatch(user)) is rendered
