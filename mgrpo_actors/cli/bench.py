@@ -16,6 +16,7 @@ BENCHMARKS = {
     "bus": "mgrpo_actors.bench.bus",
     "algo": "mgrpo_actors.bench.algo",
     "rollout": "mgrpo_actors.bench.rollout",
+    "narrowing": "mgrpo_actors.bench.narrowing",
     "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
     "soak": "mgrpo_actors.bench.soak",
@@ -28,7 +29,8 @@ BENCHMARKS = {
 
 
 def _run(args: Any) -> int:
-    if args.name in ("all", "rollout", "algo"):  # they load models: keep "Loading weights" bars out of the tables
+    # they load models: keep "Loading weights" bars out of the tables
+    if args.name in ("all", "rollout", "narrowing", "algo"):
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from mgrpo_actors.engines.base import FinishReason, SamplingParams
-from mgrpo_actors.engines.kv_cache import RowCache
+from mgrpo_actors.engines.kv_cache import RowCache, gathered
 from mgrpo_actors.engines.sampler import sample
 
 __all__ = ["Decoded", "block_of", "decode", "feeder", "forward_block", "row_generators"]
@@ -83,6 +83,37 @@ def feeder(model: torch.nn.Module, pad_id: int):  # -> prefill.Feed
     return feed
 
 
+# Rows leave the batch as they finish: once at most this share of the batch's rows still samples, the rest go on in
+# a batch of their own (their cache rows copied out, without holes), so a step costs the rows still sampling. The
+# copy of the cache rows is worth it only with enough steps left to save.
+COMPACT_AT = 0.5
+COMPACT_MIN_ROWS = 4  # rows that must have finished before a batch is narrowed
+COMPACT_MIN_STEPS_LEFT = 8  # steps the budget must still allow
+
+
+@dataclass
+class _Batch:
+    """The rows decoding together: their cache, which of the call's rows they are, and their sampling streams."""
+
+    cache: RowCache
+    rows: list[int]  # the call's row of each cache row
+    generators: list[torch.Generator]
+
+
+def _narrowed(batch: _Batch, active: torch.Tensor, extra: int) -> _Batch:
+    """The batch of `batch`'s rows still sampling (`active`), their cache rows copied without holes, with room for
+    `extra` more columns; the finished rows stay where they are."""
+    keep = [i for i, on in enumerate(active.tolist()) if on]
+    cache = batch.cache.select(keep, [len(batch.cache.tokens[i]) for i in keep], extra)
+    return _Batch(cache, [batch.rows[i] for i in keep], [batch.generators[i] for i in keep])
+
+
+def _worth_narrowing(alive: torch.Tensor, steps_left: int, enabled: bool) -> bool:
+    rows, still = alive.numel(), int(alive.sum())
+    enough_left = steps_left >= COMPACT_MIN_STEPS_LEFT
+    return enabled and enough_left and still <= COMPACT_AT * rows and rows - still >= COMPACT_MIN_ROWS
+
+
 def decode(
     model: torch.nn.Module,
     cache: RowCache,
@@ -91,34 +122,56 @@ def decode(
     stop_ids: set[int],
     generators: Sequence[torch.Generator],
     pad_id: int,
-) -> list[Decoded]:
+    narrow: bool = True,
+) -> tuple[list[Decoded], RowCache]:
     """Feed each row's new prompt tokens `suffixes[i]` (at least one each), then sample up to
-    `params.max_new_tokens` tokens per row until each has sampled a stop id."""
+    `params.max_new_tokens` tokens per row until each has sampled a stop id. Returns the rows and the cache that holds
+    them all (its row i: row i's ids). With `narrow`, rows leave the batch as they finish (COMPACT_AT): a row samples
+    what it would in the whole batch, from its own stream, up to the rounding of batched matrix products."""
     rows, device = len(suffixes), cache.valid.device
     block, block_valid = block_of(suffixes, pad_id, device)
     cache.reserve(block.shape[1] + params.max_new_tokens)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-    active = torch.ones(rows, dtype=torch.bool, device=device)
-    sampled: list[torch.Tensor] = []
-    logprobs: list[torch.Tensor] = []
+    batch = _Batch(cache, list(range(rows)), list(generators))
+    home = {row: (cache, row) for row in range(rows)}  # the cache row that holds each row's keys and values
+    steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []  # (the batch's rows, ids, logprobs) per step
+    alive = torch.ones(rows, dtype=torch.bool, device=device)
     logits = forward_block(model, cache, block, block_valid)
     for step in range(params.max_new_tokens):
-        ids, lps = sample(logits, params, generators)
-        sampled.append(torch.where(active, ids, -1))
-        logprobs.append(lps)
-        active = active & ~torch.isin(ids, stop)
-        if step == params.max_new_tokens - 1 or not bool(active.any()):
+        ids, lps = sample(logits, params, batch.generators)
+        steps.append((batch.rows, ids, lps))
+        alive = alive & ~torch.isin(ids, stop)
+        steps_left = params.max_new_tokens - 1 - step
+        if steps_left == 0 or not bool(alive.any()):
             break
-        logits = forward_block(model, cache, torch.where(active, ids, pad_id)[:, None], active[:, None])
-    return _rows(torch.stack(sampled, dim=1).cpu(), torch.stack(logprobs, dim=1).float().cpu(), stop_ids)
+        if _worth_narrowing(alive, steps_left, narrow):
+            batch = _narrowed(batch, alive, steps_left)
+            home.update({row: (batch.cache, i) for i, row in enumerate(batch.rows)})
+            ids, alive = ids[alive], alive[alive]
+        logits = forward_block(model, batch.cache, torch.where(alive, ids, pad_id)[:, None], alive[:, None])
+    decoded = _rows(rows, steps, stop_ids)
+    if batch.cache is cache:
+        return decoded, cache
+    picks = [(held, i, len(held.tokens[i])) for held, i in (home[row] for row in range(rows))]
+    return decoded, gathered(cache.shape, picks, extra=0)
 
 
-def _rows(sampled: torch.Tensor, logprobs: torch.Tensor, stop_ids: set[int]) -> list[Decoded]:
+def _rows(
+    rows: int, steps: Sequence[tuple[list[int], torch.Tensor, torch.Tensor]], stop_ids: set[int]
+) -> list[Decoded]:
+    """Each row's ids up to its first stop id (included; what a finished row drew after it is dropped) and their
+    logprobs."""
+    sampled: list[list[int]] = [[] for _ in range(rows)]
+    logprobs: list[list[float]] = [[] for _ in range(rows)]
+    for members, ids, lps in steps:
+        for row, token, logprob in zip(members, ids.tolist(), lps.float().tolist(), strict=True):
+            sampled[row].append(token)
+            logprobs[row].append(logprob)
     out = []
-    for ids, lps in zip(sampled.tolist(), logprobs.numpy(), strict=True):
-        n = next((i for i, token in enumerate(ids) if token < 0), len(ids))
-        reason: FinishReason = "stop" if n and ids[n - 1] in stop_ids else "length"
-        row_lp = np.ascontiguousarray(lps[:n], dtype=np.float32)
+    for ids, lps in zip(sampled, logprobs, strict=True):
+        n = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), len(ids))
+        reason: FinishReason = "stop" if ids[n - 1] in stop_ids else "length"
+        row_lp = np.asarray(lps[:n], dtype=np.float32)
         if not np.isfinite(row_lp).all():
             raise RuntimeError("a sampled token has logprob -inf: sampling and logprobs used different distributions")
         out.append(Decoded(ids[:n], row_lp, reason))

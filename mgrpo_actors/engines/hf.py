@@ -135,6 +135,7 @@ class HFEngine:
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.bos_token_id, eos_token_id=sorted(self.eos_token_ids), pad_token_id=self.pad_token_id
         )
+        self.narrow_finished_rows = cfg.narrow_finished_rows
         self.row_cache = not use_generate and takes_external_cache(model)
         if self.row_cache:
             model.config._attn_implementation = attention.register()
@@ -184,7 +185,7 @@ class HFEngine:
         generators = row_generators(len(prompts), params.seed, self.rng)
         stop_ids = self.eos_token_ids | set(params.stop_token_ids)
         with torch.inference_mode():
-            rows = decode(
+            rows, cache = decode(
                 self.model,
                 cache,
                 [prompt[n:] for prompt, n in zip(prompts, keep, strict=True)],
@@ -192,6 +193,7 @@ class HFEngine:
                 stop_ids,
                 generators,
                 self.pad_token_id,
+                narrow=self.narrow_finished_rows,
             )
         self.cache = cache
         return [Generation(r.token_ids, r.logprobs, r.finish_reason, self.policy_version) for r in rows]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CacheShape", "RowCache", "common_prefix"]
+__all__ = ["CacheShape", "RowCache", "common_prefix", "gathered"]
 
 
 @dataclass(frozen=True)
@@ -119,27 +119,8 @@ class RowCache:
     def select(self, sources: Sequence[int | None], keep: Sequence[int], extra: int) -> RowCache:
         """A new cache whose row i holds the first keep[i] cached tokens of old row sources[i] (None:
         nothing), right-aligned, with room for `extra` more columns."""
-        width = max(keep, default=0)
-        fresh = RowCache(self.shape, len(sources), width + extra)
-        if width == 0:
-            return fresh
-        columns = torch.zeros(len(sources), width, dtype=torch.long, device=self.shape.device)
-        rows = torch.zeros(len(sources), dtype=torch.long, device=self.shape.device)
-        for i, (source, n) in enumerate(zip(sources, keep, strict=True)):
-            if source is None or n == 0:
-                continue
-            valid_columns = torch.nonzero(self.valid[source, : self.length]).squeeze(-1)[:n]
-            columns[i, width - n :] = valid_columns
-            fresh.valid[i, width - n : width] = True
-            rows[i] = source
-            fresh.tokens[i] = self.tokens[source][:n]
-        s = self.shape
-        index = columns[:, None, :, None].expand(len(sources), s.kv_heads, width, s.head_dim)
-        for store, into in ((self.keys, fresh.keys), (self.values, fresh.values)):
-            for layer, old in enumerate(store):
-                into[layer][:, :, :width] = old[:, :, : self.length].index_select(0, rows).gather(2, index)
-        fresh.length = width
-        return fresh
+        picks = [(None if source is None else self, source or 0, n) for source, n in zip(sources, keep, strict=True)]
+        return gathered(self.shape, picks, extra)
 
     def match(self, prompts: Sequence[Sequence[int]]) -> tuple[list[int | None], list[int]]:
         """For each prompt, the cached row with the longest common prefix and how much of it to keep: at
@@ -157,3 +138,33 @@ class RowCache:
             sources.append(best)
             keep.append(best_n)
         return sources, keep
+
+
+def gathered(shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int) -> RowCache:
+    """A new cache whose row i holds the first n valid tokens of row `row` of `cache` for picks[i] = (cache, row, n)
+    (cache None or n 0: nothing), right-aligned without holes, with room for `extra` more columns. The rows may come
+    from several caches (decode.py's compacted batches): each cache's rows are gathered in one copy."""
+    width = max((n for _, _, n in picks), default=0)
+    fresh = RowCache(shape, len(picks), width + extra)
+    if width == 0:
+        return fresh
+    by_cache: dict[int, tuple[RowCache, list[int]]] = {}
+    for i, (cache, _, n) in enumerate(picks):
+        if cache is not None and n > 0:
+            by_cache.setdefault(id(cache), (cache, []))[1].append(i)
+    for cache, members in by_cache.values():
+        columns = torch.zeros(len(members), width, dtype=torch.long, device=shape.device)
+        rows = torch.zeros(len(members), dtype=torch.long, device=shape.device)
+        for j, i in enumerate(members):
+            _, row, n = picks[i]
+            columns[j, width - n :] = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[:n]
+            fresh.valid[i, width - n : width] = True
+            rows[j] = row
+            fresh.tokens[i] = cache.tokens[row][:n]
+        at = torch.as_tensor(members, dtype=torch.long, device=shape.device)
+        where = columns[:, None, :, None].expand(len(members), shape.kv_heads, width, shape.head_dim)
+        for store, into in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
+            for layer, old in enumerate(store):
+                into[layer][at, :, :width] = old[:, :, : cache.length].index_select(0, rows).gather(2, where)
+    fresh.length = width
+    return fresh
