@@ -1,5 +1,5 @@
 """`mgrpo bench narrowing`: the `hf` engine with rows leaving the batch as they finish (engines/decode.py
-COMPACT_AT) against the same engine keeping every row to the call's end, on chat questions whose answers end at
+NARROW_AT) against the same engine keeping every row to the call's end, on chat questions whose answers end at
 different lengths, in one run: tokens/s of each, their ratio, and how many rows sampled the same tokens.
 
 Both sides are one engine on one model (the setting flipped between calls, each call from a cold cache), the

@@ -91,7 +91,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.3  # vllm: GPU memory share for weights + KV cache (a learner may share the GPU)
     max_model_len: int | None = None  # vllm: longest prompt + generation; None = the model's maximum
     enforce_eager: bool = False  # vllm: skip CUDA-graph capture (faster start, slower decoding)
-    narrow_finished_rows: bool = True  # hf: rows leave the batch as they finish (engines/decode.py COMPACT_AT)
+    narrow_finished_rows: bool = True  # hf: rows leave the batch as they finish (engines/decode.py NARROW_AT)
 
 
 @runtime_checkable

@@ -7,7 +7,8 @@ that token, and the token is drawn by inverse transform from those same probabil
 from a stream of its own, seeded by the call's seed and the row's index: what row i samples depends on its own
 prompt and seed, not on which other rows share the batch (up to the rounding of batched matrix
 products). Only the last position's logits are computed (`logits_to_keep=1`): no vocabulary-wide work
-on prompt tokens.
+on prompt tokens. Rows leave the batch as they finish (NARROW_AT): once few still sample, those go on in a
+smaller batch of their own, and the cache handed back holds every row as if none had left.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ def feeder(model: torch.nn.Module, pad_id: int):  # -> prefill.Feed
 # Rows leave the batch as they finish: once at most this share of the batch's rows still samples, the rest go on in
 # a batch of their own (their cache rows copied out, without holes), so a step costs the rows still sampling. The
 # copy of the cache rows is worth it only with enough steps left to save.
-COMPACT_AT = 0.5
-COMPACT_MIN_ROWS = 4  # rows that must have finished before a batch is narrowed
-COMPACT_MIN_STEPS_LEFT = 8  # steps the budget must still allow
+NARROW_AT = 0.5
+NARROW_MIN_ROWS = 4  # rows that must have finished before a batch is narrowed
+NARROW_MIN_STEPS_LEFT = 8  # steps the budget must still allow
 
 
 @dataclass
@@ -100,18 +101,18 @@ class _Batch:
     generators: list[torch.Generator]
 
 
-def _narrowed(batch: _Batch, active: torch.Tensor, extra: int) -> _Batch:
-    """The batch of `batch`'s rows still sampling (`active`), their cache rows copied without holes, with room for
+def _narrowed(batch: _Batch, alive: torch.Tensor, extra: int) -> _Batch:
+    """The batch of `batch`'s rows still sampling (`alive`), their cache rows copied without holes, with room for
     `extra` more columns; the finished rows stay where they are."""
-    keep = [i for i, on in enumerate(active.tolist()) if on]
+    keep = [i for i, on in enumerate(alive.tolist()) if on]
     cache = batch.cache.select(keep, [len(batch.cache.tokens[i]) for i in keep], extra)
     return _Batch(cache, [batch.rows[i] for i in keep], [batch.generators[i] for i in keep])
 
 
-def _worth_narrowing(alive: torch.Tensor, steps_left: int, enabled: bool) -> bool:
-    rows, still = alive.numel(), int(alive.sum())
-    enough_left = steps_left >= COMPACT_MIN_STEPS_LEFT
-    return enabled and enough_left and still <= COMPACT_AT * rows and rows - still >= COMPACT_MIN_ROWS
+def _worth_narrowing(rows: int, still: int, steps_left: int) -> bool:
+    """Whether a batch of `rows` rows, `still` of them sampling, should go on narrowed (NARROW_AT and the minimums
+    that pay for the copy of the cache rows)."""
+    return steps_left >= NARROW_MIN_STEPS_LEFT and still <= NARROW_AT * rows and rows - still >= NARROW_MIN_ROWS
 
 
 def decode(
@@ -126,14 +127,14 @@ def decode(
 ) -> tuple[list[Decoded], RowCache]:
     """Feed each row's new prompt tokens `suffixes[i]` (at least one each), then sample up to
     `params.max_new_tokens` tokens per row until each has sampled a stop id. Returns the rows and the cache that holds
-    them all (its row i: row i's ids). With `narrow`, rows leave the batch as they finish (COMPACT_AT): a row samples
+    them all (its row i: row i's ids). With `narrow`, rows leave the batch as they finish (NARROW_AT): a row samples
     what it would in the whole batch, from its own stream, up to the rounding of batched matrix products."""
     rows, device = len(suffixes), cache.valid.device
     block, block_valid = block_of(suffixes, pad_id, device)
     cache.reserve(block.shape[1] + params.max_new_tokens)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     batch = _Batch(cache, list(range(rows)), list(generators))
-    home = {row: (cache, row) for row in range(rows)}  # the cache row that holds each row's keys and values
+    home = [(cache, row) for row in range(rows)]  # the cache row that holds each row's keys and values
     steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []  # (the batch's rows, ids, logprobs) per step
     alive = torch.ones(rows, dtype=torch.bool, device=device)
     logits = forward_block(model, cache, block, block_valid)
@@ -141,18 +142,19 @@ def decode(
         ids, lps = sample(logits, params, batch.generators)
         steps.append((batch.rows, ids, lps))
         alive = alive & ~torch.isin(ids, stop)
-        steps_left = params.max_new_tokens - 1 - step
-        if steps_left == 0 or not bool(alive.any()):
+        steps_left, still = params.max_new_tokens - 1 - step, int(alive.sum())
+        if steps_left == 0 or still == 0:
             break
-        if _worth_narrowing(alive, steps_left, narrow):
+        if narrow and _worth_narrowing(len(batch.rows), still, steps_left):
             batch = _narrowed(batch, alive, steps_left)
-            home.update({row: (batch.cache, i) for i, row in enumerate(batch.rows)})
+            for i, row in enumerate(batch.rows):
+                home[row] = (batch.cache, i)
             ids, alive = ids[alive], alive[alive]
         logits = forward_block(model, batch.cache, torch.where(alive, ids, pad_id)[:, None], alive[:, None])
     decoded = _rows(rows, steps, stop_ids)
     if batch.cache is cache:
         return decoded, cache
-    picks = [(held, i, len(held.tokens[i])) for held, i in (home[row] for row in range(rows))]
+    picks = [(held, i, len(held.tokens[i])) for held, i in home]
     return decoded, gathered(cache.shape, picks, extra=0)
 
 
@@ -163,10 +165,12 @@ def _rows(
     logprobs."""
     sampled: list[list[int]] = [[] for _ in range(rows)]
     logprobs: list[list[float]] = [[] for _ in range(rows)]
-    for members, ids, lps in steps:
-        for row, token, logprob in zip(members, ids.tolist(), lps.float().tolist(), strict=True):
-            sampled[row].append(token)
-            logprobs[row].append(logprob)
+    members = [row for step_rows, _, _ in steps for row in step_rows]
+    all_ids = torch.cat([ids for _, ids, _ in steps]).tolist()  # one copy to the host for the whole call
+    all_lps = torch.cat([lps.float() for _, _, lps in steps]).tolist()
+    for row, token, logprob in zip(members, all_ids, all_lps, strict=True):
+        sampled[row].append(token)
+        logprobs[row].append(logprob)
     out = []
     for ids, lps in zip(sampled, logprobs, strict=True):
         n = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), len(ids))

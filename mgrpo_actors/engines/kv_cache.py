@@ -9,6 +9,7 @@ leaves *holes*: columns marked invalid in `valid` [rows, capacity]. Attention ma
 computes exactly what it would without them. `tokens[r]` lists the ids whose keys and values row r
 holds, in order; `select` starts the next call from the longest cached prefix of each new prompt,
 gathering those columns to the right edge of a fresh cache (one copy per call, no holes carried over).
+`gathered` does the same from rows of several caches: decode.py's narrowed batches, merged back into one.
 
 The object is what transformers' decoder layers call `update(key, value, layer_idx)` on (the models
 this engine supports: engines/hf.py); it stores nothing about the model beyond the shapes.
@@ -143,7 +144,7 @@ class RowCache:
 def gathered(shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int) -> RowCache:
     """A new cache whose row i holds the first n valid tokens of row `row` of `cache` for picks[i] = (cache, row, n)
     (cache None or n 0: nothing), right-aligned without holes, with room for `extra` more columns. The rows may come
-    from several caches (decode.py's compacted batches): each cache's rows are gathered in one copy."""
+    from several caches (decode.py's narrowed batches): each cache's rows are gathered in one copy."""
     width = max((n for _, _, n in picks), default=0)
     fresh = RowCache(shape, len(picks), width + extra)
     if width == 0:

@@ -1,4 +1,4 @@
-"""Rows leave the batch as they finish (engines/decode.py COMPACT_AT): once most rows of a call have stopped, the
+"""Rows leave the batch as they finish (engines/decode.py NARROW_AT): once most rows of a call have stopped, the
 rest decode in a batch of their own. Each row then samples the same tokens with the same behaviour logprobs as in
 the whole batch (fp32, both tiny families), its logprobs equal a plain forward pass's, the cache the engine keeps
 holds every row's ids as without narrowing, and the next turn of a multi-turn episode starts from it alike."""
@@ -93,13 +93,56 @@ def test_a_narrowed_rows_behaviour_logprobs_equal_a_plain_forward_pass(model_and
         np.testing.assert_allclose(generation.logprobs, recomputed, atol=1e-4, rtol=0)
 
 
-def test_a_batch_is_narrowed_only_when_enough_rows_finished_with_steps_left(narrowings):
-    """Narrowing costs a copy of the cache rows: only when at most COMPACT_AT of the rows still sample, at least
-    COMPACT_MIN_ROWS have finished, and COMPACT_MIN_STEPS_LEFT steps remain."""
+def test_a_batch_is_narrowed_only_when_enough_rows_finished_with_steps_left():
+    """Narrowing costs a copy of the cache rows: only when at most NARROW_AT of the rows still sample, at least
+    NARROW_MIN_ROWS have finished, and NARROW_MIN_STEPS_LEFT steps remain."""
     worth = decode_module._worth_narrowing
-    alive = torch.tensor([True] * 4 + [False] * 4)
-    assert worth(alive, steps_left=8, enabled=True)
-    assert not worth(alive, steps_left=8, enabled=False)
-    assert not worth(alive, steps_left=7, enabled=True)
-    assert not worth(torch.tensor([True] * 5 + [False] * 4), steps_left=8, enabled=True)  # more than half sample
-    assert not worth(torch.tensor([True] * 1 + [False] * 3), steps_left=8, enabled=True)  # 3 rows would leave
+    assert worth(rows=8, still=4, steps_left=8)
+    assert not worth(rows=8, still=4, steps_left=7)
+    assert not worth(rows=9, still=5, steps_left=8)  # more than half still sample
+    assert not worth(rows=4, still=1, steps_left=8)  # 3 rows would leave
+
+
+def _valid_kv(cache, row: int) -> list[torch.Tensor]:
+    """Row `row`'s keys and values of its valid columns, every layer."""
+    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)
+    return [store[layer][row][:, columns] for store in (cache.keys, cache.values) for layer in range(len(cache.keys))]
+
+
+def test_the_kept_cache_of_a_twice_narrowed_call_holds_the_whole_batchs_keys_and_values(
+    model_and_tokenizer, narrowings
+):
+    """32 rows narrowed at least twice: every row's cached keys and values (valid columns, every layer) equal those
+    the never-narrowed engine keeps, to fp32 rounding."""
+    model, tokenizer = model_and_tokenizer
+    narrowing, whole = _engines(model, tokenizer)
+    prompts = (_prompts(tokenizer) * 2)[:32]
+    params = _params(seed=3)
+    narrowing.generate(prompts, params), whole.generate(prompts, params)
+    assert len(narrowings) >= 2, narrowings
+    for row in range(len(prompts)):
+        for got, want in zip(_valid_kv(narrowing.cache, row), _valid_kv(whole.cache, row), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+def test_gathered_takes_rows_from_several_caches_and_leaves_empty_picks_empty():
+    """kv_cache.gathered: row i holds the first n valid tokens of its (cache, row), right-aligned, whichever cache it
+    comes from; a pick of no cache or of 0 tokens is an empty row."""
+    from mgrpo_actors.engines.kv_cache import CacheShape, RowCache, gathered
+
+    shape = CacheShape(layers=1, kv_heads=1, head_dim=2, dtype=torch.float32, device=torch.device("cpu"))
+    first, second = RowCache(shape, rows=2, capacity=4), RowCache(shape, rows=1, capacity=4)
+    for cache, base in ((first, 0.0), (second, 100.0)):
+        width = 3
+        values = base + torch.arange(cache.rows * width * 2, dtype=torch.float32).reshape(cache.rows, 1, width, 2)
+        cache.update(values, -values, 0)
+        valid = torch.tensor([[True, False, True]] * cache.rows)  # a hole in the middle
+        cache.advance(torch.arange(cache.rows * width).reshape(cache.rows, width), valid)
+    out = gathered(shape, [(second, 0, 2), (None, 0, 0), (first, 1, 1), (first, 0, 0)], extra=1)
+    assert out.length == 2 and out.capacity == 3
+    assert out.valid[:, :2].tolist() == [[True, True], [False, False], [False, True], [False, False]]
+    assert out.tokens == [[0, 2], [], [3], []]
+    torch.testing.assert_close(out.keys[0][0, 0, :2], second.keys[0][0, 0, [0, 2]])
+    torch.testing.assert_close(out.keys[0][2, 0, 1], first.keys[0][1, 0, 0])
+    torch.testing.assert_close(out.values[0][0, 0, :2], -second.keys[0][0, 0, [0, 2]])
+    assert not out.keys[0][1].any() and not out.keys[0][3].any()  # empty rows stay zeros: finite holes
