@@ -57,8 +57,10 @@ def test_two_sub_agent_types_run_each_in_its_own_account_under_per_role_users(tm
                 "mgrpo", "deploy", "provision", "--config", str(admin), "--nats", url, "--run-id", RUN_ID, timeout_s=60
             )
             assert done.returncode == 0 and f"account {account}" in done.stdout, done.stdout + done.stderr
+            assert f"(sub-agent types {', '.join(sorted(TYPES))})" in done.stdout, done.stdout  # read from the config
+            made = done.stdout.split(f"account {account}:", 1)[1]
             for sub_type in TYPES:  # a type's buckets and durables are made in its account only
-                assert (sub_type in done.stdout) == (account == sub_account(sub_type)), (account, done.stdout)
+                assert (sub_type in made) == (account == sub_account(sub_type)), (account, done.stdout)
 
         monitor_tap = user_security(out, TAP_USER, url)
         with Bus(url, run_id=RUN_ID, node="watcher", sub_types=TYPES, security=monitor_tap) as bus:
