@@ -122,8 +122,7 @@ class ControllerActor(BusActor):
             waiting_for=stall.waiting_for,
             last_progress=stall.last_progress,
         )
-        if self.bus.on_run_stopped is not None:
-            self.bus.on_run_stopped(message)
+        self.bus.stop_run(message)
 
     def _save(self) -> None:
         self.state.put(CURSOR_KEY, self.cursor.to_json().encode())

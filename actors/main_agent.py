@@ -143,8 +143,7 @@ class MainAgentActor(AgentActor):
         why = f"the run's requests name sub-agent types {named}; this node's config has {own}"
         self.hand_back(delivery, why)
         publish_event(self.bus, "main_agent.config_mismatch", why, self.role, level="error", step=request.step)
-        if self.bus.on_run_stopped is not None:
-            self.bus.on_run_stopped(why)
+        self.bus.stop_run(why)
         return False
 
     def _failed(self, batch: list[tuple[RolloutRequest, Delivery]], error: str, where: str) -> None:

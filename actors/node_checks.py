@@ -37,7 +37,7 @@ def _user_serves_its_type(config: NodeConfig, roles: list[str], served: tuple[st
     type only: that user may touch nothing of another type's, so the node would fail on its first stream."""
     user = config.nats.auth.user
     typed = {role_user(role, t): (role, t) for role in SUB_SIDE_ROLES for t in config.sub_types}
-    if user not in typed or len(config.sub_types) == 1:
+    if user not in typed:
         return
     role, sub_type = typed[user]
     if any(r in SUB_SIDE_ROLES for r in roles) and served != (sub_type,):

@@ -69,11 +69,6 @@ def _durables(sub_types: tuple[str, ...], *names: str) -> tuple[tuple[str, str],
     return tuple((specs[name].stream, name) for name in names)
 
 
-# The sub aligner's KV keys in its side's state bucket, as (head, tail) around its type: its alignment records,
-# its D estimator, and the alignment ablation's queue (mgrpo_actors/alignment/fifo_store.py).
-_KV_ALIGNER_KEYS = (("aligned", ".>"), ("d_estimator", ""), ("fifo", ".>"))
-
-
 def _access(role: str, sub_types: tuple[str, ...], sub_type: str = DEFAULT_SUB_TYPE) -> RoleAccess:
     """The NATS access of `role` (without its streams: RoleSpec.streams) in a run of `sub_types`; a sub side's role
     serving the type `sub_type`."""
@@ -120,7 +115,12 @@ def _access(role: str, sub_types: tuple[str, ...], sub_type: str = DEFAULT_SUB_T
             sub_account(t),
             publish=(f"batch.{t}", f"step.aligned.{t}"),
             durables=_durables(sub_types, f"{t}-aligner-plans", f"{t}-aligner-stats", f"{t}-aligner"),
-            kv_write=tuple((f"state-{t}", f"{head}.{t}{tail}") for head, tail in _KV_ALIGNER_KEYS),
+            # its alignment records, its D estimator, the alignment ablation's queue (alignment/fifo_store.py)
+            kv_write=(
+                (f"state-{t}", f"aligned.{t}.>"),
+                (f"state-{t}", f"d_estimator.{t}"),
+                (f"state-{t}", f"fifo.{t}.>"),
+            ),
         )
     if role in ("main-learner", "sub-learner"):
         side = MAIN_SIDE if role == "main-learner" else t
@@ -259,8 +259,8 @@ def role_accesses(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> dict[str,
     accesses = {}
     for role, spec in ROLES.items():
         for t in sub_types if spec.per_sub_type else (DEFAULT_SUB_TYPE,):
-            streams = role_streams([role], (t,) if spec.per_sub_type else sub_types)
-            own = tuple(name for name in streams if name not in COMMON_STREAMS)  # every node's come with permissions
+            types = (t,) if spec.per_sub_type else sub_types
+            own = tuple(dict.fromkeys(name for what in spec.streams for name in _per_sub_type(what, types)))
             accesses[role_user(role, t)] = dataclasses.replace(_access(role, sub_types, t), streams=own)
     return accesses
 

@@ -42,9 +42,6 @@ def d_estimator_key(sub_type: str = DEFAULT_SUB_TYPE) -> str:
     return f"d_estimator.{sub_type}"
 
 
-D_ESTIMATOR_KEY = d_estimator_key()  # the default type's
-
-
 class SubAlignerActor(AlignerActor):
     role = "sub-aligner"
 

@@ -14,7 +14,6 @@ from mgrpo_actors.deploy.accounts import Crossing, crossings_into, crossings_out
 from protocols import DEFAULT_SUB_TYPE, Subjects
 
 __all__ = [
-    "COMMON",
     "MIX",
     "TWO",
     "TYPE_SETS",
@@ -22,10 +21,6 @@ __all__ = [
     "assert_every_subscription_finds_its_other_end",
     "assert_no_side_data_crosses",
     "assert_no_subject_crosses_both_ways",
-    "covers",
-    "published_in",
-    "roles_of",
-    "served_in",
     "types_id",
 ]
 

@@ -23,16 +23,12 @@ reads the role table.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from mgrpo_actors.cli.composition import composition_of
 from protocols import DEFAULT_SUB_TYPE
-
-# The admin users `mgrpo deploy nats-config` renders (server_config.admin_user): one per account of some run.
-_RENDERED_ADMIN = re.compile(r"admin-(main|tools|monitor|sub|sub_[a-z][a-z0-9_]*)")
 
 __all__ = ["add_parser"]
 
@@ -87,16 +83,16 @@ def _account(args: argparse.Namespace, user: str, sub_types: tuple[str, ...] = (
 def _provision(args: argparse.Namespace) -> int:
     from mgrpo_actors.cli.arguments import connection
     from mgrpo_actors.config import NodeConfig, load_config
-    from mgrpo_actors.config.pipeline import PipelineConfig
     from mgrpo_actors.deploy.accounts import account_resources
     from mgrpo_actors.deploy.provision import provision_run
+    from mgrpo_actors.deploy.server_config import is_admin_user
     from mgrpo_actors.runtime import Bus, BusError
 
     url, security, nats = connection(args)
-    pipeline = load_config(PipelineConfig, args.config, section="pipeline")  # the durables' ack wait
-    sub_types = load_config(NodeConfig, args.config).sub_types  # the run's sides (agents.subs)
+    config = load_config(NodeConfig, args.config)
+    pipeline, sub_types = config.pipeline, config.sub_types  # the durables' ack wait; the run's sides (agents.subs)
     account = _account(args, nats.auth.user, sub_types)
-    if account is None and args.account == "auto" and _RENDERED_ADMIN.fullmatch(nats.auth.user):
+    if account is None and args.account == "auto" and is_admin_user(nats.auth.user):
         raise ValueError(
             f"user {nats.auth.user} is the admin of no account of this run (sub-agent types {', '.join(sub_types)}): "
             "give the run's config too (--config RUN.yaml --config ADMIN.yaml: its agents.subs name the types), "

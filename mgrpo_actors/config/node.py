@@ -24,11 +24,11 @@ from mgrpo_actors.envs.questions import max_difference_share
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
-from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, MAIN_SIDE, validate_run_id
+from protocols import DEFAULT_MAX_BYTES, DEFAULT_SUB_TYPE, MAIN_SIDE, Subjects, validate_run_id
 
 # The run's streams by the names Subjects.stream takes (docs/architecture.md §Delivery and state), for the one default
 # sub-agent type; a named type has traj-<type>, stats-<type> and batch-<type> instead of traj-sub, stats, batch-sub.
-STREAM_NAMES = ("rollouts", "traj-main", "traj-sub", "stats", "batch-main", "batch-sub", "steps", "metrics", "dlq")
+STREAM_NAMES = tuple(Subjects("r").stream_names())  # the run id is a stand-in: the names are its streams
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from mgrpo_actors.deploy.access import RoleAccess, common_access
@@ -35,6 +35,7 @@ from protocols.subjects import sides_of
 
 __all__ = [
     "ACCOUNTS",
+    "ACCOUNT_NAME",
     "CROSSINGS",
     "DEFAULT_REPLY_WINDOW_S",
     "AccountResources",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 # An account's name: the fixed ones, or a sub-agent type's (sub_account).
-_ACCOUNT_NAME = re.compile(r"^(MAIN|TOOLS|MONITOR|SUB|SUB_[A-Z][A-Z0-9_]{0,31})$")
+ACCOUNT_NAME = re.compile(r"^(MAIN|TOOLS|MONITOR|SUB|SUB_[A-Z][A-Z0-9_]{0,31})$")
 
 
 def sub_account(sub_type: str = DEFAULT_SUB_TYPE) -> str:
@@ -83,7 +84,7 @@ class Crossing:
 
     def __post_init__(self) -> None:
         for account in (self.source, *self.into):
-            if not _ACCOUNT_NAME.fullmatch(account):
+            if not ACCOUNT_NAME.fullmatch(account):
                 raise ValueError(
                     f"crossing {self.subject!r}: unknown account {account!r} (accounts: MAIN, TOOLS, MONITOR, SUB and "
                     "SUB_<TYPE>)"
@@ -93,14 +94,19 @@ class Crossing:
 
 
 def _per_type(
-    names: Subjects, accounts: dict[str, str], subject_of: str, service: bool, into_main: bool, why: str
+    names: Subjects,
+    accounts: dict[str, str],
+    subject_of: Callable[[str], str],
+    service: bool,
+    into_main: bool,
+    why: str,
 ) -> list[Crossing]:
-    """One crossing per sub-agent type (`accounts`: its account by type) of the subject `names.<subject_of>(type)`:
-    from the type's account into MAIN (`into_main`), or from MAIN into the type's account."""
+    """One crossing per sub-agent type (`accounts`: its account by type) of its subject `subject_of(type)` (one of
+    `names`' methods): from the type's account into MAIN (`into_main`), or from MAIN into the type's account."""
     out = []
     for sub_type, account in accounts.items():
-        subject = names.relative(getattr(names, subject_of)(sub_type))
         source, into = (account, ("MAIN",)) if into_main else ("MAIN", (account,))
+        subject = names.relative(subject_of(sub_type))
         out.append(Crossing(subject, service, source, into, why.format(type=sub_type)))
     return out
 
@@ -110,23 +116,25 @@ def crossings(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[Crossin
     and results, the scalar reward statistics, and the step events the other side needs; tools serve every side;
     the monitor watches every account). Each sub-agent type's side crosses with MAIN only, never with another
     type's side. Trajectories, batches, weights and their KV/object stores cross nothing."""
-    names = Subjects("r", sides_of(sub_types)[1:])  # the run id is a stand-in: crossings are relative to it
+    names = Subjects("r", sub_types)  # the run id is a stand-in: crossings are relative to it
     by_type = {t: sub_account(t) for t in sub_types}
     subs = tuple(by_type.values())
     return (
-        *_per_type(names, by_type, "subtask_requests_of", True, True, "main agents delegate subtasks to {type}"),
+        *_per_type(names, by_type, names.subtask_requests_of, True, True, "main agents delegate subtasks to {type}"),
         Crossing("tool.*", True, "TOOLS", ("MAIN", *subs), "every side's agents call the tools"),
         *_per_type(
             names,
             by_type,
-            "reward_stats_of",
+            names.reward_stats_of,
             False,
             False,
             "{type}'s aligner: scalar reward statistics (R_M, r_format, r_correct, its sub-call ids)",
         ),
         Crossing("step.start", False, "MAIN", subs, "the sub-aligners' step plans (from the controller)"),
-        *_per_type(names, by_type, "step_aligned", False, True, "the controller hears {type}'s batch is ready"),
-        *_per_type(names, by_type, "step_done", False, True, "the controller hears {type}'s learner applied a step"),
+        *_per_type(names, by_type, names.step_aligned, False, True, "the controller hears {type}'s batch is ready"),
+        *_per_type(
+            names, by_type, names.step_done, False, True, "the controller hears {type}'s learner applied a step"
+        ),
         Crossing(
             "events",
             False,

@@ -28,9 +28,9 @@ def run_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, 
 RUN_BUCKETS = run_buckets()
 
 
-def weights_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> list[str]:
+def weights_buckets(sub_types: tuple[str, ...] = (DEFAULT_SUB_TYPE,)) -> tuple[str, ...]:
     """Short names of the object stores weights travel through, one per side."""
-    return [f"weights-{side}" for side in sides_of(sub_types)]
+    return tuple(f"weights-{side}" for side in sides_of(sub_types))
 
 
 def everything(bus: Bus) -> AccountResources:
@@ -40,7 +40,7 @@ def everything(bus: Bus) -> AccountResources:
     return AccountResources(
         tuple(bus.subjects.stream_names()),
         run_buckets(sub_types),
-        tuple(weights_buckets(sub_types)),
+        weights_buckets(sub_types),
         tuple(durables(sub_types)),
     )
 

@@ -22,6 +22,7 @@ import yaml
 
 from mgrpo_actors.deploy.access import Permissions, RoleAccess, permissions, replay_api
 from mgrpo_actors.deploy.accounts import (
+    ACCOUNT_NAME,
     DEFAULT_REPLY_WINDOW_S,
     AccountResources,
     account_resources,
@@ -36,6 +37,7 @@ __all__ = [
     "RenderedDeployment",
     "UserSpec",
     "admin_user",
+    "is_admin_user",
     "render_deployment",
     "security_sections",
     "tap_user",
@@ -49,6 +51,12 @@ def admin_user(account: str) -> str:
     """The user that provisions `account`'s streams, KV and object stores; no subject limits in its
     account (keep it off the nodes)."""
     return f"admin-{account.lower()}"
+
+
+def is_admin_user(user: str) -> bool:
+    """Whether `user` is one that admin_user names: `admin-` and an account's name in lower case (of some run)."""
+    account = user.removeprefix("admin-")
+    return account != user and account == account.lower() and ACCOUNT_NAME.fullmatch(account.upper()) is not None
 
 
 def tap_user(account: str) -> str:

@@ -100,7 +100,7 @@ class Bus(JetStreamCalls):
         # or a write that found the server's store full).
         self.on_run_stopped: Callable[[str], None] | None = None
         # Writes into the server's store that fail for want of room: StoreFull, and the run stopped (once).
-        self.store_watch = StoreWatch(store_dir, url, self._stop_run)
+        self.store_watch = StoreWatch(store_dir, url, self.stop_run)
         self._connect_timeout_s = connect_timeout_s
         self._max_reconnect_attempts = max_reconnect_attempts
         self._reconnect_wait_s = reconnect_wait_s
@@ -196,7 +196,8 @@ class Bus(JetStreamCalls):
         self._js = self._nc.jetstream()
         await self._replies.open(self._nc)
 
-    def _stop_run(self, why: str) -> None:
+    def stop_run(self, why: str) -> None:
+        """Stop the run saying why (`on_run_stopped`: the node then exits 3); nothing where no node listens."""
         if self.on_run_stopped is not None:
             self.on_run_stopped(why)
 

@@ -166,11 +166,10 @@ class JetStreamCalls:
 
     def _durable_gone(self, why: str) -> None:
         """A consumer's durable was deleted under it: the run stops (its node exits 3) rather than hang."""
-        if self.on_run_stopped is not None:
-            self.on_run_stopped(
-                f"{why}: this node's role would receive nothing more; "
-                "restarting the node (mgrpo run --resume) makes it again"
-            )
+        self.stop_run(
+            f"{why}: this node's role would receive nothing more; "
+            "restarting the node (mgrpo run --resume) makes it again"
+        )
 
     def _work_stream(self, durable: str) -> str:
         if durable not in self.work_durables:

@@ -20,7 +20,7 @@ import pytest
 from mgrpo_actors.agents.setup import load_task_questions
 from mgrpo_actors.config import NodeConfig, load_config
 from protocols import AlignedBatch, DeadLetter, Event, RewardStats, StepPlan, Trajectory, decode
-from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received, side_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -194,7 +194,7 @@ def test_the_sub_aligner_refuses_forged_stats_and_trajectories_and_aligns_the_re
                 _publish_stats(bus, _stats(run_id, q, k, attempts[q], [call], r_correct=float(k)))
 
         batch_event = events.wait_for("sub.batch", timeout_s=60, describe=lambda: nodes.output(name)[-3000:])
-        chunks = [m for m in read_stream(bus, bus.subjects.stream("batch-sub")) if isinstance(m, AlignedBatch)]
+        chunks = side_batches(bus, "sub")
         refused = [e.message for e in events.kinds("sub.refused")]
         finished = _finish(bus, nodes, name)
     finally:
@@ -260,7 +260,7 @@ def test_the_main_aligner_refuses_forged_trajectories_and_aligns_the_real_ones(n
             bus.js_publish(bus.subjects.trajectories("main"), trajectory)
         batch_event = events.wait_for("main.batch", timeout_s=60, describe=lambda: nodes.output(name)[-3000:])
         _wait_refused(events, "main", 3, nodes, name)
-        chunks = [m for m in read_stream(bus, bus.subjects.stream("batch-main")) if isinstance(m, AlignedBatch)]
+        chunks = side_batches(bus, "main")
         refused = [e.message for e in events.kinds("main.refused")]
         finished = _finish(bus, nodes, name)
     finally:

@@ -10,9 +10,9 @@ import msgpack
 import pytest
 
 from mgrpo_actors.runtime import RemoteFailure
-from protocols import AlignedBatch, DeadLetter, Metric, NodePing
+from protocols import DeadLetter, Metric, NodePing
 from tests.helpers import wait_until
-from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received
+from tests.pipeline_helpers import EventLog, NodeProcesses, pipeline_config, read_stream, received, side_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -22,8 +22,7 @@ B, K, D = 3, 2, 2
 def _batch_sizes(bus) -> dict[str, list[int]]:
     sizes = {}
     for side in ("main", "sub"):
-        batches = [m for m in read_stream(bus, bus.subjects.stream(f"batch-{side}")) if isinstance(m, AlignedBatch)]
-        sizes[side] = [len(b.sample_ids) for b in batches]
+        sizes[side] = [len(b.sample_ids) for b in side_batches(bus, side)]
     return sizes
 
 

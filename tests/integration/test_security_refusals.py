@@ -143,14 +143,15 @@ def deployment(tmp_path_factory):
 def test_every_user_is_refused_every_subject_its_role_must_not_touch(deployment):
     out, url, server = deployment
     s = Subjects(RUN_ID)
-    users = {u.name: u for u in user_specs(DeploymentDescription(run_ids=[RUN_ID]), role_accesses())}
+    accesses = role_accesses()
+    users = {u.name: u for u in user_specs(DeploymentDescription(run_ids=[RUN_ID]), accesses)}
     publish, subscribe = targets(s)
     attempts = refused_total = 0
     taps = [tap_user(account) for account in ACCOUNTS]
     for name in [*ROLES, *taps]:
         allowed = users[name].permissions
         if name in ROLES:
-            assert allowed == permissions(role_accesses()[name], RUN_ID, f"_INBOX.{name}")
+            assert allowed == permissions(accesses[name], RUN_ID, f"_INBOX.{name}")
         forbidden_pub = [subject for subject in publish if not allowed.may_publish(subject)]
         forbidden_sub = [subject for subject in subscribe if not allowed.may_subscribe(subject)]
         refused = asyncio.run(attack(url, user_security(out, name, url), forbidden_pub, forbidden_sub))

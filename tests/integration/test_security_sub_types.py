@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from actors.roles import SUB_SIDE_ROLES, role_user
 from mgrpo_actors.deploy.accounts import accounts_of, sub_account
 from mgrpo_actors.deploy.server_config import TAP_USER, admin_user, tap_user
 from mgrpo_actors.runtime import Bus
@@ -29,7 +30,7 @@ TYPES = ("searcher", "calculator")
 # node name = the NATS user it runs as -> (role, extra arguments)
 TOPOLOGY: dict[str, tuple[str, tuple[str, ...]]] = {
     "tool": ("tool", ()),
-    **{f"{t}-{what}": (f"sub-{what}", ("--sub-type", t)) for t in TYPES for what in ("agent", "aligner", "learner")},
+    **{role_user(role, t): (role, ("--sub-type", t)) for t in TYPES for role in SUB_SIDE_ROLES},
     "main-agent": ("main-agent", ()),
     "main-aligner": ("main-aligner", ()),
     "main-learner": ("main-learner", ()),

@@ -42,10 +42,6 @@ def _case_id(value: object) -> str:
     return types_id(value) if isinstance(value, tuple) else str(value)
 
 
-def _rel(subject: str) -> str:
-    return subject.split(".", 2)[2]
-
-
 def _perm(types: tuple[str, ...], user: str):
     return permissions(role_accesses(types)[user], "r1", "_INBOX.x")
 
@@ -164,7 +160,7 @@ def test_a_types_side_crosses_with_main_tools_and_monitor_only(types):
             "events",
             "tool.*",
             "step.start",
-            _rel(s.reward_stats_of(t)),
+            s.relative(s.reward_stats_of(t)),
         }
 
 
@@ -245,7 +241,7 @@ def test_the_accounts_together_provision_everything_of_the_run(types):
     and its durables are the run's declared durables."""
     made = everything(SimpleNamespace(run_id="r1", subjects=Subjects("r1", types)))
     assert made.durables == tuple(durables(types))
-    assert set(made.streams) == {name.removeprefix("mgrpo-r1-") for name in Subjects("r1", types).streams()}
+    assert set(made.streams) == set(Subjects("r1", types).stream_names())
     per_account = [account_resources(role_accesses(types), a) for a in accounts_of(types)]
     for kind in ("streams", "kv", "objects", "durables"):
         union = {what for got in per_account for what in getattr(got, kind)}
@@ -301,7 +297,7 @@ def test_each_work_streams_one_reader_may_purge_it_for_every_type(types):
     for t in types:
         owners[role_user("sub-aligner", t)] = {f"traj-{t}", stats_stream(t)}
         owners[role_user("sub-learner", t)] = {f"batch-{t}"}
-    names = [name.removeprefix("mgrpo-r1-") for name in s.streams()]
+    names = s.stream_names()
     for user in accesses:
         p = _perm(types, user)
         purged = {what for what in names if p.may_publish(f"$JS.API.STREAM.PURGE.{s.stream(what)}")}

@@ -128,6 +128,6 @@ def test_security_sections_refuse_a_user_in_no_account_of_the_types():
 def test_provision_knows_the_admin_users_nats_config_renders(user, rendered):
     """`mgrpo deploy provision` refuses a rendered admin whose account the run does not have (its config was left
     out), and leaves any other user to provision everything (a server without accounts)."""
-    from mgrpo_actors.cli.deploy import _RENDERED_ADMIN
+    from mgrpo_actors.deploy.server_config import is_admin_user
 
-    assert bool(_RENDERED_ADMIN.fullmatch(user)) is rendered
+    assert is_admin_user(user) is rendered
