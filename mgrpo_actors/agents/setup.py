@@ -22,7 +22,6 @@ from mgrpo_actors.engines.registry import make_engine
 from mgrpo_actors.envs.dataset import SPLITS, DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFormatError
-from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.envs.synthetic_web import SyntheticWeb, build_synthetic_web, config_from_args
 from mgrpo_actors.models.loader import ModelSpecError, load_model, load_tokenizer, resolve_model_dir
 from mgrpo_actors.rollout.config import RolloutConfig
@@ -39,6 +38,7 @@ __all__ = [
     "load_agent",
     "load_task_questions",
     "main_delegates",
+    "of_kinds",
     "make_judges",
     "reason_tool",
     "rollout_config",
@@ -137,10 +137,10 @@ def agent_tools(
 
 
 def synthetic_web(tools: ToolsConfig) -> SyntheticWeb:
-    """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` / `tools.web_difference_share`
-    (questions and pages)."""
+    """The built-in synthetic web of `tools.web_seed` / `tools.web_entities` / `tools.web_questions` /
+    `tools.web_difference_share` (questions and pages)."""
     return build_synthetic_web(
-        config_from_args(tools.web_seed, tools.web_entities, QuestionConfig.num_questions, tools.web_difference_share)
+        config_from_args(tools.web_seed, tools.web_entities, tools.web_questions, tools.web_difference_share)
     )
 
 
@@ -153,20 +153,27 @@ class TaskQuestions:
 
     def training(self, pipeline: PipelineConfig, stage: int = 2) -> list[Question]:
         """The questions the controller draws from: the configured split, filtered by the stage's levels
-        (`pipeline.stage1_levels` for stage 1 of a curriculum, `pipeline.levels` otherwise)."""
+        (`pipeline.stage1_levels` for stage 1 of a curriculum, `pipeline.levels` otherwise) and by
+        `pipeline.kinds`."""
         key, levels = (
             ("pipeline.stage1_levels", pipeline.stage1_levels) if stage == 1 else ("pipeline.levels", pipeline.levels)
         )
-        questions = self.splits.get(pipeline.split, [])
+        questions = of_kinds(self.splits.get(pipeline.split, []), pipeline.kinds)
         if levels is not None:
             questions = [q for q in questions if q.level in levels]
         if not questions:
             named = "" if levels is None else f" with {key} {levels}"
+            named += "" if pipeline.kinds is None else f" and pipeline.kinds {pipeline.kinds}"
             raise ValueError(
                 f"pipeline.split {pipeline.split!r}{named} selects no questions "
                 f"of pipeline.dataset {pipeline.dataset!r}"
             )
         return questions
+
+
+def of_kinds(questions: list[Question], kinds: list[str] | None) -> list[Question]:
+    """`questions` of the given kinds (pipeline.kinds), in order; None = all of them."""
+    return questions if kinds is None else [q for q in questions if q.kind in kinds]
 
 
 def load_task_questions(pipeline: PipelineConfig, tools: ToolsConfig) -> TaskQuestions:

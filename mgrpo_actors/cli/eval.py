@@ -4,6 +4,7 @@ answers, each the mean of `--runs` sampled runs (one rollout per question per ru
 
     mgrpo eval --main tiny:main --sub tiny:sub --limit 5           # the validation split, 3 runs
     mgrpo eval --split test --runs 5 --out eval.json               # the JSON report as well
+    mgrpo eval --kinds lookup,compare --limit 200                  # only questions of those kinds
     mgrpo eval --checkpoints runs/default                          # the latest checkpoints of run "default"
     mgrpo eval --file gaia.jsonl --question-field Question --answer-field "Final answer" --id-field task_id
     mgrpo eval --single-agent --set agents.main.model=path/to/hf_dir
@@ -17,6 +18,7 @@ A JSONL file's other fields are ignored; a line that is not UTF-8 or JSON, or wi
 answer, is an error naming its line. Run r samples with seed `--seed` + r. Tools: search and visit
 serve the built-in web (or `tools.pages`), reason runs on M. `--out FILE` also writes FILE's name with
 `.questions.jsonl` for `.json`: one line per question and run (id, answer, gold, correct, sub calls, turns).
+The built-in web's questions are those of `pipeline.kinds` (the kinds a run trains on; `--kinds` wins), else all.
 
 `--compare A B` evaluates nothing: it pairs two `--out` reports question by question (each question's accuracy
 over its report's runs) and prints A - B with a 95 % bootstrap interval, a sign-flip permutation p-value and
@@ -51,6 +53,12 @@ def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-field", metavar="NAME", help="with --file: the id's field (default id; without it: line-N)")
     p.add_argument("--aliases-field", metavar="NAME", help="with --file: other accepted answers (default aliases)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N questions")
+    p.add_argument(
+        "--kinds",
+        metavar="K1,K2",
+        help="only the built-in web's questions of these kinds, e.g. lookup,compare (pipeline.kinds; default: the "
+        "config's, else every kind)",
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from transformers.utils import logging as transformers_logging
 
-from mgrpo_actors.agents.setup import agent_tools, load_agent, rollout_config, synthetic_web
+from mgrpo_actors.agents.setup import agent_tools, load_agent, of_kinds, rollout_config, synthetic_web
 from mgrpo_actors.cli.rollout_view import rollout_overrides
 from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config
 from mgrpo_actors.envs.dataset import DatasetError, load_questions
@@ -51,6 +51,8 @@ class EvalError(ValueError):
 def _check_args(args: argparse.Namespace) -> None:
     if args.runs < 1:
         raise EvalError(f"need --runs >= 1, got {args.runs}")
+    if args.kinds is not None and args.file is not None:
+        raise EvalError("--kinds selects the built-in web's questions by kind; a --file's questions have none")
     if args.limit is not None and args.limit < 1:
         raise EvalError(f"need --limit >= 1, got {args.limit}")
     if args.batch < 1:
@@ -66,7 +68,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace, out: Console) -> tuple[NodeConfig, dict[str, str | None]]:
     """The node config with the command's overrides, and the checkpoint tag of each agent --checkpoints set."""
-    config = load_node_config(args.config, rollout_overrides(args), "mgrpo eval")
+    kinds = [] if args.kinds is None else [f"pipeline.kinds=[{args.kinds}]"]
+    config = load_node_config(args.config, [*rollout_overrides(args), *kinds], "mgrpo eval")
     if args.checkpoints is None:
         return config, {}
     single = args.single_agent or config.run.method == "single-agent"
@@ -98,8 +101,13 @@ def _questions(
         return load_questions(args.file, fields), {"file": args.file, "fields": asdict(fields)}, None
     web = synthetic_web(config.tools)
     split = args.split or "validation"
+    kinds = config.pipeline.kinds
     dataset = {"split": split, "web_seed": config.tools.web_seed, "web_entities": config.tools.web_entities}
-    return list(web.splits[split]), dataset, web.pages
+    if config.tools.web_questions != 3000:  # said only when not the default (reports written before it stay alike)
+        dataset["web_questions"] = config.tools.web_questions
+    if kinds is not None:  # the kinds the run trains on (pipeline.kinds, or --kinds)
+        dataset["kinds"] = list(kinds)
+    return of_kinds(list(web.splits[split]), kinds), dataset, web.pages
 
 
 def _table(report: dict[str, Any]) -> Table:

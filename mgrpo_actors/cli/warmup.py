@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,23 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
 
-    def progress(side: str, step: int, loss: float) -> None:
-        if step % 5 == 0 or step == cfg.steps - 1:
-            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}", flush=True)
+    every = max(5, cfg.steps // 50)  # at most about 50 lines per agent
+    started: dict[str, float] = {}
 
+    def progress(side: str, step: int, loss: float) -> None:
+        now = time.perf_counter()
+        began = started.setdefault(side, now)
+        if step % every == 0 or step == cfg.steps - 1:
+            left = (now - began) / max(step, 1) * (cfg.steps - 1 - step)
+            print(
+                f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}, {now - began:.0f} s in, ~{left:.0f} s left",
+                flush=True,
+            )
+
+    pages = f", pages of the web for {cfg.pages:.0%} of the samples" if cfg.pages else ""
     print(
         f"warm-up of {config.run.method} agents on {cfg.questions} train questions ({', '.join(cfg.kinds)}), "
-        f"{cfg.steps} steps × {cfg.batch_size} episodes, lr {cfg.lr:g}, {cfg.dtype}",
+        f"{cfg.steps} steps × {cfg.batch_size} episodes{pages}, lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )
     try:

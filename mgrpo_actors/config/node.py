@@ -211,6 +211,9 @@ class ToolsConfig:
     """seed of the built-in synthetic web (must match the run's questions)"""
     web_entities: int = 1000
     """entities of the built-in synthetic web"""
+    web_questions: int = 3000
+    """questions drawn from the built-in web, split 80/10/10 into train, validation and test (a small world may yield
+    fewer); another count draws other questions"""
     web_difference_share: float = 0.0
     """share of the built-in web's questions that are difference questions (two lookups and a subtraction, for the
     calculator tool; at most 0.1, taken from the aggregates: 0.1 leaves none); above 0 the other questions' texts stay
@@ -255,6 +258,7 @@ class ToolsConfig:
         check_range("tools.snippet_chars", self.snippet_chars, 8, 100_000)
         # generation is in memory, seconds per 1,000
         check_range("tools.web_entities", self.web_entities, MIN_ENTITIES, 100_000)
+        check_range("tools.web_questions", self.web_questions, 10, 1_000_000)
         check_range("tools.web_difference_share", self.web_difference_share, 0.0, max_difference_share())
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.envs.qa import QuestionFields
+from mgrpo_actors.envs.questions import QUESTION_KINDS
 
 __all__ = ["PipelineConfig", "timeout_warnings"]
 
@@ -35,6 +36,9 @@ class PipelineConfig:
     """split of the built-in web's questions used for training"""
     levels: list[int] | None = None
     """only questions of these levels (1 = lookups, stage 1); None = all (stage 2 of a curriculum)"""
+    kinds: list[str] | None = None
+    """only questions of these kinds (the built-in web's lookup, chain, compare, compose, aggregate, difference;
+    envs/questions.py), in training and in `mgrpo eval`; None = every kind"""
     stage1_steps: int = 0
     """curriculum (docs/method.md §Training schedule): the first N steps draw only `stage1_levels` questions; 0 = no
     stage 1"""
@@ -121,6 +125,11 @@ class PipelineConfig:
             raise ValueError("pipeline.dataset_fields names the fields of a JSONL pipeline.dataset, not of 'synthetic'")
         if self.levels is not None and not self.levels:
             raise ValueError("pipeline.levels must name at least one level, or be null for all")
+        unknown = None if self.kinds is None else sorted(set(self.kinds) - set(QUESTION_KINDS))
+        if self.kinds is not None and (not self.kinds or unknown):
+            raise ValueError(
+                f"pipeline.kinds must name some of {', '.join(QUESTION_KINDS)}, or be null for all; got {self.kinds}"
+            )
         if self.stage1_steps < 0 or self.max_staleness < 0:
             raise ValueError(
                 f"pipeline.stage1_steps and pipeline.max_staleness must be >= 0, "

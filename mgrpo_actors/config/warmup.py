@@ -40,6 +40,27 @@ class WebWarmupConfig:
     """AdamW learning rate (a pretrained model: small; the tiny models' demo uses 3e-3)"""
     seed: int = 0
     """seeds the episode draws"""
+    worlds: int = 1
+    """synthetic webs whose train questions the oracle works: the run's (tools.web_seed), then worlds - 1 others (the
+    next web seeds: other names, facts and questions). A model trained from scratch on one web's few thousand episodes
+    learns their answers by heart rather than reading them from its tools (measured, docs/results/web-tiny/); other
+    worlds give it episodes it cannot learn by heart. No question or page of the run's validation or test split is
+    shown"""
+    all_tokens: bool = False
+    """learn every token of an episode (prompts and tool outputs too), as a pretraining does, rather than the agent's
+    own tokens only: a model trained from scratch learns to copy names and numbers from what it reads far sooner
+    (search results and pages repeat them), measured in docs/results/web-tiny/"""
+    pages: float = 0.0
+    """share of each step's samples that are pages of the synthetic web, learnt on every token (language modelling):
+    for a model pretrained here from scratch (the tiny:web-* presets); 0 = episodes only, as for a pretrained model"""
+    micro_batch: int = 1
+    """samples per forward pass, right-padded; 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
+    lr_ramp_steps: int = 0
+    """the lr rises linearly over the first N steps (0 = none; a model trained from scratch needs one)"""
+    lr_decay: bool = False
+    """after the ramp the lr falls linearly to a tenth of `lr` by the last step"""
+    max_grad_norm: float = 0.0
+    """clip each step's gradient norm to this; 0 = no clipping"""
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     """the matrix products' precision (autocast; the weights and AdamW stay fp32): auto = bf16 where the host
     computes it natively (mgrpo_actors/config/dtypes.py)"""
@@ -49,6 +70,14 @@ class WebWarmupConfig:
             raise ValueError(f"warmup.steps must be >= 0 (0 = no warm-up), got {self.steps}")
         if self.questions < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
+        if self.worlds < 1:
+            raise ValueError(f"warmup.worlds must be >= 1 (the run's own web first), got {self.worlds}")
+        if not 0 <= self.pages < 1 or self.micro_batch < 1 or self.lr_ramp_steps < 0 or not self.max_grad_norm >= 0:
+            raise ValueError(
+                "warm-up needs 0 <= pages < 1, micro_batch >= 1, lr_ramp_steps >= 0 and max_grad_norm >= 0, "
+                f"got pages {self.pages}, micro_batch {self.micro_batch}, lr_ramp_steps {self.lr_ramp_steps}, "
+                f"max_grad_norm {self.max_grad_norm}"
+            )
         unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
         if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
             raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, each once, got {self.kinds}")

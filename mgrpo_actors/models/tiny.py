@@ -1,5 +1,7 @@
 """Tiny seeded Llama- or Qwen2-style models with a locally trained BPE tokenizer, for tests, CPU smoke runs
-and `mgrpo bench grpo` (preset "grpo": the bench's stated Qwen2-style shape).
+and `mgrpo bench grpo` (preset "grpo": the bench's stated Qwen2-style shape), and the "web" presets: models of a
+few million parameters whose tokenizer also learned the synthetic web's pages, meant to be pretrained on the web
+by the warm-up (`warmup.pages`, docs/results/web-tiny/) before RL, where SmolLM2 is too slow for the task.
 
 Nothing is downloaded: the tokenizer is trained with `tokenizers` on a built-in corpus of the chat and
 tool-call formats plus generic English, given a ChatML chat template (roles system/user/assistant/tool),
@@ -88,6 +90,9 @@ class TinyModelConfig:
     # BPE target size (the corpus may yield slightly fewer), special tokens included; the format tags come on top
     vocab_size: int = 1024
     architecture: Literal["llama", "qwen2"] = "llama"  # the HF model class: LlamaForCausalLM or Qwen2ForCausalLM
+    # the tokenizer's training text: "chat" (the built-in chat and tool-call corpus) or "synthetic-web" (that and the
+    # pages of the default synthetic web, so entity names and page phrases take few ids)
+    corpus: Literal["chat", "synthetic-web"] = "chat"
 
 
 # Distinct models for the main agent and the sub-agent, as in a real vertical system.
@@ -119,6 +124,33 @@ TINY_PRESETS: dict[str, TinyModelConfig] = {
         num_attention_heads=2,
         num_key_value_heads=2,
         architecture="qwen2",
+    ),
+    # Two different LLMs for the web comparison (docs/results/web-tiny/): M a Llama, S a Qwen2, 2.6M parameters each,
+    # sharing a 4k BPE of the web; HF's init range (0.02): they are trained from scratch, not sampled raw.
+    "web-main": TinyModelConfig(
+        name="web-main",
+        seed=5,
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=6,
+        initializer_range=0.02,
+        vocab_size=4096,
+        corpus="synthetic-web",
+    ),
+    "web-sub": TinyModelConfig(
+        name="web-sub",
+        seed=6,
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=6,
+        initializer_range=0.02,
+        vocab_size=4096,
+        architecture="qwen2",
+        corpus="synthetic-web",
     ),
 }
 
@@ -165,8 +197,16 @@ def _corpus(num_dialogues: int = 400, num_paragraphs: int = 400) -> list[str]:
     return dialogues + paragraphs
 
 
-def train_tokenizer(vocab_size: int) -> Tokenizer:
-    """Byte-level BPE trained on the built-in corpus; special and format tokens are single ids."""
+def _web_pages() -> list[str]:
+    # imported here: only the web presets need the synthetic web (seed 0, 1,000 entities: the default tools section)
+    from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args
+
+    return [page.text for page in build_synthetic_web(config_from_args(0, 1000, 3000)).pages]
+
+
+def train_tokenizer(vocab_size: int, corpus: Literal["chat", "synthetic-web"] = "chat") -> Tokenizer:
+    """Byte-level BPE trained on the built-in corpus (and the synthetic web's pages for corpus "synthetic-web");
+    special and format tokens are single ids."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -176,7 +216,8 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    texts = _corpus() + (_web_pages() if corpus == "synthetic-web" else [])
+    tokenizer.train_from_iterator(texts, trainer=trainer)
     tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in FORMAT_TOKENS])
     return tokenizer
 
@@ -223,7 +264,7 @@ def _model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrain
 
 def build_tiny(cfg: TinyModelConfig, out_dir: Path) -> None:
     """Train the tokenizer, initialise the model and save both (safetensors) into `out_dir`."""
-    tokenizer = _fast_tokenizer(train_tokenizer(cfg.vocab_size))
+    tokenizer = _fast_tokenizer(train_tokenizer(cfg.vocab_size, cfg.corpus))
     model = _model(cfg, tokenizer)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -236,6 +277,8 @@ def _cache_key(cfg: TinyModelConfig) -> str:
     if shape["architecture"] == "llama":
         # the Llama presets keep the keys they had before Qwen2 came (cached builds stay valid)
         del shape["architecture"]
+    if shape["corpus"] == "chat":  # and the chat-corpus ones those they had before the web presets
+        del shape["corpus"]
     spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **shape}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 

@@ -29,6 +29,7 @@ __all__ = [
     "agent_settings",
     "loss_summary",
     "resolve_warm_start",
+    "tools_settings",
     "warm_start",
     "warm_start_dir",
     "with_warm_start",
@@ -76,6 +77,29 @@ def _episode_settings(agent: AgentConfig) -> dict:
     return {key: value for key, value in agent_settings(agent).items() if key not in _NOT_IN_EPISODES}
 
 
+# Warm-up settings added after caches were built: left out of the keys while at their defaults (the warm-up then
+# computes as before), so the warm starts already cached stay valid.
+_LATER_WARMUP_DEFAULTS = {
+    "worlds": 1,
+    "all_tokens": False,
+    "pages": 0.0,
+    "micro_batch": 1,
+    "lr_ramp_steps": 0,
+    "lr_decay": False,
+    "max_grad_norm": 0.0,
+}
+
+
+def tools_settings(config: NodeConfig) -> dict:
+    """The tools section as a cache key holds it: tools.web_questions (added later) only when not the default 3000."""
+    return {key: value for key, value in to_dict(config.tools).items() if (key, value) != ("web_questions", 3000)}
+
+
+def _warmup_settings(config: NodeConfig) -> dict:
+    settings = dataclasses.asdict(config.warmup)
+    return {key: value for key, value in settings.items() if _LATER_WARMUP_DEFAULTS.get(key, object()) != value}
+
+
 def warm_start_dir(config: NodeConfig) -> Path:
     """Where the warm start of `config` is (or will be) cached."""
     sides = config.sides
@@ -84,11 +108,11 @@ def warm_start_dir(config: NodeConfig) -> Path:
         "method": config.run.method,
         "models": {side: config.agent(side).model for side in sides},
         "files": {side: model_files_identity(config.agent(side).model) for side in sides},
-        "tools": to_dict(config.tools),
+        "tools": tools_settings(config),
         "agents": {side: _episode_settings(config.agent(side)) for side in sides},
         "judges": [config.agents.correct_judge, config.agents.expert_judge],
         "rewards": to_dict(config.algo.rewards),
-        "warmup": dataclasses.asdict(config.warmup),
+        "warmup": _warmup_settings(config),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return cache_root() / "warmups" / f"{config.run.method}-{digest}"

@@ -30,7 +30,7 @@ from mgrpo_actors.models.cache import cache_root
 from mgrpo_actors.rollout.local import run_rollout_groups, run_single_agent_groups
 from mgrpo_actors.runtime.compute import on_compute_thread_until
 from mgrpo_actors.runtime.disk import atomic_write_text
-from mgrpo_actors.warmup.cached import agent_settings, model_files_identity
+from mgrpo_actors.warmup.cached import agent_settings, model_files_identity, tools_settings
 
 __all__ = [
     "POOL_FILE",
@@ -118,7 +118,7 @@ def _cache_path(config: NodeConfig, candidates: Sequence[Question]) -> Path:
         "method": config.run.method,
         "agents": {side: agent_settings(config.agent(side)) for side in config.sides},
         "files": {side: model_files_identity(config.agent(side).model) for side in config.sides},
-        "tools": to_dict(config.tools),
+        "tools": tools_settings(config),
         "judges": [config.agents.correct_judge, config.agents.expert_judge, _settings(config.agents.llm_judge)],
         "rewards": to_dict(config.algo.rewards),
         "dataset": [_file_identity(config.pipeline.dataset), _settings(config.pipeline.dataset_fields)],

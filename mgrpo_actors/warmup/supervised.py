@@ -28,7 +28,15 @@ from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, e
 from mgrpo_actors.engines.base import Generation
 from mgrpo_actors.log import get_logger
 
-__all__ = ["Demonstration", "WarmupConfig", "demonstration_tokens", "save_warmed", "warm_up", "warm_up_trajectories"]
+__all__ = [
+    "Demonstration",
+    "TextSample",
+    "WarmupConfig",
+    "demonstration_tokens",
+    "save_warmed",
+    "warm_up",
+    "warm_up_trajectories",
+]
 
 log = get_logger(__name__)
 
@@ -41,10 +49,27 @@ class WarmupConfig:
     batch_size: int = 8  # demonstrations per step, drawn at random with replacement
     lr: float = 3e-3  # AdamW learning rate (tiny models from scratch take a high one)
     seed: int = 0  # seeds the draws and dropout-free training order
+    # samples per forward pass, right-padded to the longest; 1 = one pass per sample (no padding: episodes of a few
+    # thousand tokens over a 49k vocabulary would not fit as one padded batch)
+    micro_batch: int = 1
+    lr_ramp_steps: int = 0  # the lr rises linearly from lr/N to lr over the first N steps (0 = from the start)
+    lr_decay: bool = False  # then falls linearly to a tenth of lr by the last step
+    max_grad_norm: float = 0.0  # clip the gradient's norm to this (0 = no clipping)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs steps >= 1, batch_size >= 1 and lr > 0, got {self}")
+        if self.micro_batch < 1 or self.lr_ramp_steps < 0 or not self.max_grad_norm >= 0:
+            raise ValueError(f"warm-up needs micro_batch >= 1, lr_ramp_steps >= 0 and max_grad_norm >= 0, got {self}")
+
+    def lr_factor(self, step: int) -> float:
+        """The share of `lr` that step `step` (from 0) takes: the ramp, then the decay."""
+        if step < self.lr_ramp_steps:
+            return (step + 1) / self.lr_ramp_steps
+        if not self.lr_decay:
+            return 1.0
+        done = (step - self.lr_ramp_steps) / max(self.steps - self.lr_ramp_steps - 1, 1)
+        return 1.0 - 0.9 * done
 
 
 @dataclass(frozen=True)
@@ -81,12 +106,29 @@ def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, demo: Demonstration
     return builder.finish()
 
 
-def _sample(trajectory: TokenTrajectory) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input ids (1, n) and next-token targets (n - 1,), -100 where the loss mask is 0."""
-    ids = torch.from_numpy(trajectory.token_ids.astype(np.int64))[None, :]
-    mask = torch.from_numpy(trajectory.loss_mask.astype(bool))
-    targets = torch.where(mask, ids[0], torch.tensor(-100))[1:]
-    return ids, targets
+@dataclass(frozen=True)
+class TextSample:
+    """Plain text to learn every token of (a page of the synthetic web), as the model's ids."""
+
+    token_ids: np.ndarray  # int [T]
+
+    @property
+    def loss_mask(self) -> np.ndarray:
+        return np.ones(len(self.token_ids), dtype=np.uint8)
+
+
+def _padded(samples: Sequence[TokenTrajectory | TextSample], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Input ids (b, n) right-padded with `pad_id`, their attention mask, and next-token targets (b, n - 1): -100
+    where the loss mask is 0 and on padding."""
+    width = max(len(sample.token_ids) for sample in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    targets = torch.full((len(samples), width), -100, dtype=torch.long)
+    for row, sample in enumerate(samples):
+        tokens = torch.from_numpy(sample.token_ids.astype(np.int64))
+        ids[row, : len(tokens)], attention[row, : len(tokens)] = tokens, 1
+        targets[row, : len(tokens)] = torch.where(torch.from_numpy(sample.loss_mask.astype(bool)), tokens, -100)
+    return ids, attention, targets[:, 1:]
 
 
 def warm_up(
@@ -98,39 +140,63 @@ def warm_up(
     return warm_up_trajectories(model, [demonstration_tokens(tokenizer, demo) for demo in demos], cfg)
 
 
+def _draws(
+    draw: random.Random,
+    trajectories: Sequence[TokenTrajectory | TextSample],
+    texts: Sequence[TextSample],
+    text_share: float,
+    count: int,
+) -> list[TokenTrajectory | TextSample]:
+    """`count` samples drawn with replacement: each a text with probability `text_share`, else an episode."""
+    if not texts or text_share <= 0:
+        return list(draw.choices(trajectories, k=count))
+    return [draw.choice(texts) if draw.random() < text_share else draw.choice(trajectories) for _ in range(count)]
+
+
 def warm_up_trajectories(
     model: PreTrainedModel,
-    trajectories: Sequence[TokenTrajectory],
+    trajectories: Sequence[TokenTrajectory | TextSample],
     cfg: WarmupConfig,
     progress: Callable[[int, float], None] | None = None,
     compute_dtype: str = "float32",
+    texts: Sequence[TextSample] = (),
+    text_share: float = 0.0,
 ) -> list[float]:
-    """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only);
-    each step is the token-mean cross-entropy over `cfg.batch_size` episodes drawn with replacement,
-    one forward pass per episode (no padding: episodes of a few thousand tokens and a 49k vocabulary
-    would not fit as one padded batch). `progress(step, loss)` is called after every step.
-    compute_dtype "bfloat16": the matrix products under CPU autocast, the weights and AdamW's state fp32."""
+    """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only; every token of a
+    TextSample), and on
+    `texts` (every token) for a `text_share` of the samples; each step is the token-mean cross-entropy over
+    `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
+    `progress(step, loss)` is called after every step. compute_dtype "bfloat16": the matrix products under CPU
+    autocast, the weights and AdamW's state fp32."""
     if not trajectories:
         raise ValueError("warm-up needs at least one worked episode")
     draw = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     model.train()
     losses = []
     for step in range(cfg.steps):
-        samples = [_sample(t) for t in draw.choices(trajectories, k=cfg.batch_size)]
-        tokens = sum(int((targets != -100).sum()) for _, targets in samples)
+        samples = _draws(draw, trajectories, texts, text_share, cfg.batch_size)
+        batches = [_padded(samples[i : i + cfg.micro_batch], pad_id) for i in range(0, len(samples), cfg.micro_batch)]
+        tokens = sum(int((targets != -100).sum()) for _, _, targets in batches)
         optimizer.zero_grad()
         total = 0.0
-        for ids, targets in samples:
+        for ids, attention, targets in batches:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16"):
-                logits = model(input_ids=ids).logits[0, :-1].float()
-            loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="sum") / max(
-                tokens, 1
-            )
+                # no mask where nothing is padded: the same computation as an unbatched pass
+                mask = None if bool(attention.all()) else attention
+                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
+            ) / max(tokens, 1)
             loss.backward()
             total += loss.item()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         optimizer.step()
+        schedule.step()
         losses.append(total)
         if progress is not None:
             progress(step, total)

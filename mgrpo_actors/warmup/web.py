@@ -14,6 +14,7 @@ optional stage rather than part of M-GRPO.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -21,14 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from mgrpo_actors.agents.setup import rollout_config, synthetic_web
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
-from mgrpo_actors.warmup.supervised import WarmupConfig, save_warmed, warm_up_trajectories
+from mgrpo_actors.warmup.oracle import OracleDemonstrations, oracle_demonstrations, single_page
+from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, save_warmed, warm_up_trajectories
 
 __all__ = ["warm_up_agents", "warmup_questions"]
 
@@ -58,9 +61,11 @@ def warm_up_agents(
             f"the warm-up's episodes search and visit the built-in web, but agents.main.tools is {own} "
             "(plain GRPO has no tool protocol to warm up)"
         )
-    questions = warmup_questions(synthetic_web(config.tools).splits["train"], cfg)
-    if not questions:
-        raise ValueError(f"the synthetic web has no train questions of kinds {cfg.kinds} (raise tools.web_entities)")
+    if cfg.worlds > 1 and config.tools.pages is not None:
+        raise ValueError(
+            f"warmup.worlds {cfg.worlds} works the questions of other synthetic webs, but tools.pages serves your own "
+            "documents: use warmup.worlds 1"
+        )
     specs = (
         {"main": config.agents.main.model}
         if single
@@ -68,24 +73,32 @@ def warm_up_agents(
     )
     loaded = {side: load_model(spec) for side, spec in specs.items()}
     started = time.perf_counter()
-    demos = oracle_demonstrations(
-        questions,
-        loaded["main"][1],
-        None if single else loaded["sub"][1],
-        config.tools,
-        rollout_config(config.agents, config.algo),
-    )
+    tokenizers = (loaded["main"][1], None if single else loaded["sub"][1])
+    demos, questions = OracleDemonstrations([], []), 0
+    for seed in range(config.tools.web_seed, config.tools.web_seed + cfg.worlds):
+        tools = dataclasses.replace(config.tools, web_seed=seed)  # the run's web first, then the other worlds
+        worked = warmup_questions(synthetic_web(tools).splits["train"], cfg)
+        if not worked:
+            raise ValueError(
+                f"the synthetic web of seed {seed} has no train questions of kinds {cfg.kinds} "
+                "(raise tools.web_entities)"
+            )
+        world = oracle_demonstrations(worked, *tokenizers, tools, rollout_config(config.agents, config.algo))
+        demos = OracleDemonstrations(demos.main + world.main, demos.sub + world.sub)
+        questions += len(worked)
     episodes = {"main": demos.main, "sub": demos.sub}
     record: dict = {
         "settings": asdict(cfg),
         "method": config.run.method,
         "models": specs,
-        "questions": len(questions),
+        "questions": questions,
         "agents": {},
     }
     dirs = {}
     for side, (model, tokenizer) in loaded.items():
         trajectories = episodes[side]
+        if cfg.all_tokens:  # every token of the episode learnt, its prompt and tool outputs too
+            trajectories = [TextSample(t.token_ids) for t in trajectories]
         if not trajectories:
             raise ValueError(
                 f"the oracle produced no valid {side} episode: "
@@ -94,18 +107,32 @@ def warm_up_agents(
         log.info(
             "warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories)
         )
-        warmup = WarmupConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed)
+        warmup = WarmupConfig(
+            steps=cfg.steps,
+            batch_size=cfg.batch_size,
+            lr=cfg.lr,
+            seed=cfg.seed,
+            micro_batch=cfg.micro_batch,
+            lr_ramp_steps=cfg.lr_ramp_steps,
+            lr_decay=cfg.lr_decay,
+            max_grad_norm=cfg.max_grad_norm,
+        )
+        web_pages = synthetic_web(config.tools).pages if cfg.pages else []  # the run's own web
+        pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in web_pages]
         losses = warm_up_trajectories(
             model,
             trajectories,
             warmup,
             None if progress is None else lambda step, loss, side=side: progress(side, step, loss),
             compute_dtype=cfg.dtype,
+            texts=pages,
+            text_share=cfg.pages,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
         record["agents"][side] = {
             "episodes": len(trajectories),
             "tokens": sum(len(t.token_ids) for t in trajectories),
+            "pages": len(pages),
             "losses": losses,
             "dir": str(dirs[side]),
         }

@@ -192,6 +192,23 @@ def test_a_split_of_the_built_in_web_with_the_single_agent(tmp_path):
     assert report["aggregate"]["sub_calls"] == {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
 
 
+def test_kinds_select_the_splits_questions_of_those_kinds(tmp_path):
+    from mgrpo_actors.agents.setup import synthetic_web
+    from mgrpo_actors.config import load_node_config
+
+    out = tmp_path / "report.json"
+    args = [*TINY, "--split", "validation", "--limit", "3", "--runs", "1", "--kinds", "compare,aggregate"]
+    assert main(["eval", *args, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    web = synthetic_web(load_node_config(None, ["tools.web_entities=120"], "test").tools)
+    kinds = {q.id: q.kind for q in web.splits["validation"]}
+    wanted = [q.id for q in web.splits["validation"] if q.kind in ("compare", "aggregate")]
+    assert report["setup"]["dataset"]["kinds"] == ["compare", "aggregate"]
+    assert report["setup"]["available"] == len(wanted) < len(kinds)
+    lines = [json.loads(line) for line in out.with_suffix(".questions.jsonl").read_text().splitlines()]
+    assert [line["id"] for line in lines] == wanted[:3]  # the first 3 of those kinds, in split order
+
+
 def test_a_runs_checkpoints_replace_the_models_and_a_frozen_agent_keeps_its_own(tmp_path):
     run_dir = tmp_path / "runs" / "r1"
     side = run_dir / "checkpoints" / "main"
@@ -261,6 +278,8 @@ def test_a_bad_line_exits_2_naming_it(tmp_path, capsys, lines, message):
         (["--batch", "0"], "need --batch >= 1, got 0"),
         (["--set", "tools.nope=1"], "tools.nope"),
         (["--out", "/no/such/dir/report.json"], "no directory '/no/such/dir' to write the report into"),
+        (["--kinds", "lookup,riddle"], "pipeline.kinds must name some of lookup, chain"),
+        (["--kinds", "lookup", "--file", "q.jsonl"], "--kinds selects the built-in web's questions by kind"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message(capsys, args, message):

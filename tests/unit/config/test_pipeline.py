@@ -32,3 +32,26 @@ def test_stall_timeout_is_off_at_zero_and_refuses_negative_nan_and_infinity():
     for bad in (-1.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="pipeline.stall_timeout_s must be >= 0 and finite"):
             PipelineConfig(stall_timeout_s=bad)
+
+
+def test_kinds_filter_the_training_questions_and_refuse_unknown_kinds():
+    import pytest
+
+    from mgrpo_actors.agents.setup import TaskQuestions
+    from mgrpo_actors.config.pipeline import PipelineConfig
+    from mgrpo_actors.envs.qa import Question
+
+    def question(n: int, kind: str, level: int) -> Question:
+        return Question(id=f"q{n}", question=f"q{n}?", answer="a", kind=kind, level=level)
+
+    train = [question(0, "lookup", 1), question(1, "compare", 2), question(2, "chain", 2), question(3, "compare", 3)]
+    questions = TaskQuestions({"train": train})
+    picked = questions.training(PipelineConfig(kinds=["compare", "lookup"]))
+    assert [q.id for q in picked] == ["q0", "q1", "q3"]  # split order, not the order named
+    assert [q.id for q in questions.training(PipelineConfig(kinds=["compare"], levels=[3]))] == ["q3"]
+    assert questions.training(PipelineConfig()) == train
+    with pytest.raises(ValueError, match=r"with pipeline.levels \[1\] and pipeline.kinds \['chain'\]"):
+        questions.training(PipelineConfig(kinds=["chain"], levels=[1]))
+    for bad in ([], ["lookup", "riddle"]):
+        with pytest.raises(ValueError, match="pipeline.kinds must name some of lookup, chain"):
+            PipelineConfig(kinds=bad)

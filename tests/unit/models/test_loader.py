@@ -90,7 +90,9 @@ def test_a_slow_tokenizer_alone_is_named_with_the_way_to_a_tokenizer_json(own_mo
 
 def test_unknown_tiny_preset_lists_the_known_specs():
     with pytest.raises(
-        ModelSpecError, match="tiny:huge.*tiny:main, tiny:sub, tiny:grpo, tiny:main32, tiny:sub64, smollm2"
+        ModelSpecError,
+        match="tiny:huge.*tiny:main, tiny:sub, tiny:grpo, tiny:main32, tiny:sub64, tiny:web-main, tiny:web-sub, "
+        "smollm2",
     ):
         load_model("tiny:huge")
 

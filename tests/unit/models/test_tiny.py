@@ -98,3 +98,19 @@ def test_build_once_builds_a_directory_once_and_never_exposes_a_partial_one(tmp_
     with pytest.raises(RuntimeError, match="interrupted"):
         build_once(tmp_path / "other", failing)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_the_web_presets_are_two_families_whose_tokenizer_learnt_the_web():
+    from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args
+
+    main_model, main_tokenizer = load_model("tiny:web-main")
+    sub_model, sub_tokenizer = load_model("tiny:web-sub")
+    assert type(main_model).__name__ == "LlamaForCausalLM" and type(sub_model).__name__ == "Qwen2ForCausalLM"
+    assert main_tokenizer.get_vocab() == sub_tokenizer.get_vocab()
+    chat_tokenizer = load_model("tiny:main")[1]
+    page = build_synthetic_web(config_from_args(0, 1000, 3000)).pages[7].text
+    web_ids, chat_ids = main_tokenizer(page)["input_ids"], chat_tokenizer(page)["input_ids"]
+    assert main_tokenizer.decode(web_ids) == page and len(web_ids) < 0.7 * len(chat_ids)
+    for token in (*SPECIAL_TOKENS, *FORMAT_TOKENS):  # the turn format's ids, as in every preset
+        assert len(main_tokenizer(token, add_special_tokens=False)["input_ids"]) == 1
+    assert 2e6 < sum(p.numel() for p in main_model.parameters()) < 4e6

@@ -63,3 +63,37 @@ def test_built_once_then_reused_and_named_as_the_models(cache):
     again, reused = resolve_warm_start(config, said.append)
     assert reused is not None and not reused.built and reused.models == start.models
     assert len(said) == 1 and "reused from" in said[0] and again == warmed
+
+
+def test_other_worlds_and_pages_join_the_warm_up(cache):
+    """warmup.worlds 2: the oracle works the train questions of the run's web and of the next web seed's;
+    warmup.pages: the run's pages are samples too. Both change the key."""
+    config = _config("warmup.worlds=2", "warmup.pages=0.5", "warmup.micro_batch=4")
+    assert warm_start_dir(config) not in (warm_start_dir(_config()), warm_start_dir(_config("warmup.worlds=2")))
+    _, start = resolve_warm_start(config, lambda line: None)
+    record = start.record
+    assert record["questions"] == 8  # 4 from each world
+    assert record["agents"]["main"]["pages"] == 300  # the run's web: one page per entity
+    assert record["agents"]["main"]["episodes"] == 8 and record["agents"]["sub"]["episodes"] >= 1  # beyond one world
+
+
+def test_other_worlds_are_refused_with_your_own_pages(cache, tmp_path):
+    from mgrpo_actors.warmup.web import warm_up_agents
+
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text(json.dumps({"url": "doc://a", "title": "A", "text": "A is a page."}) + "\n")
+    config = _config("warmup.worlds=2", f"tools.pages={pages}")
+    with pytest.raises(ValueError, match="warmup.worlds 2 works the questions of other synthetic webs"):
+        warm_up_agents(config, config.warmup, tmp_path / "out")
+
+
+def test_all_tokens_learns_the_whole_episode(cache):
+    """warmup.all_tokens: the loss covers the prompt and tool outputs too, so its first step's loss is another mean
+    (over many more tokens) than the agent-only one from the same weights and draws."""
+    own, everything = _config(), _config("warmup.all_tokens=true")
+    assert warm_start_dir(everything) != warm_start_dir(own)
+    (_, own_start), (_, all_start) = resolve_warm_start(own, print), resolve_warm_start(everything, print)
+    for side in ("main", "sub"):
+        own_loss = own_start.record["agents"][side]["losses"][0]
+        all_loss = all_start.record["agents"][side]["losses"][0]
+        assert own_loss > 0 and all_loss > 0 and abs(own_loss - all_loss) > 1e-3

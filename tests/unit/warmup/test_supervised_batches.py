@@ -1,0 +1,96 @@
+"""The supervised warm-up's batching and schedule (warmup/supervised.py): samples padded into one forward pass learn
+exactly what one pass each does, the lr follows its ramp and decay, and pages mix in at their share."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, _draws, _padded, warm_up_trajectories
+
+
+@dataclass(frozen=True)
+class Episode:
+    """What the warm-up reads of a trajectory: its ids and the agent-token mask."""
+
+    token_ids: np.ndarray
+    loss_mask: np.ndarray
+
+
+def _episodes(vocab: int) -> list[Episode]:
+    rng = np.random.default_rng(0)
+    episodes = []
+    for length in (7, 19, 12, 30, 5, 23):  # mixed lengths: padding on every row but the longest
+        ids = rng.integers(3, vocab, length)
+        mask = (rng.random(length) < 0.5).astype(np.uint8)
+        mask[-1] = 1
+        episodes.append(Episode(ids, mask))
+    return episodes
+
+
+def _trained(micro_batch: int, texts=(), share=0.0, steps: int = 3) -> tuple[dict[str, torch.Tensor], list[float]]:
+    model, _ = load_model("tiny:main")
+    cfg = WarmupConfig(steps=steps, batch_size=4, lr=1e-2, seed=3, micro_batch=micro_batch, max_grad_norm=1.0)
+    losses = warm_up_trajectories(model, _episodes(model.config.vocab_size), cfg, texts=texts, text_share=share)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}, losses
+
+
+def _gradients(samples, micro_batch: int) -> dict[str, torch.Tensor]:
+    """The gradient of one step's token-mean loss over `samples`, `micro_batch` of them per padded pass."""
+    model, _ = load_model("tiny:main")
+    batches = [_padded(samples[i : i + micro_batch], 0) for i in range(0, len(samples), micro_batch)]
+    tokens = sum(int((targets != -100).sum()) for _, _, targets in batches)
+    for ids, attention, targets in batches:
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
+        )
+        (loss / tokens).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_padded_micro_batches_compute_the_gradient_of_one_pass_per_sample():
+    samples = _episodes(500)
+    one, padded = _gradients(samples, 1), _gradients(samples, 4)
+    assert any(bool(g.abs().sum() > 0) for g in one.values())
+    for name in one:
+        torch.testing.assert_close(padded[name], one[name], rtol=1e-4, atol=1e-6)
+
+
+def test_the_warm_up_loss_is_the_same_batched_or_not():
+    (_, one), (_, padded) = _trained(1, steps=1), _trained(4, steps=1)
+    assert padded == pytest.approx(one, rel=1e-5) and one[0] > 0
+
+
+def test_pages_are_learnt_on_every_token_and_change_the_result():
+    page = TextSample(np.arange(3, 40))
+    assert page.loss_mask.tolist() == [1] * 37
+    (with_pages, _), (without, _) = _trained(2, texts=[page], share=0.5), _trained(2)
+    assert any(not torch.equal(with_pages[name], without[name]) for name in without)
+
+
+def test_no_pages_draws_exactly_as_before_and_a_share_mixes_them_in():
+    episodes, pages = list(range(10)), [TextSample(np.arange(4))]
+    assert _draws(random.Random(5), episodes, pages, 0.0, 8) == random.Random(5).choices(episodes, k=8)
+    drawn = _draws(random.Random(5), episodes, pages, 0.3, 2000)
+    share = sum(isinstance(sample, TextSample) for sample in drawn) / len(drawn)
+    assert 0.26 < share < 0.34
+
+
+def test_lr_ramps_then_decays_to_a_tenth():
+    cfg = WarmupConfig(steps=11, lr=1.0, lr_ramp_steps=4, lr_decay=True)
+    # ramp: (s + 1) / 4 for s < 4; then 1 - 0.9 * (s - 4) / 6 down to 0.1 at the last step (10)
+    expected = [0.25, 0.5, 0.75, 1.0, 1.0, 0.85, 0.7, 0.55, 0.4, 0.25, 0.1]
+    assert [round(cfg.lr_factor(s), 6) for s in range(11)] == expected
+    assert [WarmupConfig(steps=5).lr_factor(s) for s in range(5)] == [1.0] * 5
+
+
+@pytest.mark.parametrize("bad", [{"micro_batch": 0}, {"lr_ramp_steps": -1}, {"max_grad_norm": -0.5}])
+def test_bad_batching_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="micro_batch >= 1"):
+        WarmupConfig(**bad)
