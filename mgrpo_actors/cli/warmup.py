@@ -72,10 +72,9 @@ def _run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    pages = f", pages of the web for {cfg.pages:.0%} of the samples" if cfg.pages else ""
     print(
-        f"warm-up of {config.run.method} agents on {cfg.questions} train questions ({', '.join(cfg.kinds)}), "
-        f"{cfg.steps} steps × {cfg.batch_size} episodes{pages}, lr {cfg.lr:g}, {cfg.dtype}",
+        f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps} steps × {cfg.batch_size} samples, "
+        f"lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )
     try:

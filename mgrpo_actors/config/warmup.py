@@ -42,14 +42,13 @@ class WebWarmupConfig:
     """seeds the episode draws"""
     worlds: int = 1
     """synthetic webs whose train questions the oracle works: the run's (tools.web_seed), then worlds - 1 others (the
-    next web seeds: other names, facts and questions). A model trained from scratch on one web's few thousand episodes
-    learns their answers by heart rather than reading them from its tools (measured, docs/results/web-tiny/); other
-    worlds give it episodes it cannot learn by heart. No question or page of the run's validation or test split is
-    shown"""
+    next web seeds: other names, facts and questions). Measured on tiny:web-main trained from scratch on the run's web
+    alone: its loss on those episodes fell to 0.0004 while it answered 3 % of validation questions (it had learnt the
+    train answers by heart rather than to read them from its tools); other worlds give it episodes it cannot learn
+    by heart. No question or page of the run's validation or test split is shown"""
     all_tokens: bool = False
-    """learn every token of an episode (prompts and tool outputs too), as a pretraining does, rather than the agent's
-    own tokens only: a model trained from scratch learns to copy names and numbers from what it reads far sooner
-    (search results and pages repeat them), measured in docs/results/web-tiny/"""
+    """learn every token of an episode (its prompt and tool outputs too), as a pretraining does, rather than the
+    agent's own tokens only: search results and pages repeat the names and numbers an agent has to copy"""
     pages: float = 0.0
     """share of each step's samples that are pages of the synthetic web, learnt on every token (language modelling):
     for a model pretrained here from scratch (the tiny:web-* presets); 0 = episodes only, as for a pretrained model"""
@@ -82,3 +81,12 @@ class WebWarmupConfig:
         if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
             raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, each once, got {self.kinds}")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))
+
+    def learns_from(self) -> str:
+        """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,
+        compare) of each of 8 worlds, every token, and the web's pages for 20% of the samples"."""
+        worlds = f" of each of {self.worlds} worlds" if self.worlds > 1 else ""
+        tokens = ", every token" if self.all_tokens else ""
+        pages = f", and the web's pages for {self.pages:.0%} of the samples" if self.pages else ""
+        kinds = ", ".join(self.kinds)
+        return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}"

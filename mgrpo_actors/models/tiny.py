@@ -1,7 +1,7 @@
 """Tiny seeded Llama- or Qwen2-style models with a locally trained BPE tokenizer, for tests, CPU smoke runs
 and `mgrpo bench grpo` (preset "grpo": the bench's stated Qwen2-style shape), and the "web" presets: models of a
 few million parameters whose tokenizer also learned the synthetic web's pages, meant to be pretrained on the web
-by the warm-up (`warmup.pages`, docs/results/web-tiny/) before RL, where SmolLM2 is too slow for the task.
+by the warm-up (`warmup.pages`, deploy/configs/compare-web-tiny.yaml) before RL, where SmolLM2 is too slow.
 
 Nothing is downloaded: the tokenizer is trained with `tokenizers` on a built-in corpus of the chat and
 tool-call formats plus generic English, given a ChatML chat template (roles system/user/assistant/tool),
@@ -125,7 +125,7 @@ TINY_PRESETS: dict[str, TinyModelConfig] = {
         num_key_value_heads=2,
         architecture="qwen2",
     ),
-    # Two different LLMs for the web comparison (docs/results/web-tiny/): M a Llama, S a Qwen2, 2.6M parameters each,
+    # Two different LLMs for the web comparison (make compare-web-tiny): M a Llama, S a Qwen2, 2.6M parameters each,
     # sharing a 4k BPE of the web; HF's init range (0.02): they are trained from scratch, not sampled raw.
     "web-main": TinyModelConfig(
         name="web-main",

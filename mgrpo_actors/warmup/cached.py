@@ -160,9 +160,7 @@ def resolve_warm_start(
     if not (target / "warmup.json").is_file():
         say(
             f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
-            f"{cfg.batch_size} oracle-written episodes of {cfg.questions} train-split questions "
-            f"({', '.join(cfg.kinds)}) each, "
-            f"lr {cfg.lr:g}, {cfg.dtype}; into {target}"
+            f"{cfg.batch_size} samples each of {cfg.learns_from()}, lr {cfg.lr:g}, {cfg.dtype}; into {target}"
         )
     stop = threading.Event()  # Ctrl-C while the compute thread warms up: it stops at its next step and cleans up
 
