@@ -43,15 +43,16 @@ class WebWarmupConfig:
     worlds: int = 1
     """synthetic webs whose train questions the oracle works: the run's (tools.web_seed), then worlds - 1 others (the
     next web seeds: other names, facts and questions). Measured on tiny:web-main trained from scratch on the run's web
-    alone: its loss on those episodes fell to 0.0004 while it answered 3 % of validation questions (it had learnt the
-    train answers by heart rather than to read them from its tools); other worlds give it episodes it cannot learn
-    by heart. No question or page of the run's validation or test split is shown"""
+    alone: its loss on those episodes fell to 0.0004 while with S it answered 3-4 % of validation questions (it had
+    learnt the train answers by heart rather than to read them from its tools); other worlds give it episodes it
+    cannot learn by heart"""
     all_tokens: bool = False
-    """learn every token of an episode (its prompt and tool outputs too), as a pretraining does, rather than the
-    agent's own tokens only: search results and pages repeat the names and numbers an agent has to copy"""
+    """learn every token of the other worlds' episodes (their prompts and tool outputs too), as a pretraining does:
+    search results and pages repeat the names and numbers an agent has to copy. The run's own episodes keep the
+    agent's tokens only, so nothing of the run's pages is learnt (they hold the facts of its validation questions)"""
     pages: float = 0.0
-    """share of each step's samples that are pages of the synthetic web, learnt on every token (language modelling):
-    for a model pretrained here from scratch (the tiny:web-* presets); 0 = episodes only, as for a pretrained model"""
+    """share of each step's samples that are pages of the other worlds (warmup.worlds >= 2), learnt on every token:
+    for a model pretrained here from scratch (the tiny:web-* presets); never the run's own pages; 0 = none"""
     micro_batch: int = 1
     """samples per forward pass, right-padded; 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
     lr_ramp_steps: int = 0
@@ -71,6 +72,8 @@ class WebWarmupConfig:
             raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
         if self.worlds < 1:
             raise ValueError(f"warmup.worlds must be >= 1 (the run's own web first), got {self.worlds}")
+        if self.pages and self.worlds < 2:
+            raise ValueError("warmup.pages are the other worlds' pages (never the run's own): set warmup.worlds >= 2")
         if not 0 <= self.pages < 1 or self.micro_batch < 1 or self.lr_ramp_steps < 0 or not self.max_grad_norm >= 0:
             raise ValueError(
                 "warm-up needs 0 <= pages < 1, micro_batch >= 1, lr_ramp_steps >= 0 and max_grad_norm >= 0, "
@@ -84,9 +87,10 @@ class WebWarmupConfig:
 
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,
-        compare) of each of 8 worlds, every token, and the web's pages for 20% of the samples"."""
+        compare) of each of 8 worlds, every token of the other worlds', and the other worlds' pages for 20% of the
+        samples"."""
         worlds = f" of each of {self.worlds} worlds" if self.worlds > 1 else ""
-        tokens = ", every token" if self.all_tokens else ""
-        pages = f", and the web's pages for {self.pages:.0%} of the samples" if self.pages else ""
+        tokens = ", every token of the other worlds'" if self.all_tokens else ""
+        pages = f", and the other worlds' pages for {self.pages:.0%} of the samples" if self.pages else ""
         kinds = ", ".join(self.kinds)
         return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}"

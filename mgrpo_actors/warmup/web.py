@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from mgrpo_actors.agents.setup import rollout_config, synthetic_web
+from mgrpo_actors.agents.trajectory import TokenTrajectory
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.warmup.oracle import OracleDemonstrations, oracle_demonstrations, single_page
+from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
 from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, save_warmed, warm_up_trajectories
 
 __all__ = ["warm_up_agents", "warmup_questions"]
@@ -74,19 +75,25 @@ def warm_up_agents(
     loaded = {side: load_model(spec) for side, spec in specs.items()}
     started = time.perf_counter()
     tokenizers = (loaded["main"][1], None if single else loaded["sub"][1])
-    demos, questions = OracleDemonstrations([], []), 0
+    episodes: dict[str, list[TokenTrajectory | TextSample]] = {"main": [], "sub": []}
+    questions, other_pages = 0, []
     for seed in range(config.tools.web_seed, config.tools.web_seed + cfg.worlds):
         tools = dataclasses.replace(config.tools, web_seed=seed)  # the run's web first, then the other worlds
-        worked = warmup_questions(synthetic_web(tools).splits["train"], cfg)
+        web = synthetic_web(tools)
+        worked = warmup_questions(web.splits["train"], cfg)
         if not worked:
             raise ValueError(
                 f"the synthetic web of seed {seed} has no train questions of kinds {cfg.kinds} "
                 "(raise tools.web_entities)"
             )
         world = oracle_demonstrations(worked, *tokenizers, tools, rollout_config(config.agents, config.algo))
-        demos = OracleDemonstrations(demos.main + world.main, demos.sub + world.sub)
+        other = seed != config.tools.web_seed
+        for side, made in (("main", world.main), ("sub", world.sub)):
+            # every token of another world's episodes; the run's own keep the agent's tokens only, so no page of the
+            # run's web (which holds its validation and test questions' facts) is learnt
+            episodes[side] += [TextSample(t.token_ids) for t in made] if cfg.all_tokens and other else made
+        other_pages += web.pages if other and cfg.pages else []
         questions += len(worked)
-    episodes = {"main": demos.main, "sub": demos.sub}
     record: dict = {
         "settings": asdict(cfg),
         "method": config.run.method,
@@ -97,8 +104,6 @@ def warm_up_agents(
     dirs = {}
     for side, (model, tokenizer) in loaded.items():
         trajectories = episodes[side]
-        if cfg.all_tokens:  # every token of the episode learnt, its prompt and tool outputs too
-            trajectories = [TextSample(t.token_ids) for t in trajectories]
         if not trajectories:
             raise ValueError(
                 f"the oracle produced no valid {side} episode: "
@@ -117,8 +122,7 @@ def warm_up_agents(
             lr_decay=cfg.lr_decay,
             max_grad_norm=cfg.max_grad_norm,
         )
-        web_pages = synthetic_web(config.tools).pages if cfg.pages else []  # the run's own web
-        pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in web_pages]
+        pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         losses = warm_up_trajectories(
             model,
             trajectories,

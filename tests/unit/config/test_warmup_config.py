@@ -11,8 +11,8 @@ def test_what_the_warm_up_learns_from_names_only_what_is_on():
     assert WebWarmupConfig(questions=16).learns_from() == "oracle episodes of up to 16 train questions (lookup)"
     pretraining = WebWarmupConfig(questions=2000, kinds=["lookup", "compare"], worlds=8, all_tokens=True, pages=0.2)
     assert pretraining.learns_from() == (
-        "oracle episodes of up to 2000 train questions (lookup, compare) of each of 8 worlds, every token, "
-        "and the web's pages for 20% of the samples"
+        "oracle episodes of up to 2000 train questions (lookup, compare) of each of 8 worlds, every token of the other "
+        "worlds', and the other worlds' pages for 20% of the samples"
     )
 
 
@@ -20,8 +20,9 @@ def test_what_the_warm_up_learns_from_names_only_what_is_on():
     "bad, message",
     [
         ({"worlds": 0}, "warmup.worlds must be >= 1"),
-        ({"pages": 1.0}, "0 <= pages < 1"),
-        ({"pages": -0.1}, "0 <= pages < 1"),
+        ({"pages": 1.0, "worlds": 2}, "0 <= pages < 1"),
+        ({"pages": -0.1, "worlds": 2}, "0 <= pages < 1"),
+        ({"pages": 0.2}, "warmup.pages are the other worlds' pages .* set warmup.worlds >= 2"),
         ({"micro_batch": 0}, "micro_batch >= 1"),
         ({"lr_ramp_steps": -1}, "lr_ramp_steps >= 0"),
     ],

@@ -2,11 +2,13 @@
 tiny models, reused by an unchanged config, rebuilt when what the weights depend on changes, and named as the
 agents' models with the warm-up marked done."""
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
+from mgrpo_actors.agents.setup import synthetic_web
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.warmup import cached
@@ -67,13 +69,13 @@ def test_built_once_then_reused_and_named_as_the_models(cache):
 
 def test_other_worlds_and_pages_join_the_warm_up(cache):
     """warmup.worlds 2: the oracle works the train questions of the run's web and of the next web seed's;
-    warmup.pages: the run's pages are samples too. Both change the key."""
+    warmup.pages: the other world's pages are samples too. Both change the key."""
     config = _config("warmup.worlds=2", "warmup.pages=0.5", "warmup.micro_batch=4")
     assert warm_start_dir(config) not in (warm_start_dir(_config()), warm_start_dir(_config("warmup.worlds=2")))
     _, start = resolve_warm_start(config, lambda line: None)
     record = start.record
     assert record["questions"] == 8  # 4 from each world
-    assert record["agents"]["main"]["pages"] == 300  # the run's web: one page per entity
+    assert record["agents"]["main"]["pages"] == 300  # the other world's: one page per entity
     assert record["agents"]["main"]["episodes"] == 8 and record["agents"]["sub"]["episodes"] >= 1  # beyond one world
 
 
@@ -87,13 +89,29 @@ def test_other_worlds_are_refused_with_your_own_pages(cache, tmp_path):
         warm_up_agents(config, config.warmup, tmp_path / "out")
 
 
-def test_all_tokens_learns_the_whole_episode(cache):
-    """warmup.all_tokens: the loss covers the prompt and tool outputs too, so its first step's loss is another mean
-    (over many more tokens) than the agent-only one from the same weights and draws."""
-    own, everything = _config(), _config("warmup.all_tokens=true")
-    assert warm_start_dir(everything) != warm_start_dir(own)
-    (_, own_start), (_, all_start) = resolve_warm_start(own, print), resolve_warm_start(everything, print)
-    for side in ("main", "sub"):
-        own_loss = own_start.record["agents"][side]["losses"][0]
-        all_loss = all_start.record["agents"][side]["losses"][0]
-        assert own_loss > 0 and all_loss > 0 and abs(own_loss - all_loss) > 1e-3
+def test_all_tokens_learns_the_other_worlds_episodes_whole_and_the_runs_own_agent_tokens_only(cache, monkeypatch):
+    """warmup.all_tokens with 2 worlds: the other world's episodes become TextSamples (every token learnt), the run's
+    own keep their loss mask (no page of the run's web learnt), and the pages are the other world's only."""
+    from mgrpo_actors.agents.trajectory import TokenTrajectory
+    from mgrpo_actors.warmup import web
+    from mgrpo_actors.warmup.supervised import TextSample
+
+    seen: dict[str, tuple[list, list]] = {}
+
+    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0):
+        seen[str(len(seen))] = (list(trajectories), list(texts))
+        return [1.0] * cfg.steps
+
+    monkeypatch.setattr(web, "warm_up_trajectories", capture)
+    config = _config("warmup.worlds=2", "warmup.all_tokens=true", "warmup.pages=0.3")
+    assert warm_start_dir(config) != warm_start_dir(_config("warmup.worlds=2", "warmup.pages=0.3"))
+    resolve_warm_start(config, print)
+    main_samples, main_pages = seen["0"]
+    own = [s for s in main_samples if isinstance(s, TokenTrajectory)]
+    other = [s for s in main_samples if isinstance(s, TextSample)]
+    assert len(own) == 4 and len(other) == 4 and main_samples[:4] == own  # the run's web first, 4 questions each
+    assert all(0 < int(t.loss_mask.sum()) < len(t.token_ids) for t in own)
+    other_web = synthetic_web(dataclasses.replace(config.tools, web_seed=1))
+    assert len(main_pages) == len(other_web.pages) == 300
+    run_page = synthetic_web(config.tools).pages[0].text
+    assert run_page not in {page.text for page in other_web.pages}
