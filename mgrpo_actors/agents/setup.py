@@ -38,8 +38,8 @@ __all__ = [
     "load_agent",
     "load_task_questions",
     "main_delegates",
-    "of_kinds",
     "make_judges",
+    "of_kinds",
     "reason_tool",
     "rollout_config",
     "synthetic_web",
@@ -162,8 +162,9 @@ class TaskQuestions:
         if levels is not None:
             questions = [q for q in questions if q.level in levels]
         if not questions:
-            named = "" if levels is None else f" with {key} {levels}"
-            named += "" if pipeline.kinds is None else f" and pipeline.kinds {pipeline.kinds}"
+            filters = [f"{key} {levels}"] if levels is not None else []
+            filters += [f"pipeline.kinds {pipeline.kinds}"] if pipeline.kinds is not None else []
+            named = f" with {' and '.join(filters)}" if filters else ""
             raise ValueError(
                 f"pipeline.split {pipeline.split!r}{named} selects no questions "
                 f"of pipeline.dataset {pipeline.dataset!r}"

@@ -25,6 +25,7 @@ from mgrpo_actors.config import ConfigError, NodeConfig, load_node_config
 from mgrpo_actors.envs.dataset import DatasetError, load_questions
 from mgrpo_actors.envs.pages import Page
 from mgrpo_actors.envs.qa import Question, QuestionFields
+from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.evaluation.checkpoints import CheckpointError, checkpoint_models, with_models
 from mgrpo_actors.evaluation.metrics import METRICS
 from mgrpo_actors.evaluation.report import EvalSetup, eval_report, question_lines, questions_path
@@ -103,7 +104,7 @@ def _questions(
     split = args.split or "validation"
     kinds = config.pipeline.kinds
     dataset = {"split": split, "web_seed": config.tools.web_seed, "web_entities": config.tools.web_entities}
-    if config.tools.web_questions != 3000:  # said only when not the default (reports written before it stay alike)
+    if config.tools.web_questions != QuestionConfig.num_questions:  # said only when not the default (as before it)
         dataset["web_questions"] = config.tools.web_questions
     if kinds is not None:  # the kinds the run trains on (pipeline.kinds, or --kinds)
         dataset["kinds"] = list(kinds)

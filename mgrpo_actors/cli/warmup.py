@@ -66,11 +66,9 @@ def _run(args: argparse.Namespace) -> int:
         now = time.perf_counter()
         began = started.setdefault(side, now)
         if step % every == 0 or step == cfg.steps - 1:
-            left = (now - began) / max(step, 1) * (cfg.steps - 1 - step)
-            print(
-                f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}, {now - began:.0f} s in, ~{left:.0f} s left",
-                flush=True,
-            )
+            # timed from the end of its first step: the estimate follows the steps after it
+            timing = f", {now - began:.0f} s since step 1, ~{(now - began) / step * (cfg.steps - 1 - step):.0f} s left"
+            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}{timing if step else ''}", flush=True)
 
     print(
         f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps} steps × {cfg.batch_size} samples, "

@@ -20,7 +20,7 @@ from mgrpo_actors.config.paths import not_a_regular_file
 from mgrpo_actors.config.pipeline import PipelineConfig
 from mgrpo_actors.config.sub_types import TYPE_STREAM, check_sub_types
 from mgrpo_actors.config.warmup import WebWarmupConfig
-from mgrpo_actors.envs.questions import max_difference_share
+from mgrpo_actors.envs.questions import QuestionConfig, max_difference_share
 from mgrpo_actors.envs.world import MIN_ENTITIES
 from mgrpo_actors.runtime.jetstream import StreamLimits
 from mgrpo_actors.runtime.security import ConnectSecurity
@@ -211,7 +211,7 @@ class ToolsConfig:
     """seed of the built-in synthetic web (must match the run's questions)"""
     web_entities: int = 1000
     """entities of the built-in synthetic web"""
-    web_questions: int = 3000
+    web_questions: int = QuestionConfig.num_questions
     """questions drawn from the built-in web, split 80/10/10 into train, validation and test (a small world may yield
     fewer); another count draws other questions"""
     web_difference_share: float = 0.0

@@ -279,6 +279,8 @@ def _cache_key(cfg: TinyModelConfig) -> str:
         del shape["architecture"]
     if shape["corpus"] == "chat":  # and the chat-corpus ones those they had before the web presets
         del shape["corpus"]
+    else:  # the tokenizer learnt the generated pages: another generator, another tokenizer
+        shape["pages_sha256"] = hashlib.sha256("\n".join(_web_pages()).encode()).hexdigest()
     spec = json.dumps({"recipe": _RECIPE_VERSION, **versions, **shape}, sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from mgrpo_actors.config import NodeConfig, to_dict
 from mgrpo_actors.config.agents import AgentConfig
+from mgrpo_actors.config.warmup import WebWarmupConfig
+from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.models.cache import build_once, cache_root
 from mgrpo_actors.models.loader import resolve_model_dir
 from mgrpo_actors.runtime.compute import on_compute_thread_until
@@ -79,20 +81,16 @@ def _episode_settings(agent: AgentConfig) -> dict:
 
 # Warm-up settings added after caches were built: left out of the keys while at their defaults (the warm-up then
 # computes as before), so the warm starts already cached stay valid.
+_LATER_WARMUP_SETTINGS = ("worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm")
 _LATER_WARMUP_DEFAULTS = {
-    "worlds": 1,
-    "all_tokens": False,
-    "pages": 0.0,
-    "micro_batch": 1,
-    "lr_ramp_steps": 0,
-    "lr_decay": False,
-    "max_grad_norm": 0.0,
+    f.name: f.default for f in dataclasses.fields(WebWarmupConfig) if f.name in _LATER_WARMUP_SETTINGS
 }
 
 
 def tools_settings(config: NodeConfig) -> dict:
-    """The tools section as a cache key holds it: tools.web_questions (added later) only when not the default 3000."""
-    return {key: value for key, value in to_dict(config.tools).items() if (key, value) != ("web_questions", 3000)}
+    """The tools section as a cache key holds it: tools.web_questions (added later) only when not the default."""
+    default = ("web_questions", QuestionConfig.num_questions)
+    return {key: value for key, value in to_dict(config.tools).items() if (key, value) != default}
 
 
 def _warmup_settings(config: NodeConfig) -> dict:

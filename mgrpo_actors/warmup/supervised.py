@@ -5,7 +5,8 @@ signal; the usual cure (a supervised "cold start" before RL) is this. Each `Demo
 opening (system + user messages, exactly as an episode opens) and the turns that follow, assistant and
 tool in alternation. It is tokenised with the rollouts' own `TrajectoryBuilder`, so the warmed-up model
 learns the very ids it will later sample (a closing tag that is a stop id ends the turn, as in a
-rollout); the loss is the mean cross-entropy over the assistant's own tokens only (loss mask 1).
+rollout); the loss is the mean cross-entropy over the assistant's own tokens only (loss mask 1), or over every
+token of a `TextSample` (a page, or a whole episode when pretraining a model from scratch).
 
 Used by the learning test (tests/integration/test_it_learns.py) to give tiny models the turn format
 (the RL run then has to learn *what* to answer), and by `mgrpo warmup` on the oracle's worked episodes
@@ -59,8 +60,10 @@ class WarmupConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs steps >= 1, batch_size >= 1 and lr > 0, got {self}")
-        if self.micro_batch < 1 or self.lr_ramp_steps < 0 or not self.max_grad_norm >= 0:
-            raise ValueError(f"warm-up needs micro_batch >= 1, lr_ramp_steps >= 0 and max_grad_norm >= 0, got {self}")
+        if self.micro_batch < 1 or not 0 <= self.lr_ramp_steps < self.steps or not self.max_grad_norm >= 0:
+            raise ValueError(
+                f"warm-up needs micro_batch >= 1, 0 <= lr_ramp_steps < steps and max_grad_norm >= 0, got {self}"
+            )
 
     def lr_factor(self, step: int) -> float:
         """The share of `lr` that step `step` (from 0) takes: the ramp, then the decay."""
@@ -108,7 +111,7 @@ def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, demo: Demonstration
 
 @dataclass(frozen=True)
 class TextSample:
-    """Plain text to learn every token of (a page of the synthetic web), as the model's ids."""
+    """Ids to learn every token of: a page of the synthetic web, or a whole episode (warmup.all_tokens)."""
 
     token_ids: np.ndarray  # int [T]
 
@@ -163,9 +166,8 @@ def warm_up_trajectories(
     text_share: float = 0.0,
 ) -> list[float]:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only; every token of a
-    TextSample), and on
-    `texts` (every token) for a `text_share` of the samples; each step is the token-mean cross-entropy over
-    `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
+    TextSample), and on `texts` (every token) for a `text_share` of the samples; each step is the token-mean
+    cross-entropy over `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
     `progress(step, loss)` is called after every step. compute_dtype "bfloat16": the matrix products under CPU
     autocast, the weights and AdamW's state fp32."""
     if not trajectories:

@@ -1,15 +1,18 @@
-"""`mgrpo warmup`'s work: the optional supervised format warm-up of small models (stage 0) on the
-synthetic web, before RL (issue: "an optional short supervised format warm-up for very small models,
-documented as such").
+"""`mgrpo warmup`'s work: the optional supervised warm-up of small models (stage 0) on the synthetic web, before RL
+(issue: "an optional short supervised format warm-up for very small models, documented as such").
 
 Untrained SmolLM2-135M rarely writes a fully valid episode, so most of its groups carry no advantage
 and RL has little to learn from (docs/getting-started.md, `make run`). This fine-tunes each agent on the oracle's worked
-episodes of train questions (oracle.py: real tools, real prompts, real trajectories; the loss on the
-agent's own tokens only; one-fact lookups by default, `warmup.kinds` adds questions over several named
-entities) for a few dozen steps, then saves each as a local HF directory a run names as
-its model. It teaches the format and the tool protocol; it shows the gold answers of the training
-questions it uses, which is why it draws them from the train split only and why it is a documented,
+episodes of train questions (oracle.py: real tools, real prompts, real trajectories; the loss on the agent's own
+tokens; one-fact lookups by default, `warmup.kinds` adds questions over several named entities), then saves each as a
+local HF directory a run names as its model. It teaches the format and the tool protocol; it shows the gold answers
+of the training questions it uses, which is why it draws them from the train split only and why it is a documented,
 optional stage rather than part of M-GRPO.
+
+For a model trained from scratch (tiny:web-*, thousands of steps: a pretraining), `warmup.worlds` adds the train
+episodes of other synthetic webs, learnt on every token with `warmup.all_tokens`, and `warmup.pages` their pages. The
+run's own web gives its train episodes' agent tokens only: nothing of its pages, which hold the facts of its
+validation and test questions, is learnt.
 """
 
 from __future__ import annotations

@@ -26,7 +26,22 @@ def test_warm_up_settings_added_later_enter_the_key_only_when_changed():
 
     config = NodeConfig()
     settings = _warmup_settings(config)
-    assert not {"pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm"} & set(settings)
+    later = {"worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm"}
+    assert not later & set(settings)
     assert {"steps", "questions", "kinds", "batch_size", "lr", "seed", "dtype"} <= set(settings)
-    pretrained = dataclasses.replace(config, warmup=dataclasses.replace(config.warmup, pages=0.3, micro_batch=8))
-    assert _warmup_settings(pretrained) == {**settings, "pages": 0.3, "micro_batch": 8}
+    pretrained = dataclasses.replace(
+        config, warmup=dataclasses.replace(config.warmup, worlds=2, pages=0.3, micro_batch=8)
+    )
+    assert _warmup_settings(pretrained) == {**settings, "worlds": 2, "pages": 0.3, "micro_batch": 8}
+
+
+def test_the_default_question_count_is_not_in_the_tools_key():
+    import dataclasses
+
+    from mgrpo_actors.config import NodeConfig
+    from mgrpo_actors.warmup.cached import tools_settings
+
+    config = NodeConfig()
+    assert "web_questions" not in tools_settings(config) and "web_entities" in tools_settings(config)
+    more = dataclasses.replace(config, tools=dataclasses.replace(config.tools, web_questions=4000))
+    assert tools_settings(more)["web_questions"] == 4000

@@ -67,11 +67,44 @@ def test_the_warm_up_loss_is_the_same_batched_or_not():
     assert padded == pytest.approx(one, rel=1e-5) and one[0] > 0
 
 
-def test_pages_are_learnt_on_every_token_and_change_the_result():
+def test_a_page_is_learnt_on_every_token():
+    """One step on a page alone: its loss is the mean cross-entropy over every next token of it, by hand."""
     page = TextSample(np.arange(3, 40))
     assert page.loss_mask.tolist() == [1] * 37
-    (with_pages, _), (without, _) = _trained(2, texts=[page], share=0.5), _trained(2)
-    assert any(not torch.equal(with_pages[name], without[name]) for name in without)
+    model, _ = load_model("tiny:main")
+    ids = torch.from_numpy(page.token_ids.astype(np.int64))[None, :]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1]
+    by_hand = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
+    cfg = WarmupConfig(steps=1, batch_size=1, lr=1e-3)
+    losses = warm_up_trajectories(model, _episodes(500), cfg, texts=[page], text_share=0.999999)
+    assert losses[0] == pytest.approx(by_hand, rel=1e-5)
+
+
+class _RecordingAdamW(torch.optim.AdamW):
+    """AdamW that records the lr each of its steps used and the gradient norm it saw."""
+
+    used: list[float] = []
+    norms: list[float] = []
+
+    def step(self, closure=None):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        _RecordingAdamW.norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+        _RecordingAdamW.used.append(self.param_groups[0]["lr"])
+        return super().step(closure)
+
+
+def test_the_loop_steps_the_schedule_and_clips_the_gradient(monkeypatch):
+    from mgrpo_actors.warmup import supervised
+
+    monkeypatch.setattr(supervised.torch.optim, "AdamW", _RecordingAdamW)
+    _RecordingAdamW.used, _RecordingAdamW.norms = [], []
+    cfg = WarmupConfig(steps=6, batch_size=2, lr=0.5, lr_ramp_steps=2, lr_decay=True, max_grad_norm=1e-3)
+    model, _ = load_model("tiny:main")
+    warm_up_trajectories(model, _episodes(500), cfg)
+    assert _RecordingAdamW.used == pytest.approx([0.5 * cfg.lr_factor(s) for s in range(6)])
+    assert _RecordingAdamW.used == pytest.approx([0.25, 0.5, 0.5, 0.35, 0.2, 0.05])
+    assert max(_RecordingAdamW.norms) <= 1e-3 * (1 + 1e-4)  # every step's gradient clipped to the norm
 
 
 def test_no_pages_draws_exactly_as_before_and_a_share_mixes_them_in():
@@ -90,7 +123,9 @@ def test_lr_ramps_then_decays_to_a_tenth():
     assert [WarmupConfig(steps=5).lr_factor(s) for s in range(5)] == [1.0] * 5
 
 
-@pytest.mark.parametrize("bad", [{"micro_batch": 0}, {"lr_ramp_steps": -1}, {"max_grad_norm": -0.5}])
+@pytest.mark.parametrize(
+    "bad", [{"micro_batch": 0}, {"lr_ramp_steps": -1}, {"lr_ramp_steps": 150}, {"max_grad_norm": -0.5}]
+)
 def test_bad_batching_settings_are_refused(bad):
     with pytest.raises(ValueError, match="micro_batch >= 1"):
         WarmupConfig(**bad)
