@@ -54,7 +54,8 @@ class WebWarmupConfig:
     """share of each step's samples that are pages of the other worlds (warmup.worlds >= 2), learnt on every token:
     for a model pretrained here from scratch (the tiny:web-* presets); never the run's own pages; 0 = none"""
     micro_batch: int = 1
-    """samples per forward pass, right-padded; 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
+    """samples per forward pass, right-padded, a step's samples sorted by length first (with batch_size a multiple of
+    it, like lengths share a pass); 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
     lr_ramp_steps: int = 0
     """the lr rises linearly over the first N steps (0 = none; a model trained from scratch needs one)"""
     lr_decay: bool = False

@@ -50,8 +50,8 @@ class WarmupConfig:
     batch_size: int = 8  # demonstrations per step, drawn at random with replacement
     lr: float = 3e-3  # AdamW learning rate (tiny models from scratch take a high one)
     seed: int = 0  # seeds the draws and dropout-free training order
-    # samples per forward pass, right-padded to the longest; 1 = one pass per sample (no padding: episodes of a few
-    # thousand tokens over a 49k vocabulary would not fit as one padded batch)
+    # samples per forward pass, right-padded to the longest, a step's samples sorted by length first; 1 = one pass per
+    # sample (no padding: episodes of a few thousand tokens over a 49k vocabulary would not fit as one padded batch)
     micro_batch: int = 1
     lr_ramp_steps: int = 0  # the lr rises linearly from lr/N to lr over the first N steps (0 = from the start)
     lr_decay: bool = False  # then falls linearly to a tenth of lr by the last step
@@ -181,6 +181,8 @@ def warm_up_trajectories(
     losses = []
     for step in range(cfg.steps):
         samples = _draws(draw, trajectories, texts, text_share, cfg.batch_size)
+        if cfg.micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
+            samples.sort(key=lambda sample: len(sample.token_ids))
         batches = [_padded(samples[i : i + cfg.micro_batch], pad_id) for i in range(0, len(samples), cfg.micro_batch)]
         tokens = sum(int((targets != -100).sum()) for _, _, targets in batches)
         optimizer.zero_grad()

@@ -62,8 +62,9 @@ def test_padded_micro_batches_compute_the_gradient_of_one_pass_per_sample():
         torch.testing.assert_close(padded[name], one[name], rtol=1e-4, atol=1e-6)
 
 
-def test_the_warm_up_loss_is_the_same_batched_or_not():
-    (_, one), (_, padded) = _trained(1, steps=1), _trained(4, steps=1)
+@pytest.mark.parametrize("micro_batch", [2, 4])  # 2: the step's 4 samples sorted by length into 2 passes
+def test_the_warm_up_loss_is_the_same_batched_or_not(micro_batch):
+    (_, one), (_, padded) = _trained(1, steps=1), _trained(micro_batch, steps=1)
     assert padded == pytest.approx(one, rel=1e-5) and one[0] > 0
 
 
