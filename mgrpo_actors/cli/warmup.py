@@ -66,9 +66,11 @@ def _run(args: argparse.Namespace) -> int:
         now = time.perf_counter()
         began = started.setdefault(side, now)
         if step % every == 0 or step == cfg.steps - 1:
-            # timed from the end of its first step: the estimate follows the steps after it
-            timing = f", {now - began:.0f} s since step 1, ~{(now - began) / step * (cfg.steps - 1 - step):.0f} s left"
-            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}{timing if step else ''}", flush=True)
+            timing = ""
+            if step:  # timed from the end of its first step: the estimate follows the steps after it
+                left = (now - began) / step * (cfg.steps - 1 - step)
+                timing = f", {now - began:.0f} s since step 1, ~{left:.0f} s left"
+            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}{timing}", flush=True)
 
     print(
         f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps} steps × {cfg.batch_size} samples, "
