@@ -115,16 +115,8 @@ def warm_up_agents(
         log.info(
             "warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories)
         )
-        warmup = WarmupConfig(
-            steps=cfg.steps,
-            batch_size=cfg.batch_size,
-            lr=cfg.lr,
-            seed=cfg.seed,
-            micro_batch=cfg.micro_batch,
-            lr_ramp_steps=cfg.lr_ramp_steps,
-            lr_decay=cfg.lr_decay,
-            max_grad_norm=cfg.max_grad_norm,
-        )
+        # the section's settings the supervised loop takes, under the same names
+        warmup = WarmupConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(WarmupConfig)})
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         losses = warm_up_trajectories(
             model,
