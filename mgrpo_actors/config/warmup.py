@@ -53,6 +53,12 @@ class WebWarmupConfig:
     pages: float = 0.0
     """share of each step's samples that are pages of the other worlds (warmup.worlds >= 2), learnt on every token:
     for a model pretrained here from scratch (the tiny:web-* presets); never the run's own pages; 0 = none"""
+    final_turns: float = 0.0
+    """share of each step's samples that are the other worlds' episodes (warmup.worlds >= 2) learnt on the agent's
+    last turn only: M's answer after S's findings, S's report after the page, where the agent copies what it read.
+    Measured on tiny:web-main: learnt among every other token, the answer's few tokens weigh little and M did not copy
+    (0 of 40 teacher-forced answers right); 1,200 steps of 32 on the last turns alone brought it to 25 of 40
+    (docs/benchmarks.md); 0 = none"""
     micro_batch: int = 1
     """samples per forward pass, right-padded, a step's samples sorted by length first (with batch_size a multiple of
     it, like lengths share a pass); 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
@@ -75,11 +81,18 @@ class WebWarmupConfig:
             raise ValueError(f"warmup.worlds must be >= 1 (the run's own web first), got {self.worlds}")
         if self.pages and self.worlds < 2:
             raise ValueError("warmup.pages are the other worlds' pages (never the run's own): set warmup.worlds >= 2")
+        if self.final_turns and self.worlds < 2:
+            raise ValueError("warmup.final_turns are the other worlds' episodes: set warmup.worlds >= 2")
         if not 0 <= self.pages < 1 or self.micro_batch < 1 or self.lr_ramp_steps < 0 or not self.max_grad_norm >= 0:
             raise ValueError(
                 "warm-up needs 0 <= pages < 1, micro_batch >= 1, lr_ramp_steps >= 0 and max_grad_norm >= 0, "
                 f"got pages {self.pages}, micro_batch {self.micro_batch}, lr_ramp_steps {self.lr_ramp_steps}, "
                 f"max_grad_norm {self.max_grad_norm}"
+            )
+        if not 0 <= self.final_turns < 1 or self.pages + self.final_turns >= 1:
+            raise ValueError(
+                "warm-up needs 0 <= final_turns < 1 and pages + final_turns < 1 (the rest are whole episodes), "
+                f"got final_turns {self.final_turns}, pages {self.pages}"
             )
         unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
         if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
@@ -88,10 +101,11 @@ class WebWarmupConfig:
 
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,
-        compare) of each of 8 worlds, every token of the other worlds', and the other worlds' pages for 20% of the
-        samples"."""
+        compare) of each of 8 worlds, every token of the other worlds', the other worlds' pages for 20% of the samples,
+        their episodes' last turns alone for 50%"."""
         worlds = f" of each of {self.worlds} worlds" if self.worlds > 1 else ""
         tokens = ", every token of the other worlds'" if self.all_tokens else ""
-        pages = f", and the other worlds' pages for {self.pages:.0%} of the samples" if self.pages else ""
+        pages = f", the other worlds' pages for {self.pages:.0%} of the samples" if self.pages else ""
+        finals = f", their episodes' last turns alone for {self.final_turns:.0%}" if self.final_turns else ""
         kinds = ", ".join(self.kinds)
-        return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}"
+        return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}{finals}"

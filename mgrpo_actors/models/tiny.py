@@ -14,6 +14,7 @@ and the library versions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -91,7 +92,7 @@ class TinyModelConfig:
     vocab_size: int = 1024
     architecture: Literal["llama", "qwen2"] = "llama"  # the HF model class: LlamaForCausalLM or Qwen2ForCausalLM
     # the tokenizer's training text: "chat" (the built-in chat and tool-call corpus) or "synthetic-web" (that and the
-    # pages of the default synthetic web, so entity names and page phrases take few ids)
+    # pages of 16 synthetic webs no run uses, TOKENIZER_WEB_SEEDS, so page phrases take few ids in every web)
     corpus: Literal["chat", "synthetic-web"] = "chat"
 
 
@@ -186,11 +187,21 @@ def _corpus(num_dialogues: int = 400, num_paragraphs: int = 400) -> list[str]:
     return dialogues + paragraphs
 
 
-def _web_pages() -> list[str]:
-    # imported here: only the web presets need the synthetic web (seed 0, 1,000 entities: the default tools section)
+# The webs whose pages the web presets' tokenizer learns: 16 worlds that no run or warm-up uses (runs take seed 0 and
+# the warm-up the next few). Trained on the run's own web, whole entity names of that web became single ids, seen by
+# the model only where a train episode named them: M then could not copy a validation question's names and numbers
+# (measured: docs/benchmarks.md). Over 16 other worlds no name is frequent enough to become one id, so every web,
+# the run's included, splits its names into the same syllable pieces (about 4.5 ids a name in each).
+TOKENIZER_WEB_SEEDS = tuple(range(1000, 1016))
+
+
+@functools.cache  # every load of a web preset hashes them for its cache key: generate them once a process
+def _web_pages() -> tuple[str, ...]:
+    # imported here: only the web presets need the synthetic web (1,000 entities a world: the default tools section)
     from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args
 
-    return [page.text for page in build_synthetic_web(config_from_args(0, 1000, 3000)).pages]
+    webs = (build_synthetic_web(config_from_args(seed, 1000, 3000)) for seed in TOKENIZER_WEB_SEEDS)
+    return tuple(page.text for web in webs for page in web.pages)
 
 
 def train_tokenizer(vocab_size: int, corpus: Literal["chat", "synthetic-web"] = "chat") -> Tokenizer:
@@ -205,7 +216,7 @@ def train_tokenizer(vocab_size: int, corpus: Literal["chat", "synthetic-web"] = 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = _corpus() + (_web_pages() if corpus == "synthetic-web" else [])
+    texts = _corpus() + (list(_web_pages()) if corpus == "synthetic-web" else [])
     tokenizer.train_from_iterator(texts, trainer=trainer)
     tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in FORMAT_TOKENS])
     return tokenizer

@@ -81,7 +81,16 @@ def _episode_settings(agent: AgentConfig) -> dict:
 
 # Warm-up settings added after caches were built: left out of the keys while at their defaults (the warm-up then
 # computes as before), so the warm starts already cached stay valid.
-_LATER_WARMUP_SETTINGS = ("worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm")
+_LATER_WARMUP_SETTINGS = (
+    "worlds",
+    "all_tokens",
+    "pages",
+    "final_turns",
+    "micro_batch",
+    "lr_ramp_steps",
+    "lr_decay",
+    "max_grad_norm",
+)
 _LATER_WARMUP_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(WebWarmupConfig) if f.name in _LATER_WARMUP_SETTINGS
 }

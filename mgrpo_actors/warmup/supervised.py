@@ -15,6 +15,7 @@ of the synthetic web (oracle.py) for small real models such as SmolLM2.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "TextSample",
     "WarmupConfig",
     "demonstration_tokens",
+    "final_turn_only",
     "save_warmed",
     "warm_up",
     "warm_up_trajectories",
@@ -120,6 +122,15 @@ class TextSample:
         return np.ones(len(self.token_ids), dtype=np.uint8)
 
 
+def final_turn_only(trajectory: TokenTrajectory) -> TokenTrajectory:
+    """`trajectory` with its loss mask on its last turn only (the answer or report: where the agent copies what it
+    read), for warmup.final_turns."""
+    start, end = trajectory.turn_spans[-1]
+    mask = np.zeros_like(trajectory.loss_mask)
+    mask[start:end] = trajectory.loss_mask[start:end]
+    return dataclasses.replace(trajectory, loss_mask=mask)
+
+
 def _padded(samples: Sequence[TokenTrajectory | TextSample], pad_id: int) -> tuple[torch.Tensor, ...]:
     """Input ids (b, n) right-padded with `pad_id`, their attention mask, and next-token targets (b, n - 1): -100
     where the loss mask is 0 and on padding."""
@@ -146,14 +157,23 @@ def warm_up(
 def _draws(
     draw: random.Random,
     trajectories: Sequence[TokenTrajectory | TextSample],
-    texts: Sequence[TextSample],
-    text_share: float,
+    mixed: Sequence[tuple[Sequence[TokenTrajectory | TextSample], float]],
     count: int,
 ) -> list[TokenTrajectory | TextSample]:
-    """`count` samples drawn with replacement: each a text with probability `text_share`, else an episode."""
-    if not texts or text_share <= 0:
+    """`count` samples drawn with replacement: from each pool of `mixed` with its probability, else an episode."""
+    pools = [(pool, share) for pool, share in mixed if pool and share > 0]
+    if not pools:
         return list(draw.choices(trajectories, k=count))
-    return [draw.choice(texts) if draw.random() < text_share else draw.choice(trajectories) for _ in range(count)]
+    samples = []
+    for _ in range(count):
+        chance, chosen = draw.random(), trajectories
+        for pool, share in pools:
+            if chance < share:
+                chosen = pool
+                break
+            chance -= share
+        samples.append(draw.choice(chosen))
+    return samples
 
 
 def warm_up_trajectories(
@@ -164,9 +184,12 @@ def warm_up_trajectories(
     compute_dtype: str = "float32",
     texts: Sequence[TextSample] = (),
     text_share: float = 0.0,
+    finals: Sequence[TokenTrajectory] = (),
+    final_share: float = 0.0,
 ) -> list[float]:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only; every token of a
-    TextSample), and on `texts` (every token) for a `text_share` of the samples; each step is the token-mean
+    TextSample), on `texts` (every token) for a `text_share` of the samples and on `finals` (their loss masks: the
+    last turn, final_turn_only) for a `final_share`; each step is the token-mean
     cross-entropy over `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
     `progress(step, loss)` is called after every step. compute_dtype "bfloat16": the matrix products under CPU
     autocast, the weights and AdamW's state fp32."""
@@ -180,7 +203,7 @@ def warm_up_trajectories(
     model.train()
     losses = []
     for step in range(cfg.steps):
-        samples = _draws(draw, trajectories, texts, text_share, cfg.batch_size)
+        samples = _draws(draw, trajectories, [(texts, text_share), (finals, final_share)], cfg.batch_size)
         if cfg.micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
             samples.sort(key=lambda sample: len(sample.token_ids))
         batches = [_padded(samples[i : i + cfg.micro_batch], pad_id) for i in range(0, len(samples), cfg.micro_batch)]

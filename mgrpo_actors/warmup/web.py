@@ -35,7 +35,7 @@ from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
-from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, save_warmed, warm_up_trajectories
+from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, final_turn_only, save_warmed, warm_up_trajectories
 
 __all__ = ["warm_up_agents", "warmup_questions"]
 
@@ -79,6 +79,7 @@ def warm_up_agents(
     started = time.perf_counter()
     tokenizers = (loaded["main"][1], None if single else loaded["sub"][1])
     episodes: dict[str, list[TokenTrajectory | TextSample]] = {"main": [], "sub": []}
+    finals: dict[str, list[TokenTrajectory]] = {"main": [], "sub": []}  # other worlds' episodes, last turn learnt
     questions, other_pages = 0, []
     for seed in range(config.tools.web_seed, config.tools.web_seed + cfg.worlds):
         tools = dataclasses.replace(config.tools, web_seed=seed)  # the run's web first, then the other worlds
@@ -95,6 +96,7 @@ def warm_up_agents(
             # every token of another world's episodes; the run's own keep the agent's tokens only, so no page of the
             # run's web (which holds its validation and test questions' facts) is learnt
             episodes[side] += [TextSample(t.token_ids) for t in made] if cfg.all_tokens and other else made
+            finals[side] += [final_turn_only(t) for t in made] if cfg.final_turns and other else []
         other_pages += web.pages if other and cfg.pages else []
         questions += len(worked)
     record: dict = {
@@ -126,6 +128,8 @@ def warm_up_agents(
             compute_dtype=cfg.dtype,
             texts=pages,
             text_share=cfg.pages,
+            finals=finals[side],
+            final_share=cfg.final_turns,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
         record["agents"][side] = {

@@ -114,3 +114,19 @@ def test_the_web_presets_are_two_families_whose_tokenizer_learnt_the_web():
     for token in (*SPECIAL_TOKENS, *FORMAT_TOKENS):  # the turn format's ids, as in every preset
         assert len(main_tokenizer(token, add_special_tokens=False)["input_ids"]) == 1
     assert 2e6 < sum(p.numel() for p in main_model.parameters()) < 4e6
+
+
+def test_the_web_tokenizer_splits_the_run_s_web_as_any_other_web():
+    # It learnt webs no run uses: the run's own names must not be whole ids that only its episodes train (the
+    # models then could not copy them), and they take as many pieces as another world's names.
+    from mgrpo_actors.envs.synthetic_web import build_synthetic_web, config_from_args
+
+    tokenizer = load_model("tiny:web-main")[1]
+
+    def name_ids(seed: int) -> list[int]:
+        questions = build_synthetic_web(config_from_args(seed, 1000, 3000)).splits["validation"][:200]
+        return [len(tokenizer(" " + q.evidence[0].subject)["input_ids"]) for q in questions]
+
+    run_web, other_web = name_ids(0), name_ids(3)
+    assert min(run_web) > 1
+    assert abs(sum(run_web) / len(run_web) - sum(other_web) / len(other_web)) < 0.5

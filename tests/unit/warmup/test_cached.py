@@ -5,6 +5,7 @@ agents' models with the warm-up marked done."""
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,7 +99,7 @@ def test_all_tokens_learns_the_other_worlds_episodes_whole_and_the_runs_own_agen
 
     seen: dict[str, tuple[list, list]] = {}
 
-    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0):
+    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0, **finals):
         seen[str(len(seen))] = (list(trajectories), list(texts))
         return [1.0] * cfg.steps
 
@@ -115,3 +116,30 @@ def test_all_tokens_learns_the_other_worlds_episodes_whole_and_the_runs_own_agen
     assert len(main_pages) == len(other_web.pages) == 300
     run_page = synthetic_web(config.tools).pages[0].text
     assert run_page not in {page.text for page in other_web.pages}
+
+
+def test_final_turns_are_the_other_worlds_episodes_learnt_on_their_last_turn(cache, monkeypatch):
+    """warmup.final_turns with 2 worlds: the loop gets the other world's episodes (never the run's own) with the loss
+    mask on their last turn only, at the configured share."""
+    from mgrpo_actors.warmup import web
+
+    seen: list[tuple[list, list, float]] = []
+
+    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", finals=(), final_share=0.0, **_):
+        seen.append((list(trajectories), list(finals), final_share))
+        return [1.0] * cfg.steps
+
+    monkeypatch.setattr(web, "warm_up_trajectories", capture)
+    config = _config("warmup.worlds=2", "warmup.final_turns=0.4")
+    assert warm_start_dir(config) != warm_start_dir(_config("warmup.worlds=2"))
+    resolve_warm_start(config, print)
+    episodes, finals, share = seen[0]  # M's
+    assert share == 0.4 and len(episodes) == 8 and len(finals) == 4  # 4 questions a world; the other world's only
+    others = episodes[4:]  # the run's web first
+    for final, whole in zip(finals, others, strict=True):
+        np.testing.assert_array_equal(final.token_ids, whole.token_ids)
+        start, end = whole.turn_spans[-1]
+        assert final.loss_mask[start:end].tolist() == whole.loss_mask[start:end].tolist()
+        assert final.loss_mask[:start].sum() == 0 and final.loss_mask[start:end].sum() > 0
+    assert all(final.loss_mask.sum() < whole.loss_mask.sum() for final, whole in zip(finals, others, strict=True))
+    assert len(seen[1][1]) > 0  # S's reports too

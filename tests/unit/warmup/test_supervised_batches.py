@@ -1,5 +1,5 @@
 """The supervised warm-up's batching and schedule (warmup/supervised.py): samples padded into one forward pass learn
-exactly what one pass each does, the lr follows its ramp and decay, and pages mix in at their share."""
+exactly what one pass each does, the lr follows its ramp and decay, pages and final turns mix in at their shares."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import pytest
 import torch
 
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, _draws, _padded, warm_up_trajectories
+from mgrpo_actors.warmup.supervised import (
+    Demonstration,
+    TextSample,
+    WarmupConfig,
+    _draws,
+    _padded,
+    demonstration_tokens,
+    final_turn_only,
+    warm_up_trajectories,
+)
 
 
 @dataclass(frozen=True)
@@ -110,10 +119,42 @@ def test_the_loop_steps_the_schedule_and_clips_the_gradient(monkeypatch):
 
 def test_no_pages_draws_exactly_as_before_and_a_share_mixes_them_in():
     episodes, pages = list(range(10)), [TextSample(np.arange(4))]
-    assert _draws(random.Random(5), episodes, pages, 0.0, 8) == random.Random(5).choices(episodes, k=8)
-    drawn = _draws(random.Random(5), episodes, pages, 0.3, 2000)
+    assert _draws(random.Random(5), episodes, [(pages, 0.0)], 8) == random.Random(5).choices(episodes, k=8)
+    drawn = _draws(random.Random(5), episodes, [(pages, 0.3)], 2000)
     share = sum(isinstance(sample, TextSample) for sample in drawn) / len(drawn)
     assert 0.26 < share < 0.34
+
+
+def test_pages_alone_draw_as_before_final_turns_came_and_both_mix_by_their_shares():
+    episodes, pages, finals = list(range(10)), [TextSample(np.arange(4))], ["final"]
+    # the draws of pages alone, as the loop made them before final turns were a pool (one uniform, one choice)
+    before, rng = [], random.Random(7)
+    for _ in range(50):
+        before.append(rng.choice(pages) if rng.random() < 0.3 else rng.choice(episodes))
+    assert _draws(random.Random(7), episodes, [(pages, 0.3), (finals, 0.0)], 50) == before
+    assert _draws(random.Random(7), episodes, [(pages, 0.3), ([], 0.5)], 50) == before  # an empty pool is none
+    drawn = _draws(random.Random(7), episodes, [(pages, 0.2), (finals, 0.5)], 4000)
+    assert 0.17 < sum(isinstance(s, TextSample) for s in drawn) / 4000 < 0.23
+    assert 0.46 < drawn.count("final") / 4000 < 0.54
+
+
+def test_a_final_turn_sample_learns_the_last_turn_s_tokens_only():
+    _, tokenizer = load_model("tiny:main")
+    opening = ({"role": "system", "content": "Answer."}, {"role": "user", "content": "Who founded Aldora?"})
+    turns = ('<tool_call>{"name": "search", "arguments": {"query": "Aldora"}}</tool_call>', "Aldora: Brevik.")
+    episode = demonstration_tokens(tokenizer, Demonstration(opening, (*turns, "<answer>Brevik</answer>")))
+    assert len(episode.turn_spans) == 2  # the tool call, then the answer
+    final = final_turn_only(episode)
+    start, end = episode.turn_spans[-1]
+    expected = np.zeros_like(episode.loss_mask)
+    expected[start:end] = 1
+    np.testing.assert_array_equal(final.loss_mask, expected)
+    assert final.loss_mask.sum() < episode.loss_mask.sum()
+    np.testing.assert_array_equal(final.token_ids, episode.token_ids)
+    _, _, targets = _padded([final], pad_id=0)
+    learnt = [int(t) for t in targets[0] if t != -100]
+    assert learnt == [int(t) for t in episode.token_ids[start:end]]  # the answer's ids, and nothing else
+    assert "Brevik" in tokenizer.decode(learnt) and "search" not in tokenizer.decode(learnt)
 
 
 def test_lr_ramps_then_decays_to_a_tenth():
