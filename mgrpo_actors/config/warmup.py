@@ -58,7 +58,7 @@ class WebWarmupConfig:
     last turn only: M's answer after S's findings, S's report after the page, where the agent copies what it read.
     Measured on tiny:web-main: learnt among every other token, the answer's few tokens weigh little and M did not copy
     (0 of 40 teacher-forced answers right); 1,200 steps of 32 on the last turns alone brought it to 25 of 40
-    (docs/benchmarks.md); 0 = none"""
+    (docs/benchmarks.md). They share each step's token-mean loss with the other samples; 0 = none"""
     micro_batch: int = 1
     """samples per forward pass, right-padded, a step's samples sorted by length first (with batch_size a multiple of
     it, like lengths share a pass); 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
@@ -102,10 +102,14 @@ class WebWarmupConfig:
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,
         compare) of each of 8 worlds, every token of the other worlds', the other worlds' pages for 20% of the samples,
-        their episodes' last turns alone for 50%"."""
+        the other worlds' episodes learnt on their last turn alone for 50% of the samples"."""
         worlds = f" of each of {self.worlds} worlds" if self.worlds > 1 else ""
         tokens = ", every token of the other worlds'" if self.all_tokens else ""
         pages = f", the other worlds' pages for {self.pages:.0%} of the samples" if self.pages else ""
-        finals = f", their episodes' last turns alone for {self.final_turns:.0%}" if self.final_turns else ""
+        finals = (
+            f", the other worlds' episodes learnt on their last turn alone for {self.final_turns:.0%} of the samples"
+            if self.final_turns
+            else ""
+        )
         kinds = ", ".join(self.kinds)
         return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}{finals}"

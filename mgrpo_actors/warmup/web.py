@@ -136,6 +136,7 @@ def warm_up_agents(
             "episodes": len(trajectories),
             "tokens": sum(len(t.token_ids) for t in trajectories),
             "pages": len(pages),
+            "final_turns": len(finals[side]),
             "losses": losses,
             "dir": str(dirs[side]),
         }

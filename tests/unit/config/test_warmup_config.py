@@ -17,7 +17,7 @@ def test_what_the_warm_up_learns_from_names_only_what_is_on():
     drills = WebWarmupConfig(questions=16, worlds=2, pages=0.1, final_turns=0.5)
     assert drills.learns_from() == (
         "oracle episodes of up to 16 train questions (lookup) of each of 2 worlds, the other worlds' pages for 10% of "
-        "the samples, their episodes' last turns alone for 50%"
+        "the samples, the other worlds' episodes learnt on their last turn alone for 50% of the samples"
     )
 
 
@@ -30,6 +30,7 @@ def test_what_the_warm_up_learns_from_names_only_what_is_on():
         ({"pages": 0.2}, "warmup.pages are the other worlds' pages .* set warmup.worlds >= 2"),
         ({"final_turns": 0.5}, "warmup.final_turns are the other worlds' episodes: set warmup.worlds >= 2"),
         ({"final_turns": 1.0, "worlds": 2}, "0 <= final_turns < 1"),
+        ({"final_turns": -0.1, "worlds": 2}, "0 <= final_turns < 1"),
         ({"final_turns": 0.6, "pages": 0.4, "worlds": 2}, "pages \\+ final_turns < 1"),
         ({"micro_batch": 0}, "micro_batch >= 1"),
         ({"lr_ramp_steps": -1}, "lr_ramp_steps >= 0"),

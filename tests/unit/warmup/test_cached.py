@@ -132,6 +132,8 @@ def test_final_turns_are_the_other_worlds_episodes_learnt_on_their_last_turn(cac
     monkeypatch.setattr(web, "warm_up_trajectories", capture)
     config = _config("warmup.worlds=2", "warmup.final_turns=0.4")
     assert warm_start_dir(config) != warm_start_dir(_config("warmup.worlds=2"))
+    assert "final_turns" not in cached._warmup_settings(_config("warmup.worlds=2"))  # old keys hold at the default
+    assert cached._warmup_settings(config)["final_turns"] == 0.4
     resolve_warm_start(config, print)
     episodes, finals, share = seen[0]  # M's
     assert share == 0.4 and len(episodes) == 8 and len(finals) == 4  # 4 questions a world; the other world's only

@@ -152,8 +152,10 @@ def test_a_final_turn_sample_learns_the_last_turn_s_tokens_only():
     assert final.loss_mask.sum() < episode.loss_mask.sum()
     np.testing.assert_array_equal(final.token_ids, episode.token_ids)
     _, _, targets = _padded([final], pad_id=0)
-    learnt = [int(t) for t in targets[0] if t != -100]
-    assert learnt == [int(t) for t in episode.token_ids[start:end]]  # the answer's ids, and nothing else
+    learnt = {position: int(t) for position, t in enumerate(targets[0]) if t != -100}
+    # the output at position p predicts id p + 1: from the id before the answer to its last but one
+    assert learnt == {p - 1: int(episode.token_ids[p]) for p in range(start, end)}
+    learnt = list(learnt.values())
     assert "Brevik" in tokenizer.decode(learnt) and "search" not in tokenizer.decode(learnt)
 
 
