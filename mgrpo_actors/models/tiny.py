@@ -44,6 +44,7 @@ __all__ = [
     "FORMAT_TOKENS",
     "SPECIAL_TOKENS",
     "TINY_PRESETS",
+    "TOKENIZER_WEB_SEEDS",
     "TinyModelConfig",
     "build_tiny",
     "tiny_model_dir",
