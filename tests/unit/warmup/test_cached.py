@@ -99,7 +99,7 @@ def test_all_tokens_learns_the_other_worlds_episodes_whole_and_the_runs_own_agen
 
     seen: dict[str, tuple[list, list]] = {}
 
-    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0, **finals):
+    def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0, **_):
         seen[str(len(seen))] = (list(trajectories), list(texts))
         return [1.0] * cfg.steps
 
