@@ -1,7 +1,8 @@
 """`mgrpo compare`: the methods side by side (docs/method.md §Training schedule: M-GRPO against main-only and
 single-agent, and aligned against unaligned), with the same seeds and budget, evaluated along the way.
 
-    0. with `--warmup`, `mgrpo warmup` per agent layout (the optional supervised format warm-up);
+    0. with `--warmup`, `mgrpo warmup --reuse` per agent layout (the optional supervised format warm-up,
+       built once per machine in the model cache and reused while its settings stay the same);
     1. a stage-1 warm start per agent layout (`--stage1-steps`, one-fact lookups: M + S trained with
        M-GRPO, and the single agent trained alone), shared by every method of that layout;
     2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), once per seed
@@ -22,7 +23,7 @@ Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose out
 is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time left). Finished steps are
 recorded in `<out>/progress.json` under the key of its command: the same command into the same `--out`
 resumes an interrupted comparison without redoing them, and a changed one redoes only the steps it changes
-(and what builds on them). Methods: m-grpo, main-only,
+(and what builds on them); a step's key holds the config file's settings, not its comments. Methods: m-grpo, main-only,
 single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchronised condition).
 """
 
@@ -36,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from mgrpo_actors.cli.arguments import add_config_arguments, model_overrides
 from mgrpo_actors.runtime.disk import DiskFullError, atomic_write_text
@@ -130,6 +133,8 @@ def _evaluate(
         str(cfg.eval_questions),
         "--runs",
         str(cfg.eval_runs),
+        "--batch",
+        str(cfg.eval_batch),
         "--seed",
         str(seed),
         "--out",
@@ -159,6 +164,14 @@ def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trai
     return models
 
 
+def _config_content(path: str | None) -> bytes:
+    """What of a config file a step's key holds: its settings, in canonical JSON (a comment edited, keys
+    reordered: the same steps)."""
+    if not path:
+        return b""
+    return json.dumps(yaml.safe_load(Path(path).read_text()), sort_keys=True, default=str).encode()
+
+
 def _seed_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
@@ -186,6 +199,7 @@ def compare(args: argparse.Namespace) -> int:
             stage1_steps=args.stage1_steps,
             eval_questions=args.eval_questions,
             eval_runs=args.eval_runs,
+            eval_batch=args.eval_batch,
             seeds=args.seeds,
             extra=extra,
         )
@@ -203,7 +217,7 @@ def compare(args: argparse.Namespace) -> int:
         else {"main": base.agents.main.model, "sub": base.agents.sub.model}
         for layout in layouts
     }
-    config_text = Path(args.config).read_bytes() if args.config else b""  # its content, not its path, is a step's
+    config_text = _config_content(args.config)  # its settings, not its path or comments, are a step's
     progress = PlanProgress(out, _plan_steps(cfg, layouts, args.warmup))
     steps = _Steps(progress, out, config, hashlib.sha256(config_text).hexdigest())
     print(
@@ -225,7 +239,8 @@ def compare(args: argparse.Namespace) -> int:
                 method = ["run.method=single-agent"] if layout == "single" else []
                 warmed = out / f"warmup-{layout}"
                 made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
-                steps.run(f"warmup-{layout}", made, [], "warmup", *_sets([*cfg.extra, *method]), "--out", str(warmed))
+                command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
+                steps.run(f"warmup-{layout}", made, [], *command)
                 starts[layout] = {side: str(warmed / side) for side in starts[layout]}
                 start_step[layout] = [f"warmup-{layout}"]
             if cfg.stage1_steps:
@@ -351,6 +366,13 @@ def add_parser(subparsers: Any) -> None:
         "--eval-questions", type=int, default=16, metavar="N", help="validation questions per evaluation (default 16)"
     )
     p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")
+    p.add_argument(
+        "--eval-batch",
+        type=int,
+        default=16,
+        metavar="N",
+        help="questions an evaluation rolls out together (mgrpo eval --batch; default 16)",
+    )
     p.add_argument(
         "--seeds",
         type=_seed_list,

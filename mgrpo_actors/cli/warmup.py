@@ -12,15 +12,20 @@ shows the model gold answers of train-split questions (never validation or test)
     mgrpo warmup --set run.method=single-agent     # the single agent only
     mgrpo warmup --kinds lookup,compare --set agents.main.max_turns=5   # also one subtask per named entity
     mgrpo run --set agents.main.model=runs/warmup/main --set agents.sub.model=runs/warmup/sub
+    mgrpo warmup --reuse --out /tmp/w              # built once per machine (the model cache), linked into --out
 
 Its settings default to the config's `warmup` section (the flags win). `mgrpo run` with `warmup.steps` > 0 does
 the same warm-up itself, once, into the model cache, and starts RL from it (mgrpo_actors/warmup/cached.py).
+`--reuse` builds into that cache too (or reuses what is there: the same models, tools, agents and warm-up
+settings) and makes <out>/<side> links to it, with a copy of its warmup.json; `mgrpo compare --warmup` uses it,
+so a comparison whose warm-up settings did not change never warms up again on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -78,7 +83,10 @@ def _run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        dirs = warm_up_agents(config, cfg, Path(args.out), progress)
+        if args.reuse:
+            dirs = _reused(dataclasses.replace(config, warmup=cfg), Path(args.out), progress)
+        else:
+            dirs = warm_up_agents(config, cfg, Path(args.out), progress)
     except ValueError as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
@@ -89,6 +97,30 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(f"use them: mgrpo run {sets}")
     return 0
+
+
+def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
+    """`config`'s warm start from the model cache (built there first if it is not yet), linked as out/<side>,
+    its warmup.json copied to out/; {side: out/<side>}."""
+    from mgrpo_actors.warmup.cached import warm_start, warm_start_dir
+
+    target = warm_start_dir(config)
+    print(f"warm start in the model cache: {target}", flush=True)
+    start = warm_start(config, progress)
+    if not start.built:
+        print(f"reused (built before in {start.seconds:.0f} s)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    dirs = {}
+    for side, directory in start.models.items():
+        link = out / side
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.symlink_to(Path(directory).absolute(), target_is_directory=True)
+        dirs[side] = link
+    shutil.copyfile(target / "warmup.json", out / "warmup.json")
+    return dirs
 
 
 def add_parser(subparsers: Any) -> None:
@@ -127,4 +159,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, metavar="N", help="episodes per step (default: warmup.batch_size, 4)")
     p.add_argument("--lr", type=float, help="AdamW learning rate (default: warmup.lr, 2e-5)")
     p.add_argument("--seed", type=int, help="seed of the episode draws (default: warmup.seed, 0)")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="build in the machine's model cache (or reuse the same warm-up built there before) and link <out>/<side> "
+        "to it",
+    )
     p.set_defaults(func=_run)

@@ -36,6 +36,7 @@ class CompareConfig:
     stage1_steps: int = 2
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
+    eval_batch: int = 16  # questions an evaluation rolls out together (`mgrpo eval --batch`)
     # run.seed of each method's runs, one run per method and seed (their evaluations sample with the same seed);
     # the first also seeds the shared warm starts and their evaluation
     seeds: tuple[int, ...] = (0,)
@@ -45,7 +46,7 @@ class CompareConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"unknown or no methods {unknown}; known: {', '.join(METHODS)}")
-        for name in ("steps", "eval_every", "eval_questions", "eval_runs"):
+        for name in ("steps", "eval_every", "eval_questions", "eval_runs", "eval_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -58,7 +58,13 @@ def eval_report(
         )
     metrics = [run_metrics(run) for run in runs]
     return {
-        "setup": {**asdict(setup), "questions": len(questions), "runs": eval_cfg.runs, "seeds": eval_cfg.run_seeds},
+        "setup": {
+            **asdict(setup),
+            "questions": len(questions),
+            "runs": eval_cfg.runs,
+            "seeds": eval_cfg.run_seeds,
+            "batch_questions": eval_cfg.batch_questions,  # a rollout depends on the batch it shares (runner.py)
+        },
         "runs": [
             {"run": r, "seed": seed, **asdict(m)}
             for r, (seed, m) in enumerate(zip(eval_cfg.run_seeds, metrics, strict=True))

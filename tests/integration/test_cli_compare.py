@@ -32,6 +32,8 @@ COMMAND = (
     "2",
     "--eval-runs",
     "1",
+    "--eval-batch",
+    "1",
 )
 STEPS = [
     "warmup-multi",
@@ -57,6 +59,8 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     # Stage 0 (--warmup) per layout, then stage 1 from its models.
     assert json.loads((out / "warmup-multi" / "warmup.json").read_text())["method"] == "m-grpo"
     assert json.loads((out / "warmup-single" / "warmup.json").read_text())["method"] == "single-agent"
+    # built in the model cache (mgrpo warmup --reuse) and linked: a comparison redone never warms up again
+    assert all((out / "warmup-multi" / side).is_symlink() for side in ("main", "sub"))
     # rich folds long lines, even inside a path
     stage1 = "".join((out / "logs" / "stage1-single.log").read_text().split())
     assert f"(single-agent):oneagentwitheverytool,{out / 'warmup-single' / 'main'}" in stage1
@@ -74,6 +78,7 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
         report = json.loads((out / "evals" / f"{method}-seed0-step1.json").read_text())
         assert report["setup"]["models"] == {side: str(runs / path) for side, path in models.items()}
         assert report["setup"]["questions"] == 2 and report["setup"]["runs"] == 1
+        assert report["setup"]["batch_questions"] == 1
         (run,) = result["methods"][method]["runs"]
         assert run["seed"] == 0 and [p["step"] for p in run["evals"]] == [0, 1] and len(run["rewards"]) == 1
         assert result["methods"][method]["seeds"] == [0] and len(run["final_questions"]) == 2
