@@ -186,8 +186,16 @@ def _plain(settings: dict[str, Any]) -> dict[str, Any]:
 def compare(args: argparse.Namespace) -> int:
     from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
     from mgrpo_actors.compare.plot import write_compare_png
-    from mgrpo_actors.compare.progress import PlanProgress, duration
-    from mgrpo_actors.compare.results import REFERENCE, markdown_table, method_result, method_summary, paired_against
+    from mgrpo_actors.compare.progress import PlanProgress
+    from mgrpo_actors.compare.results import (
+        REFERENCE,
+        markdown_table,
+        method_result,
+        method_summary,
+        paired_against,
+        time_line,
+        time_spent,
+    )
     from mgrpo_actors.config import ConfigError, load_node_config
 
     extra = (*args.overrides, *model_overrides(args))
@@ -301,6 +309,12 @@ def compare(args: argparse.Namespace) -> int:
             "and at least 2 questions they share",
             flush=True,
         )
+    built = {
+        layout: float(json.loads((out / f"warmup-{layout}" / "warmup.json").read_text()).get("seconds", 0.0))
+        for layout in layouts
+        if args.warmup
+    }
+    spent = time_spent(progress.done, built)
     document = {
         "config": {**_plain(vars(cfg)), "warmup": args.warmup},
         "eval_steps": cfg.eval_steps,
@@ -308,17 +322,19 @@ def compare(args: argparse.Namespace) -> int:
         "command": " ".join(["mgrpo", "compare", *sys.argv[2:]] if sys.argv[1:2] == ["compare"] else sys.argv),
         "methods": results,
         "paired": paired,  # m-grpo - each other method, question by question on the final evaluations
+        "time": spent,
     }
     try:  # each file whole or not at all (runtime/disk.py); a full disk in one line
         atomic_write_text(out / "compare.json", json.dumps(document, indent=2) + "\n", "the comparison")
-        atomic_write_text(out / "compare.md", markdown_table(results, paired), "the comparison table")
+        table = markdown_table(results, paired) + f"\nTime: {time_line(spent)}.\n"
+        atomic_write_text(out / "compare.md", table, "the comparison table")
         title = f"{base.agents.main.model} / {base.agents.sub.model}: {cfg.steps} steps"
         write_compare_png(results, out / "compare.png", title=title)
     except DiskFullError as exc:
         print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
         return 1
     print(markdown_table(results, paired))
-    print(f"{len(progress.steps)} steps, {duration(sum(progress.done.values()))} in all (resumed steps included)")
+    print(f"{len(progress.steps)} steps: {time_line(spent)} (resumed steps included)")
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0
 

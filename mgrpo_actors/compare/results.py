@@ -13,10 +13,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mgrpo_actors.compare.progress import duration, step_kind
 from mgrpo_actors.evaluation.over_seeds import over_seeds
 from mgrpo_actors.evaluation.paired import paired_by_id, question_accuracy
 
-__all__ = ["REFERENCE", "REWARD_KEYS", "markdown_table", "method_result", "method_summary", "paired_against"]
+__all__ = [
+    "REFERENCE",
+    "REWARD_KEYS",
+    "markdown_table",
+    "method_result",
+    "method_summary",
+    "paired_against",
+    "time_line",
+    "time_spent",
+]
 
 REFERENCE = "m-grpo"  # the method every other is paired against
 # Per-step figures kept from a run's summary.json (monitoring/steps.py's rows).
@@ -140,3 +150,31 @@ def markdown_table(
                 f"| {p['a_better']} / {p['b_better']} / {p['ties']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def time_spent(done: Mapping[str, float], warmups_built: Mapping[str, float]) -> dict[str, Any]:
+    """What the comparison took: the seconds of its steps as they ran (`done`: progress.json's, across the
+    invocations that resumed it), by kind of step, and the seconds each warm-up took to build (its
+    warmup.json's; a warm-up reused from the model cache ran in seconds here, but was built once in these)."""
+    by_kind: dict[str, float] = {}
+    for name, seconds in done.items():
+        by_kind[step_kind(name)] = by_kind.get(step_kind(name), 0.0) + seconds
+    return {
+        "steps_seconds": sum(done.values()),
+        "by_kind_seconds": by_kind,
+        "warmups_built_seconds": dict(warmups_built),
+    }
+
+
+def time_line(spent: Mapping[str, Any]) -> str:
+    """One line of `time_spent`, e.g. "steps 1 h 40 min (run 58 min, eval 22 min, warmup 20 min); warm-ups
+    built in 1 h 52 min (multi 1 h 12 min, single 40 min)"."""
+    kinds = ", ".join(
+        f"{kind} {duration(s)}" for kind, s in sorted(spent["by_kind_seconds"].items(), key=lambda item: -item[1])
+    )
+    line = f"steps {duration(spent['steps_seconds'])} ({kinds})"
+    built = spent["warmups_built_seconds"]
+    if built:
+        parts = ", ".join(f"{layout} {duration(s)}" for layout, s in built.items())
+        line += f"; warm-ups built in {duration(sum(built.values()))} ({parts})"
+    return line
