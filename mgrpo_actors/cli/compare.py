@@ -8,7 +8,7 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
     2. every method (`--methods`) for `--steps` stage-2 steps from that start (`mgrpo run`), once per seed
        of `--seeds`, its models exported every `--eval-every` steps;
     3. `mgrpo eval` of the start and of each export on `--eval-questions` validation questions,
-       `--eval-runs` sampled runs each;
+       `--eval-runs` sampled runs each, `--eval-batch` questions rolled out together;
     4. in `--out`: compare.json (every curve and figure; per method the final validation accuracy over the
        seeds with a 95 % t-interval; M-GRPO paired against each other method question by question),
        compare.md (the tables) and compare.png (reward curves of both agents and validation accuracy per
@@ -34,7 +34,9 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,45 +76,32 @@ def _mgrpo(out: Path, name: str, *args: str) -> float:
 
 
 class _Steps:
-    """Runs the comparison's steps in order: each one reused when it finished before with the same command, its
-    outputs still there and nothing it builds on redone (compare/progress.py), else run and recorded."""
+    """Runs the comparison's steps, up to `--parallel` at once (compare/schedule.py): each one reused when it
+    finished before with the same command, its outputs still there and nothing it builds on redone
+    (compare/progress.py), else run and recorded."""
 
-    def __init__(self, progress: Any, out: Path, config: list[str], config_sha256: str) -> None:
+    def __init__(self, progress: Any, out: Path, config: list[str], config_sha256: str, lanes: Any) -> None:
         self.progress, self.out, self.config, self.config_sha256 = progress, out, config, config_sha256
+        self.lanes, self.lock = lanes, threading.Lock()  # progress.json and the console, one step at a time
 
     def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
         """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
         steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs."""
-        key = self.progress.key(args, self.config_sha256, after)
-        if self.progress.reusable(name, key, outputs):
-            print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
-            return float(self.progress.records[name]["seconds"])
-        print(f"  {self.progress.where(name)}", flush=True)
-        self.progress.forget(name)
-        seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
+        with self.lock:
+            key = self.progress.key(args, self.config_sha256, after)
+            if self.progress.reusable(name, key, outputs):
+                print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
+                return float(self.progress.records[name]["seconds"])
+            print(f"  {self.progress.where(name)}", flush=True)
+            self.progress.forget(name)
+        with self.lanes.lane():
+            seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
         missing = [str(path) for path in outputs if not path.exists()]
         if missing:
             raise StepFailed(f"{name} exited 0 but did not write {missing[0]} (log: {self.out / 'logs' / name}.log)")
-        self.progress.record(name, key, seconds)
+        with self.lock:
+            self.progress.record(name, key, seconds)
         return seconds
-
-
-def _plan_steps(cfg: Any, layouts: list[str], warmup: bool) -> list[str]:
-    """The names of the comparison's steps, in the order they run."""
-    first = [
-        name
-        for layout in layouts
-        for name, wanted in ((f"warmup-{layout}", warmup), (f"stage1-{layout}", cfg.stage1_steps > 0))
-        if wanted
-    ]
-    starts = [f"eval-start-{layout}" for layout in layouts]
-    methods = [
-        name
-        for method in cfg.methods
-        for seed in cfg.seeds
-        for name in (f"run-{method}-seed{seed}", *(f"eval-{method}-seed{seed}-step{n}" for n in cfg.eval_steps[1:]))
-    ]
-    return [*first, *starts, *methods]
 
 
 def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
@@ -165,11 +154,11 @@ def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trai
 
 
 def _config_content(path: str | None) -> bytes:
-    """What of a config file a step's key holds: its settings, in canonical JSON (a comment edited, keys
-    reordered: the same steps)."""
+    """What of a config file a step's key holds: its settings as JSON, in the file's order (a comment or the
+    layout edited: the same steps; the order of agents.subs is the order of M's tools, so it counts)."""
     if not path:
         return b""
-    return json.dumps(yaml.safe_load(Path(path).read_text()), sort_keys=True, default=str).encode()
+    return json.dumps(yaml.safe_load(Path(path).read_text(encoding="utf-8")), default=str).encode()
 
 
 def _seed_list(text: str) -> tuple[int, ...]:
@@ -183,8 +172,66 @@ def _plain(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in settings.items()}
 
 
+def _graph(
+    cfg: Any, layouts: list[str], starts: dict[str, dict[str, str]], warmup: bool, steps: _Steps, run_dir: Path
+) -> tuple[list[Any], list[Any]]:
+    """The comparison's steps in plan order, each with the steps it builds on (compare/schedule.py), and its
+    method runs. `starts` ({layout: {side: model}}) becomes each layout's start: the models its methods begin
+    from, where its warm-up and stage 1 will have put them."""
+    from mgrpo_actors.compare.plan import layout_of, method_runs, stage1_overrides, trained_sides
+    from mgrpo_actors.compare.schedule import Step
+
+    graph, start_step = [], {}
+    for layout in layouts:
+        after: list[str] = []
+        if warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup --reuse), per layout
+            method = ["run.method=single-agent"] if layout == "single" else []
+            warmed = steps.out / f"warmup-{layout}"
+            made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
+            command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
+            graph.append(Step(f"warmup-{layout}", [], partial(steps.run, f"warmup-{layout}", made, [], *command)))
+            starts[layout] = {side: str(warmed / side) for side in starts[layout]}
+            after = [f"warmup-{layout}"]
+        if cfg.stage1_steps:
+            name = f"stage1-{layout}"
+            exports = {side: _export_dir(run_dir, name, side, cfg.stage1_steps) for side in starts[layout]}
+            command = ["run", *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout]))]
+            made = [run_dir / name / "summary.json", *exports.values()]
+            graph.append(Step(name, after, partial(steps.run, name, made, after, *command)))
+            starts[layout] = {side: str(path) for side, path in exports.items()}
+            after = [name]
+        start_step[layout] = after
+    for layout in layouts:
+        single = layout == "single"
+        evaluate = partial(_evaluate, steps, f"start-{layout}", start_step[layout], cfg, starts[layout], single)
+        graph.append(Step(f"eval-start-{layout}", start_step[layout], partial(evaluate, cfg.seeds[0])))
+    runs = method_runs(cfg, starts, str(run_dir))
+    for run in runs:
+        trained, start = trained_sides(run.method), starts[layout_of(run.method)]
+        made = [
+            run_dir / run.run_id / "summary.json",
+            *(_export_dir(run_dir, run.run_id, side, step) for side in trained for step in cfg.eval_steps[1:]),
+        ]
+        after = start_step[layout_of(run.method)]
+        name = f"run-{run.run_id}"
+        graph.append(Step(name, after, partial(steps.run, name, made, after, "run", *_sets(run.overrides))))
+        for step in cfg.eval_steps[1:]:
+
+            def evaluate_export(
+                run: Any = run, step: int = step, start: dict = start, trained: tuple = trained
+            ) -> Path:
+                models = _exported(run_dir, run.run_id, step, start, trained)  # once the run has exported them
+                single = run.method == "single-agent"
+                return _evaluate(
+                    steps, f"{run.run_id}-step{step}", [f"run-{run.run_id}"], cfg, models, single, run.seed
+                )
+
+            graph.append(Step(f"eval-{run.run_id}-step{step}", [name], evaluate_export))
+    return graph, runs
+
+
 def compare(args: argparse.Namespace) -> int:
-    from mgrpo_actors.compare.plan import CompareConfig, layout_of, method_runs, stage1_overrides, trained_sides
+    from mgrpo_actors.compare.plan import CompareConfig, layout_of
     from mgrpo_actors.compare.plot import write_compare_png
     from mgrpo_actors.compare.progress import PlanProgress
     from mgrpo_actors.compare.results import (
@@ -196,6 +243,7 @@ def compare(args: argparse.Namespace) -> int:
         time_line,
         time_spent,
     )
+    from mgrpo_actors.compare.schedule import CoreLanes, run_graph
     from mgrpo_actors.config import ConfigError, load_node_config
 
     extra = (*args.overrides, *model_overrides(args))
@@ -208,6 +256,7 @@ def compare(args: argparse.Namespace) -> int:
             eval_questions=args.eval_questions,
             eval_runs=args.eval_runs,
             eval_batch=args.eval_batch,
+            parallel=args.parallel,
             seeds=args.seeds,
             extra=extra,
         )
@@ -226,12 +275,13 @@ def compare(args: argparse.Namespace) -> int:
         for layout in layouts
     }
     config_text = _config_content(args.config)  # its settings, not its path or comments, are a step's
-    progress = PlanProgress(out, _plan_steps(cfg, layouts, args.warmup))
-    steps = _Steps(progress, out, config, hashlib.sha256(config_text).hexdigest())
+    steps = _Steps(None, out, config, hashlib.sha256(config_text).hexdigest(), CoreLanes(cfg.parallel))
+    graph, planned = _graph(cfg, layouts, starts, args.warmup, steps, run_dir)
+    progress = steps.progress = PlanProgress(out, [step.name for step in graph], parallel=cfg.parallel)
     print(
         f"comparing {', '.join(cfg.methods)}: {cfg.stage1_steps} stage-1 + {cfg.steps} stage-2 steps each, "
         f"evaluated at steps {cfg.eval_steps} on {cfg.eval_questions} validation questions × {cfg.eval_runs} runs; "
-        f"{len(progress.steps)} steps",
+        f"{len(progress.steps)} steps, up to {cfg.parallel} at once",
         flush=True,
     )
     if progress.done:
@@ -240,61 +290,14 @@ def compare(args: argparse.Namespace) -> int:
             "each runs again if its command changed, its output is gone or what it builds on was redone",
             flush=True,
         )
-    start_step: dict[str, list[str]] = {layout: [] for layout in layouts}  # the step that made a layout's start
     try:
-        for layout in layouts:
-            if args.warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup), per layout
-                method = ["run.method=single-agent"] if layout == "single" else []
-                warmed = out / f"warmup-{layout}"
-                made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
-                command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
-                steps.run(f"warmup-{layout}", made, [], *command)
-                starts[layout] = {side: str(warmed / side) for side in starts[layout]}
-                start_step[layout] = [f"warmup-{layout}"]
-            if cfg.stage1_steps:
-                stage1 = run_dir / f"stage1-{layout}"
-                made = [
-                    stage1 / "summary.json",
-                    *(_export_dir(run_dir, stage1.name, side, cfg.stage1_steps) for side in starts[layout]),
-                ]
-                overrides = stage1_overrides(cfg, layout, str(run_dir), starts[layout])
-                steps.run(f"stage1-{layout}", made, start_step[layout], "run", *_sets(overrides))
-                starts[layout] = _exported(
-                    run_dir, f"stage1-{layout}", cfg.stage1_steps, starts[layout], tuple(starts[layout])
-                )
-                start_step[layout] = [f"stage1-{layout}"]
-        start_evals = {
-            layout: _evaluate(
-                steps, f"start-{layout}", start_step[layout], cfg, starts[layout], layout == "single", cfg.seeds[0]
-            )
-            for layout in layouts
-        }
+        done = run_graph(graph, cfg.parallel)
         per_seed: dict[str, list[dict[str, Any]]] = {method: [] for method in cfg.methods}
-        for run in method_runs(cfg, starts, str(run_dir)):
+        for run in planned:
+            evals = {0: done[f"eval-start-{layout_of(run.method)}"]}
+            evals.update({step: done[f"eval-{run.run_id}-step{step}"] for step in cfg.eval_steps[1:]})
             summary = run_dir / run.run_id / "summary.json"
-            made = [
-                summary,
-                *(
-                    _export_dir(run_dir, run.run_id, side, step)
-                    for side in trained_sides(run.method)
-                    for step in cfg.eval_steps[1:]
-                ),
-            ]
-            layout = layout_of(run.method)
-            seconds = steps.run(f"run-{run.run_id}", made, start_step[layout], "run", *_sets(run.overrides))
-            start = starts[layout]
-            evals = {0: start_evals[layout]}
-            for step in cfg.eval_steps[1:]:
-                evals[step] = _evaluate(
-                    steps,
-                    f"{run.run_id}-step{step}",
-                    [f"run-{run.run_id}"],
-                    cfg,
-                    _exported(run_dir, run.run_id, step, start, trained_sides(run.method)),
-                    run.method == "single-agent",
-                    run.seed,
-                )
-            per_seed[run.method].append(method_result(summary, evals, seconds, run.seed))
+            per_seed[run.method].append(method_result(summary, evals, done[f"run-{run.run_id}"], run.seed))
     except StepFailed as exc:
         print(f"mgrpo compare: {exc}", file=sys.stderr)
         return 1
@@ -334,12 +337,14 @@ def compare(args: argparse.Namespace) -> int:
         print(f"mgrpo compare: {exc.strerror}", file=sys.stderr)
         return 1
     print(markdown_table(results, paired))
-    print(f"{len(progress.steps)} steps: {time_line(spent)} (resumed steps included)")
+    print(f"{len(progress.steps)} steps done (those of earlier invocations included); {time_line(spent)}")
     print(f"written: {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
     return 0
 
 
 def add_parser(subparsers: Any) -> None:
+    from mgrpo_actors.compare.plan import CompareConfig
+
     p = subparsers.add_parser(
         "compare",
         help="run the methods side by side with the same budget and evaluate them",
@@ -383,11 +388,19 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--eval-runs", type=int, default=2, metavar="N", help="sampled runs per evaluation (default 2)")
     p.add_argument(
+        "--parallel",
+        type=int,
+        default=CompareConfig.parallel,
+        metavar="N",
+        help="run up to N steps at once, each on its own share of the cores, as soon as what it builds on is done "
+        f"(default {CompareConfig.parallel})",
+    )
+    p.add_argument(
         "--eval-batch",
         type=int,
-        default=16,
+        default=CompareConfig.eval_batch,
         metavar="N",
-        help="questions an evaluation rolls out together (mgrpo eval --batch; default 16)",
+        help=f"questions an evaluation rolls out together (mgrpo eval --batch; default {CompareConfig.eval_batch})",
     )
     p.add_argument(
         "--seeds",

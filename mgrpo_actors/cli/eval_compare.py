@@ -38,7 +38,7 @@ def _setup_notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     sa, sb = a.get("setup", {}), b.get("setup", {})
     return [
         f"{key} differs: A {sa.get(key)!r}, B {sb.get(key)!r}"
-        for key in ("dataset", "correct_judge", "budgets", "seeds")
+        for key in ("dataset", "correct_judge", "budgets", "seeds", "batch_questions")
         if sa.get(key) != sb.get(key)
     ]
 

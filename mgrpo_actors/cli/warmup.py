@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import shutil
 import sys
 import time
@@ -87,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
             dirs = _reused(dataclasses.replace(config, warmup=cfg), Path(args.out), progress)
         else:
             dirs = warm_up_agents(config, cfg, Path(args.out), progress)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
     sets = " ".join(f"--set agents.{side}.model={path}" for side, path in dirs.items())
@@ -101,25 +103,31 @@ def _run(args: argparse.Namespace) -> int:
 
 def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
     """`config`'s warm start from the model cache (built there first if it is not yet), linked as out/<side>,
-    its warmup.json copied to out/; {side: out/<side>}."""
+    its warmup.json written to out/ naming those links; {side: out/<side>}."""
+    from mgrpo_actors.runtime.disk import atomic_write_text
     from mgrpo_actors.warmup.cached import warm_start, warm_start_dir
 
     target = warm_start_dir(config)
+    root = target.parent.parent.absolute()  # the model cache (models/cache.py cache_root)
+    if out.absolute() == root or root in out.absolute().parents:
+        raise ValueError(f"--out {out} is inside the model cache ({root}): name a directory outside it")
     print(f"warm start in the model cache: {target}", flush=True)
     start = warm_start(config, progress)
     if not start.built:
-        print(f"reused (built before in {start.seconds:.0f} s)", flush=True)
+        print(f"reused: built there before in {start.seconds:.0f} s", flush=True)
     out.mkdir(parents=True, exist_ok=True)
+    record = start.record
     dirs = {}
     for side, directory in start.models.items():
-        link = out / side
-        if link.is_symlink() or link.is_file():
-            link.unlink()
-        elif link.is_dir():
+        link, temporary = out / side, out / f".{side}.link"
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(Path(directory).absolute(), target_is_directory=True)
+        if link.is_dir() and not link.is_symlink():
             shutil.rmtree(link)
-        link.symlink_to(Path(directory).absolute(), target_is_directory=True)
+        os.replace(temporary, link)  # a link in place of another link or a file, at once
         dirs[side] = link
-    shutil.copyfile(target / "warmup.json", out / "warmup.json")
+        record["agents"][side]["dir"] = str(link)
+    atomic_write_text(out / "warmup.json", json.dumps(record, indent=2), "the warm-up's record")
     return dirs
 
 

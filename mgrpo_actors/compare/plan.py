@@ -37,6 +37,8 @@ class CompareConfig:
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
     eval_batch: int = 16  # questions an evaluation rolls out together (`mgrpo eval --batch`)
+    # steps run at once, each on its own share of the cores (compare/schedule.py); the results do not depend on it
+    parallel: int = 1
     # run.seed of each method's runs, one run per method and seed (their evaluations sample with the same seed);
     # the first also seeds the shared warm starts and their evaluation
     seeds: tuple[int, ...] = (0,)
@@ -46,7 +48,7 @@ class CompareConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"unknown or no methods {unknown}; known: {', '.join(METHODS)}")
-        for name in ("steps", "eval_every", "eval_questions", "eval_runs", "eval_batch"):
+        for name in ("steps", "eval_every", "eval_questions", "eval_runs", "eval_batch", "parallel"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -78,10 +78,13 @@ def _records(path: Path) -> dict[str, dict]:
 class PlanProgress:
     """The steps of one comparison in order, which of them are done (and took how long), and the time left."""
 
-    def __init__(self, out: Path, steps: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, out: Path, steps: Sequence[str], clock: Callable[[], float] = time.monotonic, parallel: int = 1
+    ) -> None:
         if len(set(steps)) != len(steps):
             raise ValueError(f"a plan's step names must be unique, got {list(steps)}")
         self.path, self.steps, self.clock = out / PROGRESS_FILE, list(steps), clock
+        self.parallel = parallel  # steps that run at once: the estimate of what is left divides by it
         self.records = _records(self.path)  # every step recorded, this plan's or not: {name: {key, id, seconds}}
         self.started = clock()
 
@@ -114,7 +117,8 @@ class PlanProgress:
         atomic_write_text(self.path, json.dumps(document, indent=2) + "\n", "the comparison's progress")
 
     def seconds_left(self, after: str) -> float | None:
-        """Estimated seconds of the steps after `after` not yet done; None before any step finished."""
+        """Estimated seconds of the steps not yet done besides `after` (each at the mean of the finished steps of
+        its kind, else of all), over the steps that run at once; None before any step finished."""
         done = self.done
         if not done:
             return None
@@ -122,11 +126,10 @@ class PlanProgress:
         for name, seconds in done.items():
             by_kind.setdefault(step_kind(name), []).append(seconds)
         overall = sum(done.values()) / len(done)
-        rest = self.steps[self.steps.index(after) + 1 :]
-        return sum(
-            (sum(by_kind[k]) / len(by_kind[k])) if (k := step_kind(name)) in by_kind else overall
-            for name in rest
-            if name not in done
+        rest = [name for name in self.steps if name != after and name not in done]
+        return (
+            sum((sum(by_kind[k]) / len(by_kind[k])) if (k := step_kind(name)) in by_kind else overall for name in rest)
+            / self.parallel
         )
 
     def where(self, name: str) -> str:

@@ -134,7 +134,8 @@ def warm_start(config: NodeConfig, progress: Callable[[str, int, float], None] |
     build_once(target, lambda tmp: warm_up_agents(config, config.warmup, tmp, progress))
     record = json.loads((target / "warmup.json").read_text())
     return WarmStart(
-        models={side: str(target / side) for side in config.sides},
+        # the sides the warm-up built: M and S (or the single agent); other sub-agent types keep their models
+        models={side: str(target / side) for side in config.sides if side in record.get("agents", {})},
         built=built,
         seconds=float(record.get("seconds", 0.0)),
         record=record,

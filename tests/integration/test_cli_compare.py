@@ -99,16 +99,19 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     assert "[7/10] run-m-grpo-seed0 (6 of 10 done," in done.stdout and "after this one)" in done.stdout
     assert list(json.loads((out / "progress.json").read_text())["done"]) == STEPS
 
-    # Interrupted after its last run: one evaluation's report is gone. The same command redoes that one only.
-    (out / "evals" / "single-agent-seed0-step1.json").unlink()
+    # Interrupted after its last run: two evaluations' reports are gone. The same command redoes those only, here
+    # both at once (--parallel 2 changes no step's command).
+    redone = ["eval-m-grpo-seed0-step1", "eval-single-agent-seed0-step1"]
+    for name in redone:
+        (out / "evals" / f"{name.removeprefix('eval-')}.json").unlink()
     names = ("m-grpo-seed0", "single-agent-seed0")
     before = {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in names}
-    again = run_script(*COMMAND, "--out", str(out), timeout_s=200)
+    again = run_script(*COMMAND, "--parallel", "2", "--out", str(out), timeout_s=200)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "resuming: 10 of 10 steps finished before" in again.stdout
+    assert "resuming: 10 of 10 steps finished before" in again.stdout and "up to 2 at once" in again.stdout
     reused = [name for name in STEPS if f"] {name} (" in again.stdout and f"{name}: done in" not in again.stdout]
-    assert reused == [name for name in STEPS if name != "eval-single-agent-seed0-step1"], again.stdout
-    assert "eval-single-agent-seed0-step1: done in" in again.stdout
+    assert reused == [name for name in STEPS if name not in redone], again.stdout
+    assert all(f"{name}: done in" in again.stdout for name in redone)
     assert before == {n: (out / "runs" / n / "summary.json").stat().st_mtime_ns for n in names}
     assert json.loads((out / "compare.json").read_text())["methods"].keys() == result["methods"].keys()
 

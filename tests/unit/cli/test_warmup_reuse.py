@@ -3,6 +3,7 @@ by the same settings; and what of a config file `mgrpo compare` keys its steps b
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -33,25 +34,73 @@ def test_built_in_the_cache_once_linked_into_out_and_reused(cache, tmp_path):
     for side in ("main", "sub"):
         assert (out / side).is_symlink() and (out / side).resolve() == (target / side).resolve()
         assert (out / side / "config.json").is_file()
-    assert json.loads((out / "warmup.json").read_text()) == json.loads((target / "warmup.json").read_text())
+    record, cached_record = (
+        json.loads((out / "warmup.json").read_text()),
+        json.loads((target / "warmup.json").read_text()),
+    )
+    # the same record, naming the links (the cache's names its build's temporary directory)
+    assert {side: agent["dir"] for side, agent in record["agents"].items()} == {
+        "main": str(out / "main"),
+        "sub": str(out / "sub"),
+    }
+    for side in ("main", "sub"):
+        record["agents"][side].pop("dir"), cached_record["agents"][side].pop("dir")
+    assert record == cached_record
 
     # Again into another --out holding a plain directory where a link goes: nothing trains, the link replaces it.
+    # A plain directory, a file and a link elsewhere where the links go: each is replaced.
     steps.clear()
     other = tmp_path / "other"
     (other / "main").mkdir(parents=True)
     (other / "main" / "stale.txt").write_text("from before")
+    (other / "sub").write_text("a file")
     assert _reused(config, other, lambda side, step, loss: steps.append((side, step))) == {
         "main": other / "main",
         "sub": other / "sub",
     }
     assert steps == [] and (other / "main").resolve() == (target / "main").resolve()
+    assert (other / "sub").resolve() == (target / "sub").resolve()
     assert not (target / "main" / "stale.txt").exists()
+    (other / "main").unlink()
+    (other / "main").symlink_to(tmp_path, target_is_directory=True)
+    _reused(config, other, None)
+    assert (other / "main").resolve() == (target / "main").resolve() and sorted(p.name for p in other.iterdir()) == [
+        "main",
+        "sub",
+        "warmup.json",
+    ]
 
 
-def test_a_config_file_keys_by_its_settings_not_its_comments_or_order(tmp_path):
+def test_an_out_inside_the_model_cache_is_refused(cache):
+    config = load_config(NodeConfig, None, [*TINY, "warmup.steps=1", "warmup.questions=4"])
+    with pytest.raises(ValueError, match="inside the model cache"):
+        _reused(config, cache / "warmups" / "mine", None)
+
+
+def test_the_flags_reach_the_warm_up_that_is_reused(cache, tmp_path, monkeypatch):
+    from mgrpo_actors.cli import warmup
+
+    seen = []
+    monkeypatch.setattr(warmup, "_reused", lambda config, out, progress: seen.append(config.warmup) or {})
+    parser = argparse.ArgumentParser()
+    warmup.add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        ["warmup", *(f"--set={o}" for o in TINY), "--steps", "3", "--seed", "5", "--questions", "6", "--reuse"]
+    )
+    args.out = str(tmp_path / "out")
+    assert args.func(args) == 0
+    assert (seen[0].steps, seen[0].seed, seen[0].questions) == (3, 5, 6)
+
+
+def test_a_config_file_keys_by_its_settings_not_its_comments_or_layout(tmp_path):
     a, b, c = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"
     a.write_text("agents:\n  main: {model: tiny:main}  # M\npipeline:\n  steps: 3\n")
-    b.write_text("# the same, said otherwise\npipeline: {steps: 3}\nagents:\n  main:\n    model: tiny:main\n")
+    b.write_text("# the same, laid out otherwise\nagents:\n  main:\n    model: tiny:main\npipeline: {steps: 3}\n")
     c.write_text("agents:\n  main: {model: tiny:main}\npipeline:\n  steps: 4\n")
     assert _config_content(str(a)) == _config_content(str(b)) != _config_content(str(c))
+    keys = set()
+    for value in ("1", "1.0", '"1"', "true", "null"):  # a value's type is part of the setting
+        a.write_text(f"pipeline:\n  steps: {value}\n")
+        keys.add(_config_content(str(a)))
+    assert len(keys) == 5
     assert _config_content(None) == b""

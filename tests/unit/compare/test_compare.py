@@ -30,6 +30,7 @@ def test_eval_steps_are_the_start_every_n_and_the_last():
         ({"methods": ()}, "unknown or no methods"),
         ({"seeds": ()}, "one or more distinct seeds"),
         ({"seeds": (1, 1)}, "one or more distinct seeds"),
+        ({"eval_batch": 0}, "eval-batch must be >= 1"),
     ],
 )
 def test_bad_settings_are_refused(bad, message):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mgrpo_actors.cli.compare import _plan_steps
+from mgrpo_actors.cli.compare import _graph, _Steps
 from mgrpo_actors.compare.plan import CompareConfig
 from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_kind
 
@@ -97,30 +97,36 @@ def test_names_kinds_and_durations():
         PlanProgress(__import__("pathlib").Path("/nonexistent"), ["a", "a"])
 
 
-def test_the_plan_lists_every_step_in_the_order_it_runs():
+def _plan(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> dict[str, list[str]]:
+    starts = {"multi": {"main": "m", "sub": "s"}, "single": {"main": "m"}}
+    steps = _Steps(None, tmp_path, [], "", None)
+    graph, _ = _graph(cfg, layouts, {layout: starts[layout] for layout in layouts}, warmup, steps, tmp_path / "runs")
+    return {step.name: list(step.after) for step in graph}
+
+
+def test_the_plan_lists_every_step_in_the_order_it_runs_with_what_it_builds_on(tmp_path):
     cfg = CompareConfig(methods=("m-grpo", "single-agent"), steps=4, eval_every=2, stage1_steps=1)
-    assert _plan_steps(cfg, ["multi", "single"], warmup=True) == [
-        "warmup-multi",
-        "stage1-multi",
-        "warmup-single",
-        "stage1-single",
-        "eval-start-multi",
-        "eval-start-single",
-        "run-m-grpo-seed0",
-        "eval-m-grpo-seed0-step2",
-        "eval-m-grpo-seed0-step4",
-        "run-single-agent-seed0",
-        "eval-single-agent-seed0-step2",
-        "eval-single-agent-seed0-step4",
-    ]
-    two = _plan_steps(CompareConfig(methods=("main-only",), seeds=(0, 7), steps=1, stage1_steps=0), ["multi"], False)
-    assert two == [
-        "eval-start-multi",
-        "run-main-only-seed0",
-        "eval-main-only-seed0-step1",
-        "run-main-only-seed7",
-        "eval-main-only-seed7-step1",
-    ]
-    assert _plan_steps(CompareConfig(methods=("main-only",), stage1_steps=0), ["multi"], warmup=False)[0] == (
-        "eval-start-multi"
+    assert _plan(cfg, ["multi", "single"], True, tmp_path) == {
+        "warmup-multi": [],
+        "stage1-multi": ["warmup-multi"],
+        "warmup-single": [],
+        "stage1-single": ["warmup-single"],
+        "eval-start-multi": ["stage1-multi"],
+        "eval-start-single": ["stage1-single"],
+        "run-m-grpo-seed0": ["stage1-multi"],
+        "eval-m-grpo-seed0-step2": ["run-m-grpo-seed0"],
+        "eval-m-grpo-seed0-step4": ["run-m-grpo-seed0"],
+        "run-single-agent-seed0": ["stage1-single"],
+        "eval-single-agent-seed0-step2": ["run-single-agent-seed0"],
+        "eval-single-agent-seed0-step4": ["run-single-agent-seed0"],
+    }
+    two = _plan(
+        CompareConfig(methods=("main-only",), seeds=(0, 7), steps=1, stage1_steps=0), ["multi"], False, tmp_path
     )
+    assert two == {
+        "eval-start-multi": [],
+        "run-main-only-seed0": [],
+        "eval-main-only-seed0-step1": ["run-main-only-seed0"],
+        "run-main-only-seed7": [],
+        "eval-main-only-seed7-step1": ["run-main-only-seed7"],
+    }

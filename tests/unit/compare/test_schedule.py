@@ -1,0 +1,111 @@
+"""`mgrpo compare --parallel` (compare/schedule.py): steps run once what they build on is done, up to N at once,
+each on its own share of the cores; a failure starts nothing more."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from mgrpo_actors.compare.schedule import CoreLanes, Step, core_shares, run_graph
+
+
+def test_one_at_a_time_runs_in_the_order_given_once_ready():
+    ran: list[str] = []
+
+    def step(name: str, after: list[str]) -> Step:
+        return Step(name, after, lambda: ran.append(name) or name.upper())
+
+    plan = [step("warmup-a", []), step("warmup-b", []), step("eval-a", ["warmup-a"]), step("run-a", ["warmup-a"])]
+    assert run_graph(plan, 1) == {"warmup-a": "WARMUP-A", "warmup-b": "WARMUP-B", "eval-a": "EVAL-A", "run-a": "RUN-A"}
+    assert ran == ["warmup-a", "warmup-b", "eval-a", "run-a"]
+
+
+def test_two_at_a_time_overlap_and_a_step_waits_for_what_it_builds_on():
+    both = threading.Barrier(2, timeout=10)  # broken (an error) unless two steps run at once
+    finished: list[str] = []
+
+    def together(name: str):
+        def work() -> None:
+            both.wait()
+            time.sleep(0.05)
+            finished.append(name)
+
+        return work
+
+    def after_a() -> list[str]:
+        return list(finished)  # what had finished when it started
+
+    plan = [Step("a", [], together("a")), Step("b", [], together("b")), Step("c", ["a", "b"], after_a)]
+    assert sorted(run_graph(plan, 2)["c"]) == ["a", "b"]
+    assert not both.broken
+
+
+def test_a_failed_step_lets_the_running_one_finish_and_starts_nothing_more():
+    started: list[str] = []
+    running = threading.Event()
+
+    def slow() -> str:
+        started.append("slow")
+        running.set()
+        time.sleep(0.2)
+        return "slow done"
+
+    def fail() -> None:
+        running.wait(10)
+        started.append("fail")
+        raise RuntimeError("a step failed")
+
+    plan = [
+        Step("slow", [], slow),
+        Step("fail", [], fail),
+        Step("after-fail", ["fail"], lambda: started.append("after-fail")),
+        Step("after-slow", ["slow"], lambda: started.append("after-slow")),
+    ]
+    with pytest.raises(RuntimeError, match="a step failed"):
+        run_graph(plan, 2)
+    assert sorted(started) == ["fail", "slow"]
+
+
+def test_unknown_dependencies_repeated_names_and_cycles_are_refused():
+    with pytest.raises(ValueError, match="unknown: \\['nope'\\]"):
+        run_graph([Step("a", ["nope"], lambda: None)], 1)
+    with pytest.raises(ValueError, match="unique names"):
+        run_graph([Step("a", [], lambda: None), Step("a", [], lambda: None)], 1)
+    with pytest.raises(ValueError, match="wait on each other"):
+        run_graph([Step("a", ["b"], lambda: None), Step("b", ["a"], lambda: None)], 1)
+
+
+def test_cores_are_dealt_into_even_shares():
+    assert core_shares([0, 1], 2) == [[0], [1]]
+    assert core_shares([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]
+    assert core_shares([0, 1], 1) == [[0, 1]]
+    assert core_shares([0], 2) == [[0], [0]]  # more steps than cores: they share
+    with pytest.raises(ValueError):
+        core_shares([0, 1], 0)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores and affinity"
+)
+def test_steps_at_once_each_run_on_their_own_cores_and_so_do_their_processes():
+    lanes = CoreLanes(2)
+    both = threading.Barrier(2, timeout=10)
+    seen: dict[str, tuple[set[int], set[int]]] = {}
+
+    def pinned(name: str):
+        def work() -> None:
+            with lanes.lane():
+                both.wait()
+                # a child process inherits its starting thread's cores
+                child = os.popen("python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'").read()
+                seen[name] = (os.sched_getaffinity(0), set(json.loads(child)))
+
+        return work
+
+    run_graph([Step("a", [], pinned("a")), Step("b", [], pinned("b"))], 2)
+    (a, a_child), (b, b_child) = seen["a"], seen["b"]
+    assert a == a_child and b == b_child and not a & b and a | b <= os.sched_getaffinity(0)
