@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mgrpo_actors.cli.compare import _graph, _Steps
 from mgrpo_actors.compare.plan import CompareConfig
 from mgrpo_actors.compare.progress import PROGRESS_FILE, PlanProgress, duration, step_kind
+from mgrpo_actors.compare.steps import StepRunner, plan_graph
 
 STEPS = ["stage1-multi", "eval-start-multi", "run-m-grpo", "eval-m-grpo-step2", "run-main-only", "eval-main-only-step2"]
 
@@ -99,8 +99,10 @@ def test_names_kinds_and_durations():
 
 def _plan(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> dict[str, list[str]]:
     starts = {"multi": {"main": "m", "sub": "s"}, "single": {"main": "m"}}
-    steps = _Steps(None, tmp_path, [], "", None)
-    graph, _ = _graph(cfg, layouts, {layout: starts[layout] for layout in layouts}, warmup, steps, tmp_path / "runs")
+    steps = StepRunner(None, tmp_path, [], "", None)
+    graph, _ = plan_graph(
+        cfg, layouts, {layout: starts[layout] for layout in layouts}, warmup, steps, tmp_path / "runs"
+    )
     return {step.name: list(step.after) for step in graph}
 
 

@@ -1,0 +1,178 @@
+"""The steps of `mgrpo compare` (cli/compare.py): each a process of its own (`mgrpo warmup`, `mgrpo run`, `mgrpo eval`)
+with its log under <out>/logs/, reused when it finished before (progress.py), and the plan that orders them with
+what each builds on (schedule.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from mgrpo_actors.compare.plan import layout_of, method_runs, stage1_overrides, trained_sides
+from mgrpo_actors.compare.schedule import Step
+
+__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph"]
+
+
+class StepFailed(RuntimeError):
+    """A run or evaluation of the comparison exited non-zero."""
+
+
+def _mgrpo(out: Path, name: str, *args: str) -> float:
+    """Run `mgrpo ARGS` with its output in <out>/logs/<name>.log; its seconds. Raises StepFailed."""
+    log = out / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if args[0] == "run":  # stage 0 is --warmup's (mgrpo warmup); a config's warmup section must not warm starts again
+        args = (*args, "--set", "warmup.steps=0")
+    started = time.perf_counter()
+    print(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})", flush=True)
+    with open(log, "w") as f:
+        code = subprocess.run(
+            [str(Path(sys.executable).parent / "mgrpo"), *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ).returncode
+    seconds = time.perf_counter() - started
+    if code != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise StepFailed(f"{name} exited {code} after {seconds:.0f} s; last lines of {log}:\n{tail}")
+    print(f"  {name}: done in {seconds:.0f} s", flush=True)
+    return seconds
+
+
+class StepRunner:
+    """Runs the comparison's steps, up to `--parallel` at once (compare/schedule.py): each one reused when it
+    finished before with the same command, its outputs still there and nothing it builds on redone
+    (compare/progress.py), else run and recorded."""
+
+    def __init__(self, progress: Any, out: Path, config: list[str], config_sha256: str, lanes: Any) -> None:
+        self.progress, self.out, self.config, self.config_sha256 = progress, out, config, config_sha256
+        self.lanes, self.lock = lanes, threading.Lock()  # progress.json and the console, one step at a time
+
+    def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
+        """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
+        steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs."""
+        with self.lock:
+            key = self.progress.key(args, self.config_sha256, after)
+            if self.progress.reusable(name, key, outputs):
+                print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
+                return float(self.progress.records[name]["seconds"])
+            print(f"  {self.progress.where(name)}", flush=True)
+            self.progress.forget(name)
+        with self.lanes.lane():
+            seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
+        missing = [str(path) for path in outputs if not path.exists()]
+        if missing:
+            raise StepFailed(f"{name} exited 0 but did not write {missing[0]} (log: {self.out / 'logs' / name}.log)")
+        with self.lock:
+            self.progress.record(name, key, seconds)
+        return seconds
+
+
+def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
+    return [arg for value in overrides for arg in ("--set", value)]
+
+
+def _evaluate(
+    steps: StepRunner, name: str, after: list[str], cfg: Any, models: dict[str, str], single: bool, seed: int
+) -> Path:
+    report = steps.out / "evals" / f"{name}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    args = [
+        "eval",
+        *_sets([*cfg.extra, *(f"agents.{side}.model={path}" for side, path in models.items())]),
+        "--split",
+        "validation",
+        "--limit",
+        str(cfg.eval_questions),
+        "--runs",
+        str(cfg.eval_runs),
+        "--batch",
+        str(cfg.eval_batch),
+        "--seed",
+        str(seed),
+        "--out",
+        str(report),
+    ]
+    steps.run(f"eval-{name}", [report], after, *args, *(["--single-agent"] if single else []))
+    return report
+
+
+def export_dir(run_dir: Path, run_id: str, side: str, step: int) -> Path:
+    """Where a run's learner exported `side`'s model after `step` steps (plain HF directory)."""
+    return run_dir / run_id / "exports" / side / f"step{step}"
+
+
+def _exported(run_dir: Path, run_id: str, step: int, start: dict[str, str], trained: tuple[str, ...]) -> dict[str, str]:
+    """The models after `step` steps of a run: the exports of the sides it trains, the start model of the
+    others. A trained side without its export is an error, never silently its start model."""
+    models = {}
+    for side, model in start.items():
+        export = export_dir(run_dir, run_id, side, step)
+        if step == 0 or side not in trained:
+            models[side] = model
+        elif not export.is_dir():
+            raise StepFailed(f"{run_id}: no export of the {side} agent after step {step} ({export})")
+        else:
+            models[side] = str(export)
+    return models
+
+
+def plan_graph(
+    cfg: Any, layouts: list[str], starts: dict[str, dict[str, str]], warmup: bool, steps: StepRunner, run_dir: Path
+) -> tuple[list[Any], list[Any]]:
+    """The comparison's steps in plan order, each with the steps it builds on (compare/schedule.py), and its
+    method runs. `starts` ({layout: {side: model}}) becomes each layout's start: the models its methods begin
+    from, where its warm-up and stage 1 will have put them."""
+    graph, start_step = [], {}
+    for layout in layouts:
+        after: list[str] = []
+        if warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup --reuse), per layout
+            method = ["run.method=single-agent"] if layout == "single" else []
+            warmed = steps.out / f"warmup-{layout}"
+            made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
+            command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
+            graph.append(Step(f"warmup-{layout}", [], partial(steps.run, f"warmup-{layout}", made, [], *command)))
+            starts[layout] = {side: str(warmed / side) for side in starts[layout]}
+            after = [f"warmup-{layout}"]
+        if cfg.stage1_steps:
+            name = f"stage1-{layout}"
+            exports = {side: export_dir(run_dir, name, side, cfg.stage1_steps) for side in starts[layout]}
+            command = ["run", *_sets(stage1_overrides(cfg, layout, str(run_dir), starts[layout]))]
+            made = [run_dir / name / "summary.json", *exports.values()]
+            graph.append(Step(name, after, partial(steps.run, name, made, after, *command)))
+            starts[layout] = {side: str(path) for side, path in exports.items()}
+            after = [name]
+        start_step[layout] = after
+    for layout in layouts:
+        single = layout == "single"
+        evaluate = partial(_evaluate, steps, f"start-{layout}", start_step[layout], cfg, starts[layout], single)
+        graph.append(Step(f"eval-start-{layout}", start_step[layout], partial(evaluate, cfg.seeds[0])))
+    runs = method_runs(cfg, starts, str(run_dir))
+    for run in runs:
+        trained, start = trained_sides(run.method), starts[layout_of(run.method)]
+        made = [
+            run_dir / run.run_id / "summary.json",
+            *(export_dir(run_dir, run.run_id, side, step) for side in trained for step in cfg.eval_steps[1:]),
+        ]
+        after = start_step[layout_of(run.method)]
+        name = f"run-{run.run_id}"
+        graph.append(Step(name, after, partial(steps.run, name, made, after, "run", *_sets(run.overrides))))
+        for step in cfg.eval_steps[1:]:
+
+            def evaluate_export(
+                run: Any = run, step: int = step, start: dict = start, trained: tuple = trained
+            ) -> Path:
+                models = _exported(run_dir, run.run_id, step, start, trained)  # once the run has exported them
+                single = run.method == "single-agent"
+                return _evaluate(
+                    steps, f"{run.run_id}-step{step}", [f"run-{run.run_id}"], cfg, models, single, run.seed
+                )
+
+            graph.append(Step(f"eval-{run.run_id}-step{step}", [name], evaluate_export))
+    return graph, runs
