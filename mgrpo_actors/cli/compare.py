@@ -125,7 +125,7 @@ def compare(args: argparse.Namespace) -> int:
             flush=True,
         )
     try:
-        done = run_graph(graph, cfg.parallel)
+        done = run_graph(graph, cfg.parallel, stop=steps.stop)
         per_seed: dict[str, list[dict[str, Any]]] = {method: [] for method in cfg.methods}
         for run in planned:
             evals = {0: done[f"eval-start-{layout_of(run.method)}"]}
@@ -151,7 +151,7 @@ def compare(args: argparse.Namespace) -> int:
         for layout in layouts
         if args.warmup
     }
-    spent = time_spent(progress.done, built)
+    spent = time_spent(progress.done, built, progress.wall_seconds, cfg.parallel)
     document = {
         "config": {**_plain(vars(cfg)), "warmup": args.warmup},
         "eval_steps": cfg.eval_steps,

@@ -37,7 +37,8 @@ class CompareConfig:
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
     eval_batch: int = 16  # questions an evaluation rolls out together (`mgrpo eval --batch`)
-    # steps run at once, each on its own share of the cores (compare/schedule.py); the results do not depend on it
+    # steps run at once, each on its own share of the cores (compare/schedule.py); no step's command holds it, but
+    # a step's threads follow its cores (a learner's default, the warm-up's), so its floats may round otherwise
     parallel: int = 1
     # run.seed of each method's runs, one run per method and seed (their evaluations sample with the same seed);
     # the first also seeds the shared warm starts and their evaluation

@@ -57,12 +57,23 @@ def duration(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _read(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _wall_before(path: Path) -> float:
+    """The wall-clock seconds the invocations before this one spent on the plan (progress.json's)."""
+    seconds = _read(path).get("wall_seconds", 0.0)
+    return float(seconds) if isinstance(seconds, (int, float)) else 0.0
+
+
 def _records(path: Path) -> dict[str, dict]:
     """The recorded steps of progress.json; nothing from a file that is unreadable or of another layout."""
-    try:
-        done = json.loads(path.read_text()).get("done", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    done = _read(path).get("done", {})
     if not isinstance(done, dict):
         return {}
     return {
@@ -86,7 +97,13 @@ class PlanProgress:
         self.path, self.steps, self.clock = out / PROGRESS_FILE, list(steps), clock
         self.parallel = parallel  # steps that run at once: the estimate of what is left divides by it
         self.records = _records(self.path)  # every step recorded, this plan's or not: {name: {key, id, seconds}}
-        self.started = clock()
+        self.started, self.wall_before = clock(), _wall_before(self.path)
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds spent on the plan: this invocation's so far and those of the invocations it resumed
+        (as of their last record)."""
+        return self.wall_before + self.clock() - self.started
 
     @property
     def done(self) -> dict[str, float]:
@@ -113,7 +130,7 @@ class PlanProgress:
         self._write()
 
     def _write(self) -> None:
-        document = {"done": self.records}
+        document = {"done": self.records, "wall_seconds": self.wall_seconds}
         atomic_write_text(self.path, json.dumps(document, indent=2) + "\n", "the comparison's progress")
 
     def seconds_left(self, after: str) -> float | None:
@@ -127,9 +144,10 @@ class PlanProgress:
             by_kind.setdefault(step_kind(name), []).append(seconds)
         overall = sum(done.values()) / len(done)
         rest = [name for name in self.steps if name != after and name not in done]
+        at_once = max(1, min(self.parallel, len(rest)))  # a rough share: not every step left can run beside others
         return (
             sum((sum(by_kind[k]) / len(by_kind[k])) if (k := step_kind(name)) in by_kind else overall for name in rest)
-            / self.parallel
+            / at_once
         )
 
     def where(self, name: str) -> str:

@@ -152,14 +152,19 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
-def time_spent(done: Mapping[str, float], warmups_built: Mapping[str, float]) -> dict[str, Any]:
-    """What the comparison took: the seconds of its steps as they ran (`done`: progress.json's, across the
-    invocations that resumed it), by kind of step, and the seconds each warm-up took to build (its
-    warmup.json's; a warm-up reused from the model cache ran in seconds here, but was built once in these)."""
+def time_spent(
+    done: Mapping[str, float], warmups_built: Mapping[str, float], wall_seconds: float, parallel: int
+) -> dict[str, Any]:
+    """What the comparison took: its wall-clock seconds (across the invocations that resumed it), the steps that
+    ran at once, the seconds of its steps as they ran (`done`: progress.json's; their sum is up to `parallel`
+    times the wall time), by kind of step, and the seconds each warm-up took to build (its warmup.json's; a
+    warm-up reused from the model cache ran in seconds here, but was built once in these)."""
     by_kind: dict[str, float] = {}
     for name, seconds in done.items():
         by_kind[step_kind(name)] = by_kind.get(step_kind(name), 0.0) + seconds
     return {
+        "wall_seconds": wall_seconds,
+        "parallel": parallel,
         "steps_seconds": sum(done.values()),
         "by_kind_seconds": by_kind,
         "warmups_built_seconds": dict(warmups_built),
@@ -167,12 +172,16 @@ def time_spent(done: Mapping[str, float], warmups_built: Mapping[str, float]) ->
 
 
 def time_line(spent: Mapping[str, Any]) -> str:
-    """One line of `time_spent`, e.g. "steps 1 h 40 min (run 58 min, eval 22 min, warmup 20 min); warm-ups
-    built in 1 h 52 min (multi 1 h 12 min, single 40 min)"."""
+    """One line of `time_spent`, e.g. "1 h 10 min wall, up to 2 steps at once; the steps' own time 2 h 05 min
+    (run 58 min, eval 47 min, warmup 20 min); warm-ups built in 1 h 52 min (multi 1 h 12 min, single 40 min)"."""
     kinds = ", ".join(
         f"{kind} {duration(s)}" for kind, s in sorted(spent["by_kind_seconds"].items(), key=lambda item: -item[1])
     )
-    line = f"steps {duration(spent['steps_seconds'])} ({kinds})"
+    at_once = spent["parallel"]
+    line = (
+        f"{duration(spent['wall_seconds'])} wall, {'up to ' if at_once > 1 else ''}{at_once} "
+        f"step{'s' if at_once > 1 else ''} at once; the steps' own time {duration(spent['steps_seconds'])} ({kinds})"
+    )
     built = spent["warmups_built_seconds"]
     if built:
         parts = ", ".join(f"{layout} {duration(s)}" for layout, s in built.items())

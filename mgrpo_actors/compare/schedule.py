@@ -57,40 +57,56 @@ class CoreLanes:
         """A free lane while the block runs: with more than one lane, the calling thread is pinned to the lane's
         cores (Linux affinity is per thread), so the processes it starts run there."""
         share = self._free.get()
+        before = os.sched_getaffinity(0) if self.pinned else None
         try:
             if self.pinned:
                 os.sched_setaffinity(0, share)
             yield
         finally:
+            if before is not None:
+                os.sched_setaffinity(0, before)
             self._free.put(share)
 
 
-def run_graph(steps: Sequence[Step], parallel: int) -> dict[str, Any]:
+def run_graph(steps: Sequence[Step], parallel: int, stop: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run every step once all of its `after` have finished, up to `parallel` at once, ready steps in the order
     given; {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
-    and its exception is raised."""
+    and its exception is raised. Interrupted (Ctrl-C) while steps run, it calls `stop()` (which must make the
+    running steps return, e.g. by stopping their processes) before the interrupt goes on."""
     names = [step.name for step in steps]
     unknown = sorted({dep for step in steps for dep in step.after} - set(names))
     if unknown or len(set(names)) != len(names):
         raise ValueError(f"a plan's steps need unique names and known dependencies (unknown: {unknown})")
     pending, results, running = list(steps), {}, {}
-    failure: BaseException | None = None
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        while running or (pending and failure is None):
-            for step in [s for s in pending if all(dep in results for dep in s.after)]:
-                if failure is not None or len(running) >= parallel:
-                    break
-                pending.remove(step)
-                running[pool.submit(step.work)] = step.name
-            if not running:
-                raise ValueError(f"steps that wait on each other: {[s.name for s in pending]}")
-            finished: set[Future] = wait(running, return_when=FIRST_COMPLETED).done
-            for future in finished:
-                name = running.pop(future)
-                if future.exception() is not None:
-                    failure = failure or future.exception()
-                else:
-                    results[name] = future.result()
+        try:
+            failure = _run_ready(pool, pending, results, running, parallel)
+        except BaseException:
+            stop()  # else leaving this block would wait for every running step to end by itself
+            raise
     if failure is not None:
         raise failure
     return results
+
+
+def _run_ready(
+    pool: ThreadPoolExecutor, pending: list[Step], results: dict[str, Any], running: dict[Future, str], parallel: int
+) -> BaseException | None:
+    """run_graph's loop: start the ready steps, collect the finished ones; the first failure, if any."""
+    failure: BaseException | None = None
+    while running or (pending and failure is None):
+        for step in [s for s in pending if all(dep in results for dep in s.after)]:
+            if failure is not None or len(running) >= parallel:
+                break
+            pending.remove(step)
+            running[pool.submit(step.work)] = step.name
+        if not running:
+            raise ValueError(f"steps that wait on each other: {[s.name for s in pending]}")
+        finished: set[Future] = wait(running, return_when=FIRST_COMPLETED).done
+        for future in finished:
+            name = running.pop(future)
+            if future.exception() is not None:
+                failure = failure or future.exception()
+            else:
+                results[name] = future.result()
+    return failure

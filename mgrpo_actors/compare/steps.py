@@ -15,34 +15,21 @@ from typing import Any
 from mgrpo_actors.compare.plan import layout_of, method_runs, stage1_overrides, trained_sides
 from mgrpo_actors.compare.schedule import Step
 
-__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph"]
+__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph", "say"]
 
 
 class StepFailed(RuntimeError):
     """A run or evaluation of the comparison exited non-zero."""
 
 
-def _mgrpo(out: Path, name: str, *args: str) -> float:
-    """Run `mgrpo ARGS` with its output in <out>/logs/<name>.log; its seconds. Raises StepFailed."""
-    log = out / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    if args[0] == "run":  # stage 0 is --warmup's (mgrpo warmup); a config's warmup section must not warm starts again
-        args = (*args, "--set", "warmup.steps=0")
-    started = time.perf_counter()
-    print(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})", flush=True)
-    with open(log, "w") as f:
-        code = subprocess.run(
-            [str(Path(sys.executable).parent / "mgrpo"), *args],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        ).returncode
-    seconds = time.perf_counter() - started
-    if code != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
-        raise StepFailed(f"{name} exited {code} after {seconds:.0f} s; last lines of {log}:\n{tail}")
-    print(f"  {name}: done in {seconds:.0f} s", flush=True)
-    return seconds
+_CONSOLE = threading.Lock()  # steps that run at once print whole lines
+
+
+def say(line: str) -> None:
+    """Print `line` whole, whichever step's thread says it."""
+    with _CONSOLE:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 class StepRunner:
@@ -52,7 +39,8 @@ class StepRunner:
 
     def __init__(self, progress: Any, out: Path, config: list[str], config_sha256: str, lanes: Any) -> None:
         self.progress, self.out, self.config, self.config_sha256 = progress, out, config, config_sha256
-        self.lanes, self.lock = lanes, threading.Lock()  # progress.json and the console, one step at a time
+        self.lanes, self.lock = lanes, threading.Lock()  # progress.json, one step at a time
+        self.children: set[subprocess.Popen] = set()  # the steps' processes running now
 
     def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
         """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
@@ -60,18 +48,65 @@ class StepRunner:
         with self.lock:
             key = self.progress.key(args, self.config_sha256, after)
             if self.progress.reusable(name, key, outputs):
-                print(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})", flush=True)
+                say(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})")
                 return float(self.progress.records[name]["seconds"])
-            print(f"  {self.progress.where(name)}", flush=True)
+            say(f"  {self.progress.where(name)}")
             self.progress.forget(name)
-        with self.lanes.lane():
-            seconds = _mgrpo(self.out, name, args[0], *self.config, *args[1:])
-        missing = [str(path) for path in outputs if not path.exists()]
-        if missing:
-            raise StepFailed(f"{name} exited 0 but did not write {missing[0]} (log: {self.out / 'logs' / name}.log)")
+        try:
+            with self.lanes.lane():
+                seconds = self._mgrpo(name, args[0], *self.config, *args[1:])
+            missing = [str(path) for path in outputs if not path.exists()]
+            if missing:
+                log = self.out / "logs" / f"{name}.log"
+                raise StepFailed(f"{name} exited 0 but did not write {missing[0]} (log: {log})")
+        except StepFailed as exc:  # said at once when steps running beside it may take long to finish
+            with self.lock:
+                others = len(self.children)
+            if others:
+                say(f"mgrpo compare: {exc}\n(no other step starts; waiting for the {others} still running)")
+            raise
         with self.lock:
             self.progress.record(name, key, seconds)
         return seconds
+
+    def _mgrpo(self, name: str, *args: str) -> float:
+        """Run `mgrpo ARGS` with its output in <out>/logs/<name>.log; its seconds. Raises StepFailed."""
+        log = self.out / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if args[0] == "run":  # stage 0 is --warmup's (mgrpo warmup); a config's warmup section must not warm up again
+            args = (*args, "--set", "warmup.steps=0")
+        started = time.perf_counter()
+        say(f"  {name}: mgrpo {' '.join(args[:2])} … (log: {log})")
+        with open(log, "w") as f:
+            command = [str(Path(sys.executable).parent / "mgrpo"), *args]
+            child = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            with self.lock:
+                self.children.add(child)
+            try:
+                code = child.wait()
+            finally:
+                with self.lock:
+                    self.children.discard(child)
+        seconds = time.perf_counter() - started
+        if code != 0:
+            tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+            raise StepFailed(f"{name} exited {code} after {seconds:.0f} s; last lines of {log}:\n{tail}")
+        say(f"  {name}: done in {seconds:.0f} s")
+        return seconds
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the steps' processes running now (the comparison was interrupted): SIGTERM, then SIGKILL after
+        `grace_s`. None of them is recorded as done."""
+        with self.lock:
+            children = list(self.children)
+        for child in children:
+            child.terminate()
+        deadline = time.monotonic() + grace_s
+        for child in children:
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
 
 
 def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:

@@ -106,29 +106,54 @@ def _plan(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> dic
     return {step.name: list(step.after) for step in graph}
 
 
+def _items(plan: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    return list(plan.items())  # in order: the order one step at a time runs them
+
+
 def test_the_plan_lists_every_step_in_the_order_it_runs_with_what_it_builds_on(tmp_path):
     cfg = CompareConfig(methods=("m-grpo", "single-agent"), steps=4, eval_every=2, stage1_steps=1)
-    assert _plan(cfg, ["multi", "single"], True, tmp_path) == {
-        "warmup-multi": [],
-        "stage1-multi": ["warmup-multi"],
-        "warmup-single": [],
-        "stage1-single": ["warmup-single"],
-        "eval-start-multi": ["stage1-multi"],
-        "eval-start-single": ["stage1-single"],
-        "run-m-grpo-seed0": ["stage1-multi"],
-        "eval-m-grpo-seed0-step2": ["run-m-grpo-seed0"],
-        "eval-m-grpo-seed0-step4": ["run-m-grpo-seed0"],
-        "run-single-agent-seed0": ["stage1-single"],
-        "eval-single-agent-seed0-step2": ["run-single-agent-seed0"],
-        "eval-single-agent-seed0-step4": ["run-single-agent-seed0"],
-    }
+    assert _items(_plan(cfg, ["multi", "single"], True, tmp_path)) == _items(
+        {
+            "warmup-multi": [],
+            "stage1-multi": ["warmup-multi"],
+            "warmup-single": [],
+            "stage1-single": ["warmup-single"],
+            "eval-start-multi": ["stage1-multi"],
+            "eval-start-single": ["stage1-single"],
+            "run-m-grpo-seed0": ["stage1-multi"],
+            "eval-m-grpo-seed0-step2": ["run-m-grpo-seed0"],
+            "eval-m-grpo-seed0-step4": ["run-m-grpo-seed0"],
+            "run-single-agent-seed0": ["stage1-single"],
+            "eval-single-agent-seed0-step2": ["run-single-agent-seed0"],
+            "eval-single-agent-seed0-step4": ["run-single-agent-seed0"],
+        }
+    )
     two = _plan(
         CompareConfig(methods=("main-only",), seeds=(0, 7), steps=1, stage1_steps=0), ["multi"], False, tmp_path
     )
-    assert two == {
-        "eval-start-multi": [],
-        "run-main-only-seed0": [],
-        "eval-main-only-seed0-step1": ["run-main-only-seed0"],
-        "run-main-only-seed7": [],
-        "eval-main-only-seed7-step1": ["run-main-only-seed7"],
-    }
+    assert _items(two) == _items(
+        {
+            "eval-start-multi": [],
+            "run-main-only-seed0": [],
+            "eval-main-only-seed0-step1": ["run-main-only-seed0"],
+            "run-main-only-seed7": [],
+            "eval-main-only-seed7-step1": ["run-main-only-seed7"],
+        }
+    )
+
+
+def test_steps_at_once_share_the_estimate_and_the_wall_time_carries_over(tmp_path):
+    clock = Clock()
+    progress = PlanProgress(tmp_path, STEPS, clock=clock, parallel=2)
+    progress.record("stage1-multi", "a", 100.0)
+    progress.record("eval-start-multi", "b", 10.0)
+    # left besides run-m-grpo: eval 10, run-main-only 55 (no run finished: the mean of all), eval 10; 2 at once
+    assert progress.seconds_left("run-m-grpo") == pytest.approx((10.0 + 55.0 + 10.0) / 2)
+    assert PlanProgress(tmp_path, STEPS, parallel=8).seconds_left("run-m-grpo") == pytest.approx(75.0 / 3)
+    clock.now += 300
+    progress.record("run-m-grpo", "c", 290.0)
+    assert progress.wall_seconds == pytest.approx(300.0)
+    later = Clock()
+    resumed = PlanProgress(tmp_path, STEPS, clock=later)
+    later.now += 20
+    assert resumed.wall_seconds == pytest.approx(320.0)

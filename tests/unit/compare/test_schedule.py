@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -101,11 +104,47 @@ def test_steps_at_once_each_run_on_their_own_cores_and_so_do_their_processes():
             with lanes.lane():
                 both.wait()
                 # a child process inherits its starting thread's cores
-                child = os.popen("python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'").read()
+                script = "import os; print(sorted(os.sched_getaffinity(0)))"
+                child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout
                 seen[name] = (os.sched_getaffinity(0), set(json.loads(child)))
 
         return work
 
+    everything = os.sched_getaffinity(0)
     run_graph([Step("a", [], pinned("a")), Step("b", [], pinned("b"))], 2)
     (a, a_child), (b, b_child) = seen["a"], seen["b"]
-    assert a == a_child and b == b_child and not a & b and a | b <= os.sched_getaffinity(0)
+    assert a == a_child and b == b_child and not a & b and a | b <= everything
+    assert os.sched_getaffinity(0) == everything  # the lanes' threads were given their cores back
+
+
+def test_an_interrupt_stops_the_running_steps_before_it_goes_on():
+    stopped = threading.Event()
+
+    def step_until_stopped() -> None:
+        threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+        assert stopped.wait(10), "never stopped"
+
+    ran_after: list[str] = []
+    plan = [Step("long", [], step_until_stopped), Step("next", ["long"], lambda: ran_after.append("next"))]
+    with pytest.raises(KeyboardInterrupt):
+        run_graph(plan, 1, stop=stopped.set)
+    assert stopped.is_set() and ran_after == []
+
+
+def test_stopping_the_runner_ends_its_processes(tmp_path):
+    from mgrpo_actors.compare.steps import StepRunner
+
+    runner = StepRunner(None, tmp_path, [], "", CoreLanes(1))
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]),
+        subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True),
+    ]
+    children[1].stdout.readline()  # its SIGTERM handler is set
+    runner.children.update(children)
+    started = time.monotonic()
+    runner.stop(grace_s=1.0)
+    assert [child.wait(5) for child in children] == [-signal.SIGTERM, -signal.SIGKILL]
+    assert time.monotonic() - started < 5
