@@ -94,7 +94,7 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     # what it took: every step as it ran, and each warm-up's build (from its warmup.json)
     assert result["time"]["by_kind_seconds"].keys() == {"warmup", "stage1", "eval", "run"}
     assert result["time"]["warmups_built_seconds"].keys() == {"multi", "single"}
-    assert (out / "compare.md").read_text().splitlines()[-1].startswith("Time: steps ")
+    assert " wall, 1 step at once; the steps' own time " in (out / "compare.md").read_text().splitlines()[-1]
     # Progress over the whole plan, every step recorded as it finished.
     assert "[7/10] run-m-grpo-seed0 (6 of 10 done," in done.stdout and "after this one)" in done.stdout
     assert list(json.loads((out / "progress.json").read_text())["done"]) == STEPS
