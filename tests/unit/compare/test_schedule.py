@@ -117,7 +117,15 @@ def test_steps_at_once_each_run_on_their_own_cores_and_so_do_their_processes():
     assert os.sched_getaffinity(0) == everything  # the lanes' threads were given their cores back
 
 
-def test_an_interrupt_stops_the_running_steps_before_it_goes_on():
+@pytest.fixture
+def default_ctrl_c():
+    """Ctrl-C as Python has it by default (KeyboardInterrupt), whatever handler an earlier test left behind."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_stops_the_running_steps_before_it_goes_on(default_ctrl_c):
     stopped = threading.Event()
 
     def step_until_stopped() -> None:
