@@ -20,8 +20,9 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. `--parallel N` runs up to N steps at
-once, each as soon as what it builds on is done, each pinned to its own share of the cores. Before each step it says where the plan
-is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time left). Finished steps are
+once, each as soon as what it builds on is done, each pinned to its own share of the cores. Before each step
+it says where the plan is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time
+left). Finished steps are
 recorded in `<out>/progress.json` under the key of its command: the same command into the same `--out`
 resumes an interrupted comparison without redoing them, and a changed one redoes only the steps it changes
 (and what builds on them); a step's key holds the config file's settings, not its comments. Methods: m-grpo, main-only,
