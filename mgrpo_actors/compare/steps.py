@@ -4,10 +4,12 @@ what each builds on (schedule.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from mgrpo_actors.compare.plan import layout_of, method_runs, stage1_overrides, trained_sides
 from mgrpo_actors.compare.schedule import Step
 
-__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph", "say"]
+__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph", "same_build", "say"]
 
 
 class StepFailed(RuntimeError):
@@ -42,12 +44,15 @@ class StepRunner:
         self.lanes, self.lock = lanes, threading.Lock()  # progress.json, one step at a time
         self.children: set[subprocess.Popen] = set()  # the steps' processes running now
 
-    def run(self, name: str, outputs: list[Path], after: list[str], *args: str) -> float:
+    def run(
+        self, name: str, outputs: list[Path], after: list[str], *args: str, current: Callable[[], bool] = lambda: True
+    ) -> float:
         """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
-        steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs."""
+        steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs. A
+        finished step is reused only while `current()` also holds (what its outputs point to is what it made)."""
         with self.lock:
             key = self.progress.key(args, self.config_sha256, after)
-            if self.progress.reusable(name, key, outputs):
+            if self.progress.reusable(name, key, outputs) and current():
                 say(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})")
                 return float(self.progress.records[name]["seconds"])
             say(f"  {self.progress.where(name)}")
@@ -107,6 +112,22 @@ class StepRunner:
                 child.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
+
+
+def same_build(warmed: Path) -> bool:
+    """Whether the links of a warm-up made by `mgrpo warmup --reuse` (`warmed`: its --out) still lead to the build
+    they were made for: its warmup.json and the one beside the linked models agree, but for the directories they
+    name. A cache entry deleted and built again (other weights) is not the warm-up this comparison ran from."""
+    try:
+        mine = json.loads((warmed / "warmup.json").read_text())
+        sides = list(mine["agents"])
+        built = json.loads((warmed / sides[0]).resolve().parent.joinpath("warmup.json").read_text())
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return False
+    for record in (mine, built):
+        for agent in record.get("agents", {}).values():
+            agent.pop("dir", None)
+    return mine == built
 
 
 def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:
@@ -172,7 +193,8 @@ def plan_graph(
             warmed = steps.out / f"warmup-{layout}"
             made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
             command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
-            graph.append(Step(f"warmup-{layout}", [], partial(steps.run, f"warmup-{layout}", made, [], *command)))
+            work = partial(steps.run, f"warmup-{layout}", made, [], *command, current=partial(same_build, warmed))
+            graph.append(Step(f"warmup-{layout}", [], work))
             starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             after = [f"warmup-{layout}"]
         if cfg.stage1_steps:

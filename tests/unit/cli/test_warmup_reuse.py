@@ -10,6 +10,7 @@ import pytest
 
 from mgrpo_actors.cli.compare import _config_content
 from mgrpo_actors.cli.warmup import _reused
+from mgrpo_actors.compare.steps import same_build
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.warmup import cached
 
@@ -48,6 +49,15 @@ def test_built_in_the_cache_once_linked_into_out_and_reused(cache, tmp_path):
     assert record == cached_record
 
     # Again into another --out holding a plain directory where a link goes: nothing trains, the link replaces it.
+    # What `mgrpo compare` checks before it reuses a warm-up step: the links still lead to the build they were made
+    # for. A cache entry built again (another record) is not.
+    assert same_build(out)
+    rebuilt = json.loads((target / "warmup.json").read_text())
+    (target / "warmup.json").write_text(json.dumps({**rebuilt, "seconds": rebuilt["seconds"] + 1.0}))
+    assert not same_build(out)
+    (target / "warmup.json").write_text(json.dumps(rebuilt))
+    assert same_build(out) and not same_build(tmp_path / "nowhere")
+
     # A plain directory, a file and a link elsewhere where the links go: each is replaced.
     steps.clear()
     other = tmp_path / "other"
