@@ -93,9 +93,12 @@ def compare(args: argparse.Namespace) -> int:
             eval_runs=args.eval_runs,
             eval_batch=args.eval_batch,
             parallel=args.parallel,
+            single_from_main=args.single_from_main,
             seeds=args.seeds,
             extra=extra,
         )
+        if cfg.single_from_main and not args.warmup:
+            raise ValueError("--single-from-main starts the single agent's warm-up from M's: it needs --warmup")
         base = load_node_config(args.config, list(extra), "mgrpo compare")
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
@@ -230,6 +233,14 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="run up to N steps at once, each on its own share of the cores, as soon as what it builds on is done "
         f"(default {CompareConfig.parallel})",
+    )
+    p.add_argument(
+        "--single-from-main",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --warmup: the single agent's warm-up starts from the M + S warm-up's M and takes N steps "
+        "(default 0: its own warm-up, from the configured model)",
     )
     p.add_argument(
         "--eval-batch",

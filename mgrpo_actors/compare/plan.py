@@ -37,6 +37,10 @@ class CompareConfig:
     eval_questions: int = 16  # validation questions per evaluation
     eval_runs: int = 2  # sampled runs per evaluation (the spread comes from them)
     eval_batch: int = 16  # questions an evaluation rolls out together (`mgrpo eval --batch`)
+    # with a warm-up: the single agent's starts from the M + S layout's warmed M (the same model kind) and takes this
+    # many steps on its own layout's episodes; 0 = its own warm-up from the configured model ([ours]: a warm-up
+    # costs as much as the runs on 2 cores, docs/benchmarks.md)
+    single_from_main: int = 0
     # steps run at once, each on its own share of the cores (compare/schedule.py); no step's command holds it, but
     # a step's threads follow its cores (a learner's default, the warm-up's), so its floats may round otherwise
     parallel: int = 1
@@ -56,6 +60,11 @@ class CompareConfig:
             raise ValueError(f"seeds must be one or more distinct seeds, got {list(self.seeds)}")
         if self.stage1_steps < 0:
             raise ValueError(f"stage1-steps must be >= 0, got {self.stage1_steps}")
+        if self.single_from_main < 0:
+            raise ValueError(f"single-from-main must be >= 0, got {self.single_from_main}")
+        both = "single-agent" in self.methods and any(m != "single-agent" for m in self.methods)
+        if self.single_from_main and not both:
+            raise ValueError("single-from-main needs the single-agent method and one of M + S among the methods")
 
     @property
     def eval_steps(self) -> list[int]:

@@ -189,12 +189,18 @@ def plan_graph(
     for layout in layouts:
         after: list[str] = []
         if warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup --reuse), per layout
-            method = ["run.method=single-agent"] if layout == "single" else []
+            sets = [*cfg.extra, *(["run.method=single-agent"] if layout == "single" else [])]
+            flags: list[str] = []
+            builds_on: list[str] = []
+            if layout == "single" and cfg.single_from_main:  # from the M + S layout's warmed M, for fewer steps
+                sets.append(f"agents.main.model={steps.out / 'warmup-multi' / 'main'}")
+                flags, builds_on = ["--steps", str(cfg.single_from_main)], ["warmup-multi"]
             warmed = steps.out / f"warmup-{layout}"
             made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
-            command = ["warmup", *_sets([*cfg.extra, *method]), "--reuse", "--out", str(warmed)]
-            work = partial(steps.run, f"warmup-{layout}", made, [], *command, current=partial(same_build, warmed))
-            graph.append(Step(f"warmup-{layout}", [], work))
+            command = ["warmup", *_sets(sets), *flags, "--reuse", "--out", str(warmed)]
+            current = partial(same_build, warmed)
+            work = partial(steps.run, f"warmup-{layout}", made, builds_on, *command, current=current)
+            graph.append(Step(f"warmup-{layout}", builds_on, work))
             starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             after = [f"warmup-{layout}"]
         if cfg.stage1_steps:

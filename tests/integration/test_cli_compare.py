@@ -34,6 +34,8 @@ COMMAND = (
     "1",
     "--eval-batch",
     "1",
+    "--single-from-main",
+    "1",
 )
 STEPS = [
     "warmup-multi",
@@ -58,7 +60,10 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
     runs = out / "runs"
     # Stage 0 (--warmup) per layout, then stage 1 from its models.
     assert json.loads((out / "warmup-multi" / "warmup.json").read_text())["method"] == "m-grpo"
-    assert json.loads((out / "warmup-single" / "warmup.json").read_text())["method"] == "single-agent"
+    single = json.loads((out / "warmup-single" / "warmup.json").read_text())
+    # the single agent's warm-up: 1 step from the M + S warm-up's M (--single-from-main 1)
+    assert single["method"] == "single-agent" and single["settings"]["steps"] == 1
+    assert single["models"] == {"main": str(out / "warmup-multi" / "main")}
     # built in the model cache (mgrpo warmup --reuse) and linked: a comparison redone never warms up again
     assert all((out / "warmup-multi" / side).is_symlink() for side in ("main", "sub"))
     # rich folds long lines, even inside a path

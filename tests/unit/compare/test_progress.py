@@ -157,3 +157,29 @@ def test_steps_at_once_share_the_estimate_and_the_wall_time_carries_over(tmp_pat
     resumed = PlanProgress(tmp_path, STEPS, clock=later)
     later.now += 20
     assert resumed.wall_seconds == pytest.approx(320.0)
+
+
+def test_the_single_agent_can_warm_up_from_m_s_warm_up_for_fewer_steps(tmp_path):
+    cfg = CompareConfig(methods=("m-grpo", "single-agent"), steps=2, eval_every=2, stage1_steps=0, single_from_main=50)
+    assert _plan(cfg, ["multi", "single"], True, tmp_path)["warmup-single"] == ["warmup-multi"]
+    steps = StepRunner(None, tmp_path, [], "", None)
+    starts = {"multi": {"main": "m", "sub": "s"}, "single": {"main": "m"}}
+    graph, _ = plan_graph(cfg, ["multi", "single"], starts, True, steps, tmp_path / "runs")
+    single = next(step for step in graph if step.name == "warmup-single").work
+    command = single.args[3:]  # after the step's name, outputs and what it builds on
+    assert command == (
+        "warmup",
+        "--set",
+        "run.method=single-agent",
+        "--set",
+        f"agents.main.model={tmp_path / 'warmup-multi' / 'main'}",
+        "--steps",
+        "50",
+        "--reuse",
+        "--out",
+        str(tmp_path / "warmup-single"),
+    )
+    assert starts["single"] == {"main": str(tmp_path / "warmup-single" / "main")}
+    for bad in ({"methods": ("single-agent",)}, {"methods": ("m-grpo",)}, {"single_from_main": -1}):
+        with pytest.raises(ValueError, match="single-from-main"):
+            CompareConfig(**{"single_from_main": 5, **bad})
