@@ -20,7 +20,8 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. `--parallel N` runs up to N steps at
-once, each as soon as what it builds on is done, each pinned to its own share of the cores. Before each step
+once, each as soon as what it builds on is done, each pinned to its own share of the cores.
+`--single-from-main N` warms the single agent up from the M + S warm-up's M, for N steps. Before each step
 it says where the plan is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time
 left). Finished steps are
 recorded in `<out>/progress.json` under the key of its command: the same command into the same `--out`
@@ -100,6 +101,11 @@ def compare(args: argparse.Namespace) -> int:
         if cfg.single_from_main and not args.warmup:
             raise ValueError("--single-from-main starts the single agent's warm-up from M's: it needs --warmup")
         base = load_node_config(args.config, list(extra), "mgrpo compare")
+        if 0 < cfg.single_from_main <= base.warmup.lr_ramp_steps:
+            raise ValueError(
+                f"--single-from-main {cfg.single_from_main} is not above warmup.lr_ramp_steps "
+                f"{base.warmup.lr_ramp_steps} (the single agent's warm-up takes the rest of the warmup section)"
+            )
     except (ConfigError, ValueError) as exc:
         print(f"mgrpo compare: error: {exc}", file=sys.stderr)
         return 2

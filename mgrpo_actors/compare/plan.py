@@ -62,9 +62,12 @@ class CompareConfig:
             raise ValueError(f"stage1-steps must be >= 0, got {self.stage1_steps}")
         if self.single_from_main < 0:
             raise ValueError(f"single-from-main must be >= 0, got {self.single_from_main}")
-        both = "single-agent" in self.methods and any(m != "single-agent" for m in self.methods)
+        both = "single-agent" in self.methods and any(layout_of(m) == "multi" for m in self.methods)
         if self.single_from_main and not both:
-            raise ValueError("single-from-main needs the single-agent method and one of M + S among the methods")
+            raise ValueError(
+                "--single-from-main needs the single-agent method and one of M + S (m-grpo, main-only, "
+                "m-grpo-unaligned) among the methods"
+            )
 
     @property
     def eval_steps(self) -> list[int]:

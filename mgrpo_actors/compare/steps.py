@@ -52,10 +52,12 @@ class StepRunner:
         finished step is reused only while `current()` also holds (what its outputs point to is what it made)."""
         with self.lock:
             key = self.progress.key(args, self.config_sha256, after)
-            if self.progress.reusable(name, key, outputs) and current():
+            reusable = self.progress.reusable(name, key, outputs)
+            if reusable and current():
                 say(f"  {self.progress.where(name)}: finished before, reused ({outputs[0]})")
                 return float(self.progress.records[name]["seconds"])
-            say(f"  {self.progress.where(name)}")
+            redone = ": finished before, but what it made has changed since: redone, and what builds on it"
+            say(f"  {self.progress.where(name)}{redone if reusable else ''}")
             self.progress.forget(name)
         try:
             with self.lanes.lane():
@@ -120,9 +122,11 @@ def same_build(warmed: Path) -> bool:
     name. A cache entry deleted and built again (other weights) is not the warm-up this comparison ran from."""
     try:
         mine = json.loads((warmed / "warmup.json").read_text())
-        sides = list(mine["agents"])
-        built = json.loads((warmed / sides[0]).resolve().parent.joinpath("warmup.json").read_text())
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        entries = {(warmed / side).resolve().parent for side in mine["agents"]}  # every side's link: one build
+        if len(entries) != 1:
+            return False
+        built = json.loads(entries.pop().joinpath("warmup.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
     for record in (mine, built):
         for agent in record.get("agents", {}).values():

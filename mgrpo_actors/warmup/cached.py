@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,13 +108,19 @@ def _warmup_settings(config: NodeConfig) -> dict:
     return {key: value for key, value in settings.items() if _LATER_WARMUP_DEFAULTS.get(key, object()) != value}
 
 
+def _model_spec(spec: str) -> str:
+    """A model spec as the key holds it: a link to a local directory (`mgrpo warmup --reuse`'s) by where it leads,
+    so the same model named through two links is one key; any other spec as written (the keys built before)."""
+    return os.path.realpath(spec) if os.path.islink(spec) else spec
+
+
 def warm_start_dir(config: NodeConfig) -> Path:
     """Where the warm start of `config` is (or will be) cached."""
     sides = config.sides
     key = {
         "recipe": _RECIPE_VERSION,
         "method": config.run.method,
-        "models": {side: config.agent(side).model for side in sides},
+        "models": {side: _model_spec(config.agent(side).model) for side in sides},
         "files": {side: model_files_identity(config.agent(side).model) for side in sides},
         "tools": tools_settings(config),
         "agents": {side: _episode_settings(config.agent(side)) for side in sides},

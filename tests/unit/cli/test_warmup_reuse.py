@@ -48,7 +48,6 @@ def test_built_in_the_cache_once_linked_into_out_and_reused(cache, tmp_path):
         record["agents"][side].pop("dir"), cached_record["agents"][side].pop("dir")
     assert record == cached_record
 
-    # Again into another --out holding a plain directory where a link goes: nothing trains, the link replaces it.
     # What `mgrpo compare` checks before it reuses a warm-up step: the links still lead to the build they were made
     # for. A cache entry built again (another record) is not.
     assert same_build(out)
@@ -57,6 +56,12 @@ def test_built_in_the_cache_once_linked_into_out_and_reused(cache, tmp_path):
     assert not same_build(out)
     (target / "warmup.json").write_text(json.dumps(rebuilt))
     assert same_build(out) and not same_build(tmp_path / "nowhere")
+    (out / "sub").unlink()
+    (out / "sub").symlink_to(tmp_path, target_is_directory=True)  # sides leading to two places: not one build
+    assert not same_build(out)
+    (out / "sub").unlink()
+    (out / "sub").symlink_to(target / "sub", target_is_directory=True)
+    assert same_build(out)
 
     # A plain directory, a file and a link elsewhere where the links go: each is replaced.
     steps.clear()
@@ -114,3 +119,16 @@ def test_a_config_file_keys_by_its_settings_not_its_comments_or_layout(tmp_path)
         keys.add(_config_content(str(a)))
     assert len(keys) == 5
     assert _config_content(None) == b""
+
+
+def test_a_model_named_through_a_link_keys_by_where_it_leads(cache, tmp_path):
+    from mgrpo_actors.models.loader import resolve_model_dir
+
+    model = resolve_model_dir("tiny:main")
+    for name in ("a", "b"):
+        (tmp_path / name).symlink_to(model, target_is_directory=True)
+
+    def key(spec: str):
+        return cached.warm_start_dir(load_config(NodeConfig, None, [*TINY, f"agents.main.model={spec}"]))
+
+    assert key(str(tmp_path / "a")) == key(str(tmp_path / "b")) == key(str(model))

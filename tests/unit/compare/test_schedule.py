@@ -156,3 +156,25 @@ def test_stopping_the_runner_ends_its_processes(tmp_path):
     runner.stop(grace_s=1.0)
     assert [child.wait(5) for child in children] == [-signal.SIGTERM, -signal.SIGKILL]
     assert time.monotonic() - started < 5
+
+
+def test_a_finished_step_whose_output_changed_since_is_redone(tmp_path, monkeypatch):
+    from mgrpo_actors.compare import steps as compare_steps
+    from mgrpo_actors.compare.progress import PlanProgress
+    from mgrpo_actors.compare.steps import StepRunner
+
+    output = tmp_path / "made.json"
+    runner = StepRunner(PlanProgress(tmp_path, ["warmup-multi"]), tmp_path, [], "cfg", CoreLanes(1))
+    ran: list[str] = []
+
+    def fake_mgrpo(self, name: str, *args: str) -> float:
+        ran.append(name)
+        output.write_text("{}")
+        return 1.5
+
+    monkeypatch.setattr(compare_steps.StepRunner, "_mgrpo", fake_mgrpo)
+    assert runner.run("warmup-multi", [output], [], "warmup") == 1.5 and ran == ["warmup-multi"]
+    first = runner.progress.records["warmup-multi"]["id"]
+    assert runner.run("warmup-multi", [output], [], "warmup", current=lambda: True) == 1.5 and len(ran) == 1
+    runner.run("warmup-multi", [output], [], "warmup", current=lambda: False)
+    assert len(ran) == 2 and runner.progress.records["warmup-multi"]["id"] != first  # what builds on it is redone
