@@ -123,3 +123,12 @@ def test_compare_runs_evaluates_and_reports_each_method(tmp_path):
 def test_compare_refuses_an_unknown_method(tmp_path):
     done = run_script("mgrpo", "compare", "--methods", "m-grpo,magic", "--out", str(tmp_path), timeout_s=60)
     assert done.returncode == 2 and "unknown or no methods ['magic']" in done.stderr
+
+
+def test_compare_refuses_a_single_agent_warm_up_from_m_s_it_cannot_make(tmp_path):
+    done = run_script("mgrpo", "compare", "--single-from-main", "300", "--out", str(tmp_path), timeout_s=60)
+    assert done.returncode == 2 and "it needs --warmup" in done.stderr
+    ramp = ("--warmup", "--set", "warmup.lr_ramp_steps=50", "--single-from-main", "50", "--out", str(tmp_path))
+    done = run_script("mgrpo", "compare", *ramp, timeout_s=60)
+    assert done.returncode == 2 and "--single-from-main 50 is not above warmup.lr_ramp_steps 50" in done.stderr
+    assert not (tmp_path / "progress.json").exists()  # refused before anything ran
