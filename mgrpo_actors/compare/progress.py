@@ -3,7 +3,7 @@ resumes where it stopped, and a changed one redoes only what changed.
 
 A step (a warm-up, a run or an evaluation: one `mgrpo` process) is recorded once it exited 0 and wrote its
 outputs, with a random id and under a key: the sha256 of its command line (with the `--config` file's
-content, not its path) and of the ids of the records of the steps it builds on. A later invocation reuses a
+settings, not its path or comments) and of the ids of the records of the steps it builds on. A later invocation reuses a
 recorded step only when both hold:
 
 - its key is the same: the same command (a changed `--set`, model, budget, seed or config file is another
@@ -19,7 +19,8 @@ evaluations, not the runs.
 
 Before each step the comparison says where it is ("[5/14] run-m-grpo-seed0") and, once a step has finished,
 how long the rest should take: each step left at the mean seconds of the finished steps of its kind (warmup,
-stage1, run, eval), or of all finished steps where none of its kind has finished yet.
+stage1, run, eval), or of all finished steps where none of its kind has finished yet, over the steps that run at
+once. It also keeps the wall-clock time spent on the plan across the invocations that resumed it.
 """
 
 from __future__ import annotations
