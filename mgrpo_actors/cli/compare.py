@@ -243,7 +243,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--single-from-main",
         type=int,
-        default=0,
+        default=CompareConfig.single_from_main,
         metavar="N",
         help="with --warmup: the single agent's warm-up starts from the M + S warm-up's M and takes N steps "
         "(default 0: its own warm-up, from the configured model)",

@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -104,8 +101,8 @@ def _run(args: argparse.Namespace) -> int:
 def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
     """`config`'s warm start from the model cache (built there first if it is not yet), linked as out/<side>,
     its warmup.json written to out/ naming those links; {side: out/<side>}."""
-    from mgrpo_actors.runtime.disk import atomic_write_text
     from mgrpo_actors.warmup.cached import warm_start, warm_start_dir
+    from mgrpo_actors.warmup.linked import link_warm_start
 
     target = warm_start_dir(config)
     root = target.parent.parent.absolute()  # the model cache (models/cache.py cache_root)
@@ -115,20 +112,7 @@ def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
     start = warm_start(config, progress)
     if not start.built:
         print(f"reused: built there before in {start.seconds:.0f} s", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    record = start.record
-    dirs = {}
-    for side, directory in start.models.items():
-        link, temporary = out / side, out / f".{side}.link"
-        temporary.unlink(missing_ok=True)
-        temporary.symlink_to(Path(directory).absolute(), target_is_directory=True)
-        if link.is_dir() and not link.is_symlink():
-            shutil.rmtree(link)
-        os.replace(temporary, link)  # a link in place of another link or a file, at once
-        dirs[side] = link
-        record["agents"][side]["dir"] = str(link)
-    atomic_write_text(out / "warmup.json", json.dumps(record, indent=2), "the warm-up's record")
-    return dirs
+    return link_warm_start(start, out)
 
 
 def add_parser(subparsers: Any) -> None:

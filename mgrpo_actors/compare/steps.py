@@ -4,7 +4,6 @@ what each builds on (schedule.py)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -16,8 +15,9 @@ from typing import Any
 
 from mgrpo_actors.compare.plan import layout_of, method_runs, stage1_overrides, trained_sides
 from mgrpo_actors.compare.schedule import Step
+from mgrpo_actors.warmup.linked import same_build
 
-__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph", "same_build", "say"]
+__all__ = ["StepFailed", "StepRunner", "export_dir", "plan_graph", "say"]
 
 
 class StepFailed(RuntimeError):
@@ -114,24 +114,6 @@ class StepRunner:
                 child.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
-
-
-def same_build(warmed: Path) -> bool:
-    """Whether the links of a warm-up made by `mgrpo warmup --reuse` (`warmed`: its --out) still lead to the build
-    they were made for: its warmup.json and the one beside the linked models agree, but for the directories they
-    name. A cache entry deleted and built again (other weights) is not the warm-up this comparison ran from."""
-    try:
-        mine = json.loads((warmed / "warmup.json").read_text())
-        entries = {(warmed / side).resolve().parent for side in mine["agents"]}  # every side's link: one build
-        if len(entries) != 1:
-            return False
-        built = json.loads(entries.pop().joinpath("warmup.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    for record in (mine, built):
-        for agent in record.get("agents", {}).values():
-            agent.pop("dir", None)
-    return mine == built
 
 
 def _sets(overrides: tuple[str, ...] | list[str]) -> list[str]:

@@ -10,9 +10,9 @@ import pytest
 
 from mgrpo_actors.cli.compare import _config_content
 from mgrpo_actors.cli.warmup import _reused
-from mgrpo_actors.compare.steps import same_build
 from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.warmup import cached
+from mgrpo_actors.warmup.linked import same_build
 
 TINY = ["agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=300"]
 
