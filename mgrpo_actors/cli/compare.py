@@ -20,7 +20,8 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to
 `<out>/logs/`; a failed one stops the comparison with its log's tail. `--parallel N` runs up to N steps at
-once, each as soon as what it builds on is done, each pinned to its own share of the cores.
+once, each as soon as what it builds on is done, each pinned to its own share of the cores (a warm-up runs
+alone, on every core).
 `--single-from-main N` warms the single agent up from the M + S warm-up's M, for N steps. Before each step
 it says where the plan is ("[5/14] run-m-grpo-seed0", steps done, time elapsed and an estimate of the time
 left). Finished steps are
@@ -237,8 +238,8 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         default=CompareConfig.parallel,
         metavar="N",
-        help="run up to N steps at once, each on its own share of the cores, as soon as what it builds on is done "
-        f"(default {CompareConfig.parallel})",
+        help="run up to N steps at once, each on its own share of the cores, as soon as what it builds on is done; "
+        f"a warm-up runs alone, on every core (default {CompareConfig.parallel})",
     )
     p.add_argument(
         "--single-from-main",

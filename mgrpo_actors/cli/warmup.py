@@ -18,15 +18,20 @@ Its settings default to the config's `warmup` section (the flags win). `mgrpo ru
 the same warm-up itself, once, into the model cache, and starts RL from it (mgrpo_actors/warmup/cached.py).
 `--reuse` builds into that cache too (or reuses what is there: the same models, tools, agents and warm-up
 settings) and makes <out>/<side> links to it, with a copy of its warmup.json; `mgrpo compare --warmup` uses it,
-so a comparison whose warm-up settings did not change never warms up again on the same machine.
+so a comparison whose warm-up settings did not change never warms up again on the same machine. A --reuse build
+that is interrupted (Ctrl-C or SIGTERM: after the step it is in; a killed process or a restarted machine: from its
+last checkpoint, `warmup.checkpoint_seconds`) goes on where it was when the same command runs again.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +69,21 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     every = max(5, cfg.steps // 50)  # at most about 50 lines per agent
-    started: dict[str, float] = {}
+    started: dict[str, tuple[float, int]] = {}  # side -> (when, step): its first step this process took
+    stop = _StopBetweenSteps()
 
     def progress(side: str, step: int, loss: float) -> None:
         now = time.perf_counter()
-        began = started.setdefault(side, now)
+        if side not in started and step:
+            print(f"  {side}: resumed after step {step} of {cfg.steps} (an earlier attempt's checkpoint)", flush=True)
+        began, first = started.setdefault(side, (now, step))
         if step % every == 0 or step == cfg.steps - 1:
             timing = ""
-            if step:  # timed from the end of its first step: the estimate follows the steps after it
-                left = (now - began) / step * (cfg.steps - 1 - step)
-                timing = f", {now - began:.0f} s since step 1, ~{left:.0f} s left"
+            if step > first:  # timed from the end of its first step: the estimate follows the steps after it
+                left = (now - began) / (step - first) * (cfg.steps - 1 - step)
+                timing = f", {now - began:.0f} s since step {first + 1}, ~{left:.0f} s left"
             print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}{timing}", flush=True)
+        stop.check(side, step, bool(args.reuse))
 
     print(
         f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps} steps × {cfg.batch_size} samples, "
@@ -82,10 +91,11 @@ def _run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        if args.reuse:
-            dirs = _reused(dataclasses.replace(config, warmup=cfg), Path(args.out), progress)
-        else:
-            dirs = warm_up_agents(config, cfg, Path(args.out), progress)
+        with stop.on_signals():
+            if args.reuse:
+                dirs = _reused(dataclasses.replace(config, warmup=cfg), Path(args.out), progress)
+            else:
+                dirs = warm_up_agents(config, cfg, Path(args.out), progress)
     except (ValueError, OSError) as exc:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
@@ -96,6 +106,35 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(f"use them: mgrpo run {sets}")
     return 0
+
+
+class _StopBetweenSteps:
+    """Ctrl-C or SIGTERM (`mgrpo compare` stopping its steps) ends the warm-up after the step it is in, whose state a
+    --reuse build then saves (warmup/checkpoint.py) for the same command to go on from; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    @contextmanager
+    def on_signals(self) -> Iterator[None]:
+        def ask(signum: int, frame: Any) -> None:
+            if self.asked:
+                raise KeyboardInterrupt
+            self.asked = True
+            print("mgrpo warmup: stopping after this step (again: at once)", file=sys.stderr, flush=True)
+
+        before = {sig: signal.signal(sig, ask) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
+    def check(self, side: str, step: int, saved: bool) -> None:
+        if self.asked:
+            where = "saved: the same command goes on from there" if saved else "not saved (only --reuse builds are)"
+            print(f"mgrpo warmup: stopped after {side}'s step {step + 1}, {where}", file=sys.stderr, flush=True)
+            raise KeyboardInterrupt
 
 
 def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
@@ -155,6 +194,6 @@ def add_parser(subparsers: Any) -> None:
         "--reuse",
         action="store_true",
         help="build in the machine's model cache (or reuse the same warm-up built there before) and link <out>/<side> "
-        "to it",
+        "to it; an interrupted build goes on where it was when run again",
     )
     p.set_defaults(func=_run)

@@ -8,6 +8,11 @@ the 1-thread one in the same time. Warm-up training gained 1.08x that way. A ste
 its share of the cores by CPU affinity (Linux; elsewhere it only runs beside them), which its child process
 inherits; a learner's default threads follow it (learners.<side>.torch_threads 0: the cores the process may
 use), an engine's are agents.torch_threads.
+
+A step marked `alone` (a warm-up: a long training that a step beside it would slow several times over; measured,
+two warm-up trainings at once on 2 cores ran each step about 6x slower than one alone) runs with no other step
+beside it and on every core: it starts once the running steps have finished, and no step after it in the plan's
+order starts before it.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ __all__ = ["CoreLanes", "Step", "core_shares", "run_graph"]
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a plan: its name, the steps whose results it needs, and what it does."""
+    """One step of a plan: its name, the steps whose results it needs, what it does, and whether it runs alone."""
 
     name: str
     after: Sequence[str]
     work: Callable[[], Any]
+    alone: bool = False
 
 
 def core_shares(cores: Sequence[int], parallel: int) -> list[list[int]]:
@@ -70,7 +76,8 @@ class CoreLanes:
 
 def run_graph(steps: Sequence[Step], parallel: int, stop: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run every step once all of its `after` have finished, up to `parallel` at once, ready steps in the order
-    given; {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
+    given, a step marked `alone` with none beside it (and none after it in the order started before it);
+    {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
     and its exception is raised. Interrupted (Ctrl-C) while steps run, it calls `stop()` (which must make the
     running steps return, e.g. by stopping their processes) before the interrupt goes on."""
     names = [step.name for step in steps]
@@ -96,10 +103,12 @@ def _run_ready(
     failure: BaseException | None = None
     while running or (pending and failure is None):
         for step in [s for s in pending if all(dep in results for dep in s.after)]:
-            if failure is not None or len(running) >= parallel:
-                break
+            if failure is not None or len(running) >= parallel or (running and step.alone):
+                break  # a ready step that runs alone waits for the running ones, and the steps after it for it
             pending.remove(step)
             running[pool.submit(step.work)] = step.name
+            if step.alone:
+                break
         if not running:
             raise ValueError(f"steps that wait on each other: {[s.name for s in pending]}")
         finished: set[Future] = wait(running, return_when=FIRST_COMPLETED).done

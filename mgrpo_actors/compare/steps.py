@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,18 @@ class StepRunner:
         self.children: set[subprocess.Popen] = set()  # the steps' processes running now
 
     def run(
-        self, name: str, outputs: list[Path], after: list[str], *args: str, current: Callable[[], bool] = lambda: True
+        self,
+        name: str,
+        outputs: list[Path],
+        after: list[str],
+        *args: str,
+        current: Callable[[], bool] = lambda: True,
+        alone: bool = False,
     ) -> float:
         """Step `name`: `mgrpo ARGS` (the --config flag added after the subcommand) writing `outputs`, after the
         steps `after`; its seconds (as recorded, when reused). StepFailed if it exits 0 without its outputs. A
-        finished step is reused only while `current()` also holds (what its outputs point to is what it made)."""
+        finished step is reused only while `current()` also holds (what its outputs point to is what it made).
+        `alone`: a step run_graph runs with none beside it, on every core (no lane)."""
         with self.lock:
             key = self.progress.key(args, self.config_sha256, after)
             reusable = self.progress.reusable(name, key, outputs)
@@ -60,7 +68,7 @@ class StepRunner:
             say(f"  {self.progress.where(name)}{redone if reusable else ''}")
             self.progress.forget(name)
         try:
-            with self.lanes.lane():
+            with nullcontext() if alone else self.lanes.lane():
                 seconds = self._mgrpo(name, args[0], *self.config, *args[1:])
             missing = [str(path) for path in outputs if not path.exists()]
             if missing:
@@ -185,8 +193,8 @@ def plan_graph(
             made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
             command = ["warmup", *_sets(sets), *flags, "--reuse", "--out", str(warmed)]
             current = partial(same_build, warmed)
-            work = partial(steps.run, f"warmup-{layout}", made, builds_on, *command, current=current)
-            graph.append(Step(f"warmup-{layout}", builds_on, work))
+            work = partial(steps.run, f"warmup-{layout}", made, builds_on, *command, current=current, alone=True)
+            graph.append(Step(f"warmup-{layout}", builds_on, work, alone=True))  # a training: on every core
             starts[layout] = {side: str(warmed / side) for side in starts[layout]}
             after = [f"warmup-{layout}"]
         if cfg.stage1_steps:

@@ -71,6 +71,11 @@ class WebWarmupConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     """the matrix products' precision (autocast; the weights and AdamW stay fp32): auto = bf16 where the host
     computes it natively (mgrpo_actors/config/dtypes.py)"""
+    checkpoint_seconds: float = 300.0
+    """a warm-up built in the model cache (`mgrpo run`'s warm start, `mgrpo warmup --reuse`) saves its state at most
+    this often, and a side it finished at once, so an interrupted build resumes where it was, to the same weights
+    bit for bit (warmup/checkpoint.py); 0 = never saved. Not part of the cache key: how often it saves does not
+    change what it builds"""
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -94,6 +99,8 @@ class WebWarmupConfig:
                 "warm-up needs 0 <= final_turns < 1 and pages + final_turns < 1 (the rest are whole episodes), "
                 f"got final_turns {self.final_turns}, pages {self.pages}"
             )
+        if not self.checkpoint_seconds >= 0:
+            raise ValueError(f"warmup.checkpoint_seconds must be >= 0 (0 = never saved), got {self.checkpoint_seconds}")
         unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
         if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
             raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, each once, got {self.kinds}")

@@ -4,6 +4,10 @@
 temporary directory next to its target and renames it into place, so concurrent builders (parallel
 test workers, several nodes on one host) never see a half-written model: the first rename wins and
 the others discard their copy.
+
+A long build (a warm-up of an hour or more) is `build_resumable` instead: it builds in one directory kept per target,
+`.<name>.partial`, left in place when the build is interrupted, so the next call's build goes on from what the last
+one saved there; a lock file lets one builder at a time in, the others wait for it and then find the target built.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "build_once", "cache_root"]
+__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root"]
 
 CACHE_ENV = "MGRPO_CACHE"
 # Written last into a finished build: a directory without it is never used.
@@ -43,4 +48,37 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
             raise
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+    return target
+
+
+def build_resumable(target: Path, build: Callable[[Path], object], waiting: Callable[[], None] | None = None) -> Path:
+    """Return `target`, first running `build(partial_dir)` and renaming partial_dir to it if it is not built yet.
+    partial_dir is `.<target name>.partial` beside it and outlives a failed or interrupted build: `build` is to
+    resume from what it finds there (it must only find what a build of this very target saved). One builder at a
+    time: a second one waits until the first is done, calling `waiting()` (if given) about once a second meanwhile
+    (it may raise to stop waiting), and then returns `target`."""
+    import fcntl  # POSIX: imported here so that build_once's users import this module anywhere
+
+    if (target / _DONE_MARKER).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.parent / f".{target.name}.partial"
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waiting is not None:
+                    waiting()
+                time.sleep(1.0)
+        if (target / _DONE_MARKER).exists():  # built by the builder this one waited for
+            return target
+        partial.mkdir(exist_ok=True)
+        (partial / _DONE_MARKER).unlink(missing_ok=True)
+        build(partial)
+        (partial / _DONE_MARKER).touch()
+        if target.exists():
+            shutil.rmtree(target)  # a leftover without the marker (an older version's interrupted build)
+        os.rename(partial, target)
     return target

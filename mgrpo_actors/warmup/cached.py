@@ -23,7 +23,8 @@ from mgrpo_actors.config import NodeConfig, to_dict
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.questions import QuestionConfig
-from mgrpo_actors.models.cache import build_once, cache_root
+from mgrpo_actors.log import get_logger
+from mgrpo_actors.models.cache import build_resumable, cache_root
 from mgrpo_actors.models.loader import resolve_model_dir
 from mgrpo_actors.runtime.compute import on_compute_thread_until
 
@@ -37,6 +38,8 @@ __all__ = [
     "warm_start_dir",
     "with_warm_start",
 ]
+
+log = get_logger(__name__)
 
 # Bump when the warm-up's recipe (oracle episodes, loss, saving) changes, so an old warm start is not reused.
 _RECIPE_VERSION = 1
@@ -103,9 +106,17 @@ def tools_settings(config: NodeConfig) -> dict:
     return {key: value for key, value in to_dict(config.tools).items() if (key, value) != default}
 
 
+# How a build is carried out, not what it builds: never in the key (a build resumed with another value is the same).
+_NOT_IN_KEY = ("checkpoint_seconds",)
+
+
 def _warmup_settings(config: NodeConfig) -> dict:
     settings = dataclasses.asdict(config.warmup)
-    return {key: value for key, value in settings.items() if _LATER_WARMUP_DEFAULTS.get(key, object()) != value}
+    return {
+        key: value
+        for key, value in settings.items()
+        if _LATER_WARMUP_DEFAULTS.get(key, object()) != value and key not in _NOT_IN_KEY
+    }
 
 
 def _model_spec(spec: str) -> str:
@@ -132,18 +143,38 @@ def warm_start_dir(config: NodeConfig) -> Path:
     return cache_root() / "warmups" / f"{config.run.method}-{digest}"
 
 
-def warm_start(config: NodeConfig, progress: Callable[[str, int, float], None] | None = None) -> WarmStart:
-    """The run's warm start: built into the cache on first use (`config.warmup.steps` >= 1), reused after."""
+def warm_start(
+    config: NodeConfig,
+    progress: Callable[[str, int, float], None] | None = None,
+    waiting: Callable[[], None] | None = None,
+) -> WarmStart:
+    """The run's warm start: built into the cache on first use (`config.warmup.steps` >= 1), reused after; an
+    interrupted build goes on where it was (models/cache.py build_resumable). While another process builds it,
+    `waiting()` is called about once a second (it may raise to give up)."""
     from mgrpo_actors.warmup.web import warm_up_agents  # torch and transformers: imported on use
 
     target = warm_start_dir(config)  # warm_up_agents refuses warmup.steps < 1
-    built = not (target / "warmup.json").is_file()
-    build_once(target, lambda tmp: warm_up_agents(config, config.warmup, tmp, progress))
+    built = []
+
+    def build(partial: Path) -> None:
+        built.append(warm_up_agents(config, config.warmup, partial, progress, resume=True))
+
+    said = []
+
+    def wait() -> None:
+        if not said:
+            log.warning("waiting for another process building this warm start", target=str(target))
+            said.append(target)
+        if waiting is not None:
+            waiting()
+
+    # resumable: the key holds every setting the weights depend on, so what an interrupted build saved is of this one
+    build_resumable(target, build, wait)
     record = json.loads((target / "warmup.json").read_text())
     return WarmStart(
         # the sides the warm-up built: M and S (or the single agent); other sub-agent types keep their models
         models={side: str(target / side) for side in config.sides if side in record.get("agents", {})},
-        built=built,
+        built=bool(built),
         seconds=float(record.get("seconds", 0.0)),
         record=record,
     )
@@ -179,14 +210,17 @@ def resolve_warm_start(
         )
     stop = threading.Event()  # Ctrl-C while the compute thread warms up: it stops at its next step and cleans up
 
-    def progress_or_stop(side: str, step: int, loss: float) -> None:
+    def stopped() -> None:
         if stop.is_set():
             raise KeyboardInterrupt("the warm-up was interrupted")
+
+    def progress_or_stop(side: str, step: int, loss: float) -> None:
+        stopped()
         if progress is not None:
             progress(side, step, loss)
 
     # on the process's compute thread, if it has one (runtime/compute.py)
-    start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop)
+    start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop, stopped)
     took = f"built in {start.seconds:.0f} s"
     verb = took if start.built else f"reused from {target} ({took})"
     say(f"warm start {verb}: {_steps(cfg.steps, 'supervised ')}, loss {loss_summary(start)}; RL starts from it")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from mgrpo_actors.agents.episode import action_stop_ids
 from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, encode_template
 from mgrpo_actors.engines.base import Generation
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint, WarmupProgress
 
 __all__ = [
     "Demonstration",
@@ -151,7 +153,7 @@ def warm_up(
     """Fine-tune `model` in place on `demos`; returns the loss of every step."""
     if not demos:
         raise ValueError("warm-up needs at least one demonstration")
-    return warm_up_trajectories(model, [demonstration_tokens(tokenizer, demo) for demo in demos], cfg)
+    return warm_up_trajectories(model, [demonstration_tokens(tokenizer, demo) for demo in demos], cfg).losses
 
 
 def _draws(
@@ -186,13 +188,16 @@ def warm_up_trajectories(
     text_share: float = 0.0,
     finals: Sequence[TokenTrajectory] = (),
     final_share: float = 0.0,
-) -> list[float]:
+    checkpoint: TrainingCheckpoint | None = None,
+) -> WarmupProgress:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only; every token of a
     TextSample), on `texts` (every token) for a `text_share` of the samples and on `finals` (their loss masks: the
     last turn, final_turn_only) for a `final_share`; each step is the token-mean
     cross-entropy over `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
     `progress(step, loss)` is called after every step. compute_dtype "bfloat16": the matrix products under CPU
-    autocast, the weights and AdamW's state fp32."""
+    autocast, the weights and AdamW's state fp32. With a `checkpoint` (checkpoint.py) the loop saves its state every
+    so often and first resumes from a saved one. Returns every step's loss, the compute seconds (earlier attempts'
+    included) and the steps it resumed at."""
     if not trajectories:
         raise ValueError("warm-up needs at least one worked episode")
     draw = random.Random(cfg.seed)
@@ -201,8 +206,9 @@ def warm_up_trajectories(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     model.train()
-    losses = []
-    for step in range(cfg.steps):
+    done = WarmupProgress() if checkpoint is None else checkpoint.load(model, optimizer, schedule, draw)
+    began = time.perf_counter() - done.seconds
+    for step in range(done.step, cfg.steps):
         samples = _draws(draw, trajectories, [(texts, text_share), (finals, final_share)], cfg.batch_size)
         if cfg.micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
             samples.sort(key=lambda sample: len(sample.token_ids))
@@ -224,13 +230,21 @@ def warm_up_trajectories(
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         optimizer.step()
         schedule.step()
-        losses.append(total)
-        if progress is not None:
-            progress(step, total)
+        done.losses.append(total)
+        done.step, done.seconds = step + 1, time.perf_counter() - began
+        if checkpoint is not None and step + 1 < cfg.steps and checkpoint.due():
+            checkpoint.save(step + 1, model, optimizer, schedule, draw, done)
+        try:
+            if progress is not None:
+                progress(step, total)  # raises KeyboardInterrupt to stop the warm-up (Ctrl-C)
+        except KeyboardInterrupt:
+            if checkpoint is not None:  # between steps: the state is whole, so keep it all
+                checkpoint.save(step + 1, model, optimizer, schedule, draw, done)
+            raise
         if step % 50 == 0 or step == cfg.steps - 1:
             log.info("warm-up", step=step, loss=round(total, 4))
     model.eval()
-    return losses
+    return done
 
 
 def save_warmed(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:

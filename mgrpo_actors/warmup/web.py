@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -34,6 +35,7 @@ from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint
 from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
 from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, final_turn_only, save_warmed, warm_up_trajectories
 
@@ -51,11 +53,18 @@ def warmup_questions(train: Sequence[Question], cfg: WebWarmupConfig) -> list[Qu
 
 
 def warm_up_agents(
-    config: NodeConfig, cfg: WebWarmupConfig, out: Path, progress: Callable[[str, int, float], None] | None = None
+    config: NodeConfig,
+    cfg: WebWarmupConfig,
+    out: Path,
+    progress: Callable[[str, int, float], None] | None = None,
+    resume: bool = False,
 ) -> dict[str, Path]:
     """Warm up (`cfg.steps` >= 1) the run's agents (`config.agents.main`/`sub`; the single agent alone under
     run.method: single-agent) and save each under `out/<side>`; returns {side: HF directory}. Writes
-    `out/warmup.json` (settings, episode counts, losses)."""
+    `out/warmup.json` (settings, episode counts, losses, seconds). `resume` is for an `out` kept for these very
+    settings (the model cache's, cached.py): a side finished there before is kept as it is (`out/.<side>.json` marks
+    it), and one interrupted resumes from its checkpoint (`out/.<side>.checkpoint.pt`, every
+    `cfg.checkpoint_seconds`; checkpoint.py)."""
     if cfg.steps < 1:
         raise ValueError(f"a warm-up needs steps >= 1, got {cfg.steps}")
     single = config.run.method == "single-agent"
@@ -107,7 +116,15 @@ def warm_up_agents(
         "agents": {},
     }
     dirs = {}
+    prepared = time.perf_counter() - started
     for side, (model, tokenizer) in loaded.items():
+        finished, saved = out / f".{side}.json", out / f".{side}.checkpoint.pt"
+        kept = _finished_side(finished) if resume and (out / side).is_dir() else None
+        if kept is not None:
+            record["agents"][side], dirs[side] = kept, out / side
+            saved.unlink(missing_ok=True)  # left by a build stopped between marking the side and removing it
+            log.warning("warm-up kept from an earlier attempt", side=side, steps=len(kept["losses"]))
+            continue
         trajectories = episodes[side]
         if not trajectories:
             raise ValueError(
@@ -120,7 +137,8 @@ def warm_up_agents(
         # the section's settings the supervised loop takes, under the same names
         warmup = WarmupConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(WarmupConfig)})
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
-        losses = warm_up_trajectories(
+        checkpoint = TrainingCheckpoint(saved, cfg.checkpoint_seconds) if resume else None
+        done = warm_up_trajectories(
             model,
             trajectories,
             warmup,
@@ -130,6 +148,7 @@ def warm_up_agents(
             text_share=cfg.pages,
             finals=finals[side],
             final_share=cfg.final_turns,
+            checkpoint=checkpoint,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
         record["agents"][side] = {
@@ -137,9 +156,29 @@ def warm_up_agents(
             "tokens": sum(len(t.token_ids) for t in trajectories),
             "pages": len(pages),
             "final_turns": len(finals[side]),
-            "losses": losses,
+            "losses": done.losses,
+            "seconds": done.seconds,  # its training's compute, every attempt's
+            "resumed_at": done.resumed_at,  # the steps an interrupted warm-up went on from (checkpoint.py)
             "dir": str(dirs[side]),
         }
-    record["seconds"] = time.perf_counter() - started
+        if checkpoint is not None:  # the side is done: marked after its model is saved, then its checkpoint goes
+            _write_atomically(finished, json.dumps(record["agents"][side]))
+            checkpoint.remove()
+    # the episodes' preparation (this attempt's) and each side's training (every attempt's)
+    record["seconds"] = prepared + sum(agent.get("seconds", 0.0) for agent in record["agents"].values())
     (out / "warmup.json").write_text(json.dumps(record, indent=2))
     return dirs
+
+
+def _finished_side(marker: Path) -> dict | None:
+    """The record of a side an earlier attempt finished, or None (not finished, or its marker unreadable)."""
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f"{path.name}.writing")
+    partial.write_text(text)
+    os.replace(partial, path)

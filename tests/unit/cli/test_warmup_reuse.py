@@ -132,3 +132,36 @@ def test_a_model_named_through_a_link_keys_by_where_it_leads(cache, tmp_path):
         return cached.warm_start_dir(load_config(NodeConfig, None, [*TINY, f"agents.main.model={spec}"]))
 
     assert key(str(tmp_path / "a")) == key(str(tmp_path / "b")) == key(str(model))
+
+
+def test_a_stopped_reuse_build_saves_its_step_and_the_same_command_goes_on_from_it(tmp_path):
+    """SIGTERM (what `mgrpo compare` sends its steps) stops `mgrpo warmup --reuse` after the step it is in, with that
+    step's state saved though no checkpoint was due; the same command then goes on after it, not from step 1."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    mgrpo = str(Path(sys.executable).parent / "mgrpo")
+    env = {**os.environ, "MGRPO_CACHE": str(tmp_path / "cache")}
+    command = [mgrpo, "warmup", *(f"--set={s}" for s in TINY), "--set=warmup.questions=4"]
+    command += ["--set=warmup.checkpoint_seconds=3600", "--steps=60", "--batch-size=1", "--reuse", "--out"]
+    command += [str(tmp_path / "out")]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in first.stdout:
+        lines.append(line)
+        if "main: step 6/60" in line:  # printed every 5 steps
+            first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 130, "".join(lines)
+    stopped = next(line for line in lines if "mgrpo warmup: stopped after main's step" in line)
+    step = int(stopped.split("main's step ")[1].split(",")[0])
+    assert 6 <= step < 60 and "saved: the same command goes on from there" in stopped
+
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"main: resumed after step {step} of 60" in again.stdout
+    record = json.loads((tmp_path / "out" / "warmup.json").read_text())
+    assert record["agents"]["main"]["resumed_at"] == [step] and record["agents"]["sub"]["resumed_at"] == []
+    assert len(record["agents"]["main"]["losses"]) == 60

@@ -47,6 +47,38 @@ def test_two_at_a_time_overlap_and_a_step_waits_for_what_it_builds_on():
     assert not both.broken
 
 
+def test_a_step_marked_alone_runs_with_none_beside_it_and_the_later_ones_wait_for_it():
+    """Warm-ups run alone (a training beside another ran several times slower): at parallel 2 the alone step waits
+    for the step running, nothing starts beside it, and a step after it in the order waits for it though ready."""
+    lock = threading.Lock()
+    running: set[str] = set()
+    seen: dict[str, set[str]] = {}  # who else ran at some point while each step ran
+
+    def step(name: str, after: list[str], alone: bool = False) -> Step:
+        def work() -> None:
+            with lock:
+                running.add(name)
+                for other in running:
+                    seen.setdefault(other, set()).update(running - {other})
+            time.sleep(0.1)
+            with lock:
+                running.discard(name)
+
+        return Step(name, after, work, alone=alone)
+
+    plan = [
+        step("eval-a", []),
+        step("warmup-b", [], alone=True),
+        step("eval-b", ["warmup-b"]),
+        step("run-a", []),  # ready from the start, but after the warm-up in the order
+        step("run-b", ["warmup-b"]),
+    ]
+    run_graph(plan, 2)
+    assert seen.get("warmup-b", set()) == set()
+    assert "eval-a" not in seen.get("run-a", set())  # run-a started after the warm-up, not beside eval-a
+    assert seen["eval-b"] & {"run-a", "run-b"}  # after the warm-up, two at a time again
+
+
 def test_a_failed_step_lets_the_running_one_finish_and_starts_nothing_more():
     started: list[str] = []
     running = threading.Event()

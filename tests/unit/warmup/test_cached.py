@@ -14,6 +14,7 @@ from mgrpo_actors.config import NodeConfig, load_config
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.warmup import cached
 from mgrpo_actors.warmup.cached import resolve_warm_start, warm_start_dir
+from mgrpo_actors.warmup.checkpoint import WarmupProgress
 
 TINY = ["agents.main.model=tiny:main", "agents.sub.model=tiny:sub", "tools.web_entities=300"]
 
@@ -101,7 +102,7 @@ def test_all_tokens_learns_the_other_worlds_episodes_whole_and_the_runs_own_agen
 
     def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", texts=(), text_share=0.0, **_):
         seen[str(len(seen))] = (list(trajectories), list(texts))
-        return [1.0] * cfg.steps
+        return WarmupProgress(cfg.steps, [1.0] * cfg.steps)
 
     monkeypatch.setattr(web, "warm_up_trajectories", capture)
     config = _config("warmup.worlds=2", "warmup.all_tokens=true", "warmup.pages=0.3")
@@ -127,7 +128,7 @@ def test_final_turns_are_the_other_worlds_episodes_learnt_on_their_last_turn(cac
 
     def capture(model, trajectories, cfg, progress=None, compute_dtype="float32", finals=(), final_share=0.0, **_):
         seen.append((list(trajectories), list(finals), final_share))
-        return [1.0] * cfg.steps
+        return WarmupProgress(cfg.steps, [1.0] * cfg.steps)
 
     monkeypatch.setattr(web, "warm_up_trajectories", capture)
     config = _config("warmup.worlds=2", "warmup.final_turns=0.4")
@@ -145,3 +146,38 @@ def test_final_turns_are_the_other_worlds_episodes_learnt_on_their_last_turn(cac
         assert final.loss_mask[:start].sum() == 0 and final.loss_mask[start:end].sum() > 0
     assert all(final.loss_mask.sum() < whole.loss_mask.sum() for final, whole in zip(finals, others, strict=True))
     assert len(seen[1][1]) > 0  # S's reports too
+
+
+def test_an_interrupted_build_keeps_the_side_it_finished_and_resumes_the_other_to_the_same_weights(
+    cache, tmp_path, monkeypatch
+):
+    """Interrupted in S's warm-up, the cache build goes on next time: M's finished warm-up is kept (not trained
+    again), S resumes from its checkpoint, and both end bit for bit as an uninterrupted build's. How often it saves
+    is not part of the key."""
+    config = _config("warmup.steps=3", "warmup.checkpoint_seconds=1e-9")
+    assert warm_start_dir(config) == warm_start_dir(_config("warmup.steps=3"))
+    partial = warm_start_dir(config).parent / f".{warm_start_dir(config).name}.partial"
+
+    def stop_in_sub(side: str, step: int, loss: float) -> None:
+        if (side, step) == ("sub", 1):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        resolve_warm_start(config, print, stop_in_sub)
+    assert (partial / ".main.json").is_file() and (partial / ".sub.checkpoint.pt").is_file()
+    assert not warm_start_dir(config).exists()
+    steps: list[tuple[str, int]] = []
+    _, start = resolve_warm_start(config, print, lambda side, step, loss: steps.append((side, step)))
+    assert steps == [("sub", 2)]  # M kept; S from its checkpoint after 2 steps
+    record = start.record
+    assert record["agents"]["main"]["resumed_at"] == [] and record["agents"]["sub"]["resumed_at"] == [2]
+    assert not partial.exists() and not list(warm_start_dir(config).glob(".*.checkpoint.pt"))
+
+    monkeypatch.setattr(cached, "cache_root", lambda: tmp_path / "other")  # the same build, uninterrupted
+    _, whole = resolve_warm_start(config, print)
+    for side in ("main", "sub"):
+        assert whole.record["agents"][side]["losses"] == record["agents"][side]["losses"], side
+        resumed, _ = load_model(start.models[side])
+        uninterrupted, _ = load_model(whole.models[side])
+        for a, b in zip(resumed.state_dict().values(), uninterrupted.state_dict().values(), strict=True):
+            assert torch.equal(a, b), side

@@ -69,7 +69,7 @@ def test_the_oracle_refuses_questions_it_was_not_given(stage1, tokenizer):
 def test_warm_up_on_the_episodes_lowers_the_loss(stage1, tokenizer):
     demos = oracle_demonstrations(stage1, tokenizer, tokenizer, TOOLS, RolloutConfig())
     model, _ = load_model("tiny:main")
-    losses = warm_up_trajectories(model, demos.main, WarmupConfig(steps=15, batch_size=2, lr=3e-3))
+    losses = warm_up_trajectories(model, demos.main, WarmupConfig(steps=15, batch_size=2, lr=3e-3)).losses
     assert len(losses) == 15 and sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
 
 
@@ -80,7 +80,7 @@ def test_bf16_autocast_computes_the_same_loss_with_fp32_weights(stage1, tokenize
     losses = {}
     for dtype in ("float32", "bfloat16"):
         model, _ = load_model("tiny:main")
-        losses[dtype] = warm_up_trajectories(model, demos.main, cfg, compute_dtype=dtype)[0]
+        losses[dtype] = warm_up_trajectories(model, demos.main, cfg, compute_dtype=dtype).losses[0]
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert losses["bfloat16"] != losses["float32"]  # the products did run in bf16
     assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.02)

@@ -45,7 +45,7 @@ def _episodes(vocab: int) -> list[Episode]:
 def _trained(micro_batch: int, texts=(), share=0.0, steps: int = 3) -> tuple[dict[str, torch.Tensor], list[float]]:
     model, _ = load_model("tiny:main")
     cfg = WarmupConfig(steps=steps, batch_size=4, lr=1e-2, seed=3, micro_batch=micro_batch, max_grad_norm=1.0)
-    losses = warm_up_trajectories(model, _episodes(model.config.vocab_size), cfg, texts=texts, text_share=share)
+    losses = warm_up_trajectories(model, _episodes(model.config.vocab_size), cfg, texts=texts, text_share=share).losses
     return {name: p.detach().clone() for name, p in model.named_parameters()}, losses
 
 
@@ -87,7 +87,7 @@ def test_a_page_is_learnt_on_every_token():
         logits = model(input_ids=ids).logits[0, :-1]
     by_hand = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
     cfg = WarmupConfig(steps=1, batch_size=1, lr=1e-3)
-    losses = warm_up_trajectories(model, _episodes(500), cfg, texts=[page], text_share=0.999999)
+    losses = warm_up_trajectories(model, _episodes(500), cfg, texts=[page], text_share=0.999999).losses
     assert losses[0] == pytest.approx(by_hand, rel=1e-5)
 
 
