@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root"]
+__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root", "partial_dir"]
 
 CACHE_ENV = "MGRPO_CACHE"
 # Written last into a finished build: a directory without it is never used.
@@ -62,7 +62,7 @@ def build_resumable(target: Path, build: Callable[[Path], object], waiting: Call
     if (target / _DONE_MARKER).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.parent / f".{target.name}.partial"
+    partial = partial_dir(target)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         while True:
             try:
@@ -82,3 +82,8 @@ def build_resumable(target: Path, build: Callable[[Path], object], waiting: Call
             shutil.rmtree(target)  # a leftover without the marker (an older version's interrupted build)
         os.rename(partial, target)
     return target
+
+
+def partial_dir(target: Path) -> Path:
+    """Where `build_resumable` builds `target` (and what an interrupted build of it left)."""
+    return target.parent / f".{target.name}.partial"

@@ -162,6 +162,7 @@ def test_a_stopped_reuse_build_saves_its_step_and_the_same_command_goes_on_from_
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"main: resumed after step {step} of 60" in again.stdout
+    assert "(an interrupted build of it goes on where it was)" in again.stdout
     record = json.loads((tmp_path / "out" / "warmup.json").read_text())
     assert record["agents"]["main"]["resumed_at"] == [step] and record["agents"]["sub"]["resumed_at"] == []
     assert len(record["agents"]["main"]["losses"]) == 60

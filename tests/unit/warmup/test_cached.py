@@ -167,8 +167,10 @@ def test_an_interrupted_build_keeps_the_side_it_finished_and_resumes_the_other_t
     assert (partial / ".main.json").is_file() and (partial / ".sub.checkpoint.pt").is_file()
     assert not warm_start_dir(config).exists()
     steps: list[tuple[str, int]] = []
-    _, start = resolve_warm_start(config, print, lambda side, step, loss: steps.append((side, step)))
+    said: list[str] = []
+    _, start = resolve_warm_start(config, said.append, lambda side, step, loss: steps.append((side, step)))
     assert steps == [("sub", 2)]  # M kept; S from its checkpoint after 2 steps
+    assert said[0].endswith("(an interrupted build of it goes on where it was)")
     record = start.record
     assert record["agents"]["main"]["resumed_at"] == [] and record["agents"]["sub"]["resumed_at"] == [2]
     assert not partial.exists() and not list(warm_start_dir(config).glob(".*.checkpoint.pt"))
