@@ -140,7 +140,7 @@ class _StopBetweenSteps:
 def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
     """`config`'s warm start from the model cache (built there first if it is not yet), linked as out/<side>,
     its warmup.json written to out/ naming those links; {side: out/<side>}."""
-    from mgrpo_actors.models.cache import partial_dir
+    from mgrpo_actors.models.cache import left_by_interrupted_build
     from mgrpo_actors.warmup.cached import warm_start, warm_start_dir
     from mgrpo_actors.warmup.linked import link_warm_start
 
@@ -148,7 +148,7 @@ def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
     root = target.parent.parent.absolute()  # the model cache (models/cache.py cache_root)
     if out.absolute() == root or root in out.absolute().parents:
         raise ValueError(f"--out {out} is inside the model cache ({root}): name a directory outside it")
-    resumed = " (an interrupted build of it goes on where it was)" if partial_dir(target).is_dir() else ""
+    resumed = " (an interrupted build of it goes on where it was)" if left_by_interrupted_build(target) else ""
     print(f"warm start in the model cache: {target}{resumed}", flush=True)
     start = warm_start(config, progress)
     if not start.built:

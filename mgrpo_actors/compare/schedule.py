@@ -11,8 +11,8 @@ use), an engine's are agents.torch_threads.
 
 A step marked `alone` (a warm-up: a long training that a step beside it would slow several times over; measured,
 two warm-up trainings at once on 2 cores ran each step about 6x slower than one alone) runs with no other step
-beside it and on every core: it starts once the running steps have finished, and no step after it in the plan's
-order starts before it.
+beside it and on every core: once it is ready, it waits for the running steps to finish, and no step after it in
+the plan's order starts before it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class CoreLanes:
 
 def run_graph(steps: Sequence[Step], parallel: int, stop: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run every step once all of its `after` have finished, up to `parallel` at once, ready steps in the order
-    given, a step marked `alone` with none beside it (and none after it in the order started before it);
+    given, a step marked `alone` with none beside it (once it is ready, no step after it in the order starts
+    before it);
     {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
     and its exception is raised. Interrupted (Ctrl-C) while steps run, it calls `stop()` (which must make the
     running steps return, e.g. by stopping their processes) before the interrupt goes on."""

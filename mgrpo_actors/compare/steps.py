@@ -179,9 +179,9 @@ def plan_graph(
     """The comparison's steps in plan order, each with the steps it builds on (compare/schedule.py), and its
     method runs. `starts` ({layout: {side: model}}) becomes each layout's start: the models its methods begin
     from, where its warm-up and stage 1 will have put them."""
-    graph, start_step = [], {}
-    for layout in layouts:
-        after: list[str] = []
+    graph: list[Any] = []
+    start_step: dict[str, list[str]] = {layout: [] for layout in layouts}
+    for layout in layouts:  # every warm-up first: each runs alone (compare/schedule.py), so none waits on a stage 1
         if warmup:  # stage 0: the optional supervised format warm-up (mgrpo warmup --reuse), per layout
             sets = [*cfg.extra, *(["run.method=single-agent"] if layout == "single" else [])]
             flags: list[str] = []
@@ -193,10 +193,13 @@ def plan_graph(
             made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]
             command = ["warmup", *_sets(sets), *flags, "--reuse", "--out", str(warmed)]
             current = partial(same_build, warmed)
-            work = partial(steps.run, f"warmup-{layout}", made, builds_on, *command, current=current, alone=True)
-            graph.append(Step(f"warmup-{layout}", builds_on, work, alone=True))  # a training: on every core
+            alone = True  # a training: alone, on every core (the schedule's and the runner's flag, one value)
+            work = partial(steps.run, f"warmup-{layout}", made, builds_on, *command, current=current, alone=alone)
+            graph.append(Step(f"warmup-{layout}", builds_on, work, alone=alone))
             starts[layout] = {side: str(warmed / side) for side in starts[layout]}
-            after = [f"warmup-{layout}"]
+            start_step[layout] = [f"warmup-{layout}"]
+    for layout in layouts:
+        after = start_step[layout]
         if cfg.stage1_steps:
             name = f"stage1-{layout}"
             exports = {side: export_dir(run_dir, name, side, cfg.stage1_steps) for side in starts[layout]}

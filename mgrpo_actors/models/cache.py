@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root", "partial_dir"]
+__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root", "left_by_interrupted_build", "partial_dir"]
 
 CACHE_ENV = "MGRPO_CACHE"
 # Written last into a finished build: a directory without it is never used.
@@ -87,3 +87,10 @@ def build_resumable(target: Path, build: Callable[[Path], object], waiting: Call
 def partial_dir(target: Path) -> Path:
     """Where `build_resumable` builds `target` (and what an interrupted build of it left)."""
     return target.parent / f".{target.name}.partial"
+
+
+def left_by_interrupted_build(target: Path) -> bool:
+    """Whether an interrupted `build_resumable` of `target` saved something the next build goes on from (an empty
+    partial directory, of a build stopped before it saved anything, is not)."""
+    partial = partial_dir(target)
+    return partial.is_dir() and any(partial.iterdir())

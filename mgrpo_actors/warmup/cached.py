@@ -24,7 +24,7 @@ from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.questions import QuestionConfig
 from mgrpo_actors.log import get_logger
-from mgrpo_actors.models.cache import build_resumable, cache_root, partial_dir
+from mgrpo_actors.models.cache import build_resumable, cache_root, left_by_interrupted_build
 from mgrpo_actors.models.loader import resolve_model_dir
 from mgrpo_actors.runtime.compute import on_compute_thread_until
 
@@ -204,7 +204,7 @@ def resolve_warm_start(
     target = warm_start_dir(config)
     models = ", ".join(f"{side} {config.agent(side).model}" for side in config.sides)
     if not (target / "warmup.json").is_file():
-        resumed = " (an interrupted build of it goes on where it was)" if partial_dir(target).is_dir() else ""
+        resumed = " (an interrupted build of it goes on where it was)" if left_by_interrupted_build(target) else ""
         say(
             f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
             f"{cfg.batch_size} samples each of {cfg.learns_from()}, lr {cfg.lr:g}, {cfg.dtype}; into {target}{resumed}"

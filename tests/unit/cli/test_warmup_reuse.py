@@ -134,6 +134,7 @@ def test_a_model_named_through_a_link_keys_by_where_it_leads(cache, tmp_path):
     assert key(str(tmp_path / "a")) == key(str(tmp_path / "b")) == key(str(model))
 
 
+@pytest.mark.timeout(400)  # three warm-up builds (processes): slow on a busy 2-core machine
 def test_a_stopped_reuse_build_saves_its_step_and_the_same_command_goes_on_from_it(tmp_path):
     """SIGTERM (what `mgrpo compare` sends its steps) stops `mgrpo warmup --reuse` after the step it is in, with that
     step's state saved though no checkpoint was due; the same command then goes on after it, not from step 1."""

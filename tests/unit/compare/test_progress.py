@@ -97,13 +97,25 @@ def test_names_kinds_and_durations():
         PlanProgress(__import__("pathlib").Path("/nonexistent"), ["a", "a"])
 
 
-def _plan(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> dict[str, list[str]]:
+def _graph(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> list:
     starts = {"multi": {"main": "m", "sub": "s"}, "single": {"main": "m"}}
     steps = StepRunner(None, tmp_path, [], "", None)
     graph, _ = plan_graph(
         cfg, layouts, {layout: starts[layout] for layout in layouts}, warmup, steps, tmp_path / "runs"
     )
-    return {step.name: list(step.after) for step in graph}
+    return graph
+
+
+def _plan(cfg: CompareConfig, layouts: list[str], warmup: bool, tmp_path) -> dict[str, list[str]]:
+    return {step.name: list(step.after) for step in _graph(cfg, layouts, warmup, tmp_path)}
+
+
+def test_the_warm_ups_run_alone_on_every_core_and_nothing_else_does(tmp_path):
+    """Marked alone for the schedule (compare/schedule.py) and run without a core lane by the runner: one flag."""
+    cfg = CompareConfig(methods=("m-grpo", "single-agent"), steps=2, eval_every=2, stage1_steps=1)
+    graph = _graph(cfg, ["multi", "single"], True, tmp_path)
+    assert [step.name for step in graph if step.alone] == ["warmup-multi", "warmup-single"]
+    assert all(step.work.keywords.get("alone", False) == step.alone for step in graph if hasattr(step.work, "keywords"))
 
 
 def _items(plan: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
@@ -115,8 +127,8 @@ def test_the_plan_lists_every_step_in_the_order_it_runs_with_what_it_builds_on(t
     assert _items(_plan(cfg, ["multi", "single"], True, tmp_path)) == _items(
         {
             "warmup-multi": [],
-            "stage1-multi": ["warmup-multi"],
             "warmup-single": [],
+            "stage1-multi": ["warmup-multi"],
             "stage1-single": ["warmup-single"],
             "eval-start-multi": ["stage1-multi"],
             "eval-start-single": ["stage1-single"],

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mgrpo_actors.models.cache import build_resumable
+from mgrpo_actors.models.cache import build_resumable, left_by_interrupted_build
 
 
 def test_an_interrupted_build_leaves_its_work_for_the_next_call(tmp_path):
@@ -21,13 +21,17 @@ def test_an_interrupted_build_leaves_its_work_for_the_next_call(tmp_path):
         if fail:
             raise KeyboardInterrupt
 
+    with pytest.raises(KeyboardInterrupt):  # stopped before it saved anything: nothing said to go on
+        build_resumable(target, lambda partial: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert (tmp_path / ".warm.partial").is_dir() and not left_by_interrupted_build(target)
     with pytest.raises(KeyboardInterrupt):
         build_resumable(target, lambda partial: build(partial, fail=True))
     assert not target.exists() and (tmp_path / ".warm.partial" / "part1").is_file()
+    assert left_by_interrupted_build(target)
     assert build_resumable(target, lambda partial: build(partial, fail=False)) == target
     assert seen == [[], ["part1"]]  # the second build found the first one's work
     assert sorted(p.name for p in target.iterdir()) == [".complete", "part1", "part2"]
-    assert not (tmp_path / ".warm.partial").exists()
+    assert not (tmp_path / ".warm.partial").exists() and not left_by_interrupted_build(target)
     assert build_resumable(target, lambda partial: pytest.fail("built twice")) == target
 
 

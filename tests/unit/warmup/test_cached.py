@@ -148,6 +148,7 @@ def test_final_turns_are_the_other_worlds_episodes_learnt_on_their_last_turn(cac
     assert len(seen[1][1]) > 0  # S's reports too
 
 
+@pytest.mark.timeout(400)  # three warm-up builds (processes): slow on a busy 2-core machine
 def test_an_interrupted_build_keeps_the_side_it_finished_and_resumes_the_other_to_the_same_weights(
     cache, tmp_path, monkeypatch
 ):
