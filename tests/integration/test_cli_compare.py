@@ -39,8 +39,8 @@ COMMAND = (
 )
 STEPS = [
     "warmup-multi",
-    "stage1-multi",
     "warmup-single",
+    "stage1-multi",
     "stage1-single",
     "eval-start-multi",
     "eval-start-single",
