@@ -77,8 +77,7 @@ class CoreLanes:
 def run_graph(steps: Sequence[Step], parallel: int, stop: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run every step once all of its `after` have finished, up to `parallel` at once, ready steps in the order
     given, a step marked `alone` with none beside it (once it is ready, no step after it in the order starts
-    before it);
-    {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
+    before it); {name: what its work returned}. A step that raises lets the running ones finish, starts no other,
     and its exception is raised. Interrupted (Ctrl-C) while steps run, it calls `stop()` (which must make the
     running steps return, e.g. by stopping their processes) before the interrupt goes on."""
     names = [step.name for step in steps]

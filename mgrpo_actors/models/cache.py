@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root", "left_by_interrupted_build", "partial_dir"]
+__all__ = ["CACHE_ENV", "build_once", "build_resumable", "cache_root", "left_by_interrupted_build"]
 
 CACHE_ENV = "MGRPO_CACHE"
 # Written last into a finished build: a directory without it is never used.
@@ -62,7 +62,7 @@ def build_resumable(target: Path, build: Callable[[Path], object], waiting: Call
     if (target / _DONE_MARKER).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = partial_dir(target)
+    partial = _partial_dir(target)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         while True:
             try:
@@ -84,7 +84,7 @@ def build_resumable(target: Path, build: Callable[[Path], object], waiting: Call
     return target
 
 
-def partial_dir(target: Path) -> Path:
+def _partial_dir(target: Path) -> Path:
     """Where `build_resumable` builds `target` (and what an interrupted build of it left)."""
     return target.parent / f".{target.name}.partial"
 
@@ -92,5 +92,5 @@ def partial_dir(target: Path) -> Path:
 def left_by_interrupted_build(target: Path) -> bool:
     """Whether an interrupted `build_resumable` of `target` saved something the next build goes on from (an empty
     partial directory, of a build stopped before it saved anything, is not)."""
-    partial = partial_dir(target)
+    partial = _partial_dir(target)
     return partial.is_dir() and any(partial.iterdir())

@@ -15,7 +15,7 @@ Who checkpoints must keep the checkpoint beside settings that cannot change unde
 
 from __future__ import annotations
 
-import os
+import io
 import random
 import time
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from mgrpo_actors.log import get_logger
+from mgrpo_actors.runtime.disk import atomic_write_bytes
 
 __all__ = ["WarmupProgress", "TrainingCheckpoint"]
 
@@ -102,17 +103,12 @@ class TrainingCheckpoint:
             "seconds": progress.seconds,
             "resumed_at": progress.resumed_at,
         }
-        partial = self.path.with_name(f"{self.path.name}.writing")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(partial, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, self.path)
+        serialised = io.BytesIO()
+        torch.save(state, serialised)
+        try:  # synced, renamed into place; a failed write leaves no partial file (runtime/disk.py)
+            atomic_write_bytes(self.path, serialised.getbuffer(), "warm-up checkpoint")
         except OSError as exc:
             log.warning("warm-up checkpoint not written", checkpoint=str(self.path), error=str(exc))
-            partial.unlink(missing_ok=True)
         self._last_save = time.perf_counter()
 
     def remove(self) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -35,6 +34,7 @@ from mgrpo_actors.config.warmup import WebWarmupConfig
 from mgrpo_actors.envs.qa import Question
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
+from mgrpo_actors.runtime.disk import atomic_write_text
 from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint
 from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
 from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, final_turn_only, save_warmed, warm_up_trajectories
@@ -162,7 +162,7 @@ def warm_up_agents(
             "dir": str(dirs[side]),
         }
         if checkpoint is not None:  # the side is done: marked after its model is saved, then its checkpoint goes
-            _write_atomically(finished, json.dumps(record["agents"][side]))
+            atomic_write_text(finished, json.dumps(record["agents"][side]), "warm-up side record")
             checkpoint.remove()
     # the episodes' preparation (this attempt's) and each side's training (every attempt's)
     record["seconds"] = prepared + sum(agent.get("seconds", 0.0) for agent in record["agents"].values())
@@ -176,9 +176,3 @@ def _finished_side(marker: Path) -> dict | None:
         return json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f"{path.name}.writing")
-    partial.write_text(text)
-    os.replace(partial, path)
