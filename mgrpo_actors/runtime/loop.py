@@ -33,13 +33,19 @@ class BusLoop:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopping = False  # set by stop(): from then on nothing new is taken
         self._stop_lock = threading.Lock()
+        self._started = threading.Event()  # set by the loop's first callback: the loop is running
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
         self.loop.run_forever()
 
-    def start(self) -> None:
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the thread and return once its loop runs. Until then `running` is False and `submit` refuses
+        work, so a caller on a loaded machine that submitted at once would find its work dropped."""
         self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise BusError(f"the event loop for {self.describe} did not start within {timeout_s:g} s")
 
     @property
     def running(self) -> bool:

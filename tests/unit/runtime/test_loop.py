@@ -101,3 +101,23 @@ def test_concurrent_stops_both_return_and_nothing_new_is_taken_once_stopping():
     assert not any(thread.is_alive() for thread in stoppers)
     assert loop.closed and not loop.running
     assert loop.submit(asyncio.sleep(0)) is None  # refused, not left pending
+
+
+class _SlowToStartLoop(BusLoop):
+    """A loop whose thread is slow to reach run_forever, as on a loaded machine (the CI flake: a node's first
+    submit found the loop not yet running, was refused, and the node died on `assert future is not None`)."""
+
+    def _run(self) -> None:
+        time.sleep(0.3)
+        super()._run()
+
+
+def test_start_returns_once_the_loop_runs_so_the_first_submit_is_taken():
+    loop = _SlowToStartLoop("test-bus-loop-slow-start", "nowhere")
+    loop.start()
+    try:
+        assert loop.running
+        future = loop.submit(asyncio.sleep(0, result="taken"))
+        assert future is not None and future.result(5) == "taken"
+    finally:
+        loop.stop()
