@@ -92,7 +92,7 @@ compare: install
 # per machine. Evaluated at the start and the end only, all 200 questions in one batch, two steps at once, one on each
 # core (the budget: docs/benchmarks.md).
 compare-web-tiny: install
-	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-web-tiny.yaml --warmup --stage1-steps 0 --steps 20 --eval-every 20 --eval-questions 200 --eval-runs 3 --eval-batch 200 --parallel 2 --seeds 0,1,2 --out runs/compare-web-tiny
+	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-web-tiny.yaml --warmup --single-from-main 150 --stage1-steps 0 --steps 20 --eval-every 20 --eval-questions 200 --eval-runs 3 --eval-batch 200 --parallel 2 --seeds 0,1,2 --out runs/compare-web-tiny
 
 compare-tiny: install
 	$(VENV)/bin/mgrpo compare --main tiny:main --sub tiny:sub --set tools.web_entities=150 --steps 2 --eval-every 1 --eval-questions 4 --out runs/compare-tiny

@@ -73,20 +73,20 @@ def _run(args: argparse.Namespace) -> int:
     stop = _StopBetweenSteps()
 
     def progress(side: str, step: int, loss: float) -> None:
-        now = time.perf_counter()
+        now, steps = time.perf_counter(), cfg.steps_of(side)
         if side not in started and step:
-            print(f"  {side}: resumed after step {step} of {cfg.steps} (an earlier attempt's checkpoint)", flush=True)
+            print(f"  {side}: resumed after step {step} of {steps} (an earlier attempt's checkpoint)", flush=True)
         began, first = started.setdefault(side, (now, step))
-        if step % every == 0 or step == cfg.steps - 1:
+        if step % every == 0 or step == steps - 1:
             timing = ""
             if step > first:  # timed from the end of its first step: the estimate follows the steps after it
-                left = (now - began) / (step - first) * (cfg.steps - 1 - step)
+                left = (now - began) / (step - first) * (steps - 1 - step)
                 timing = f", {now - began:.0f} s since step {first + 1}, ~{left:.0f} s left"
-            print(f"  {side}: step {step + 1}/{cfg.steps}, loss {loss:.4f}{timing}", flush=True)
+            print(f"  {side}: step {step + 1}/{steps}, loss {loss:.4f}{timing}", flush=True)
         stop.check(side, step, bool(args.reuse))
 
     print(
-        f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps} steps × {cfg.batch_size} samples, "
+        f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps_said()} × {cfg.batch_size} samples, "
         f"lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )

@@ -27,6 +27,10 @@ class WebWarmupConfig:
     steps: int = 0
     """optimizer steps per agent; 0 = no warm-up in `mgrpo run` (`mgrpo warmup` then takes 8). Measured on SmolLM2 at lr
     2e-5: 1 step left M's format valid in 0.75 of its rollouts, 3 steps in all of them (make run: 4 at lr 1e-4)"""
+    sub_steps: int = 0
+    """S's optimizer steps where they differ from `steps` (0 = `steps`): a sub-agent's task (search, visit, report) is
+    learnt in fewer steps than M's, and an S with something left to learn is what RL can improve (make
+    compare-web-tiny). Must exceed lr_ramp_steps; the single agent and M take `steps`"""
     questions: int = 48
     """train questions the oracle works through (one episode each for M, and for S one per subtask)"""
     kinds: list[str] = field(default_factory=lambda: ["lookup"])
@@ -99,12 +103,27 @@ class WebWarmupConfig:
                 "warm-up needs 0 <= final_turns < 1 and pages + final_turns < 1 (the rest are whole episodes), "
                 f"got final_turns {self.final_turns}, pages {self.pages}"
             )
+        if self.sub_steps < 0 or (self.sub_steps and self.sub_steps <= self.lr_ramp_steps):
+            raise ValueError(
+                f"warmup.sub_steps must be 0 (= steps) or above lr_ramp_steps ({self.lr_ramp_steps}), "
+                f"got {self.sub_steps}"
+            )
         if not self.checkpoint_seconds >= 0:
             raise ValueError(f"warmup.checkpoint_seconds must be >= 0 (0 = never saved), got {self.checkpoint_seconds}")
         unknown = sorted(set(self.kinds) - set(WARMUP_KINDS))
         if not self.kinds or unknown or len(set(self.kinds)) < len(self.kinds):
             raise ValueError(f"warmup.kinds must name some of {', '.join(WARMUP_KINDS)}, each once, got {self.kinds}")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))
+
+    def steps_of(self, side: str) -> int:
+        """The optimizer steps the warm-up gives `side` (main or sub)."""
+        return self.sub_steps if side == "sub" and self.sub_steps else self.steps
+
+    def steps_said(self, kind: str = "") -> str:
+        """The steps in words: "1200 steps", or "1200 steps (S 300)" where S takes its own; `kind` goes before
+        "steps" ("supervised ")."""
+        count = f"{self.steps} {kind}step{'' if self.steps == 1 else 's'}"
+        return f"{count} (S {self.sub_steps})" if self.sub_steps else count
 
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,

@@ -94,6 +94,7 @@ _LATER_WARMUP_SETTINGS = (
     "lr_ramp_steps",
     "lr_decay",
     "max_grad_norm",
+    "sub_steps",
 )
 _LATER_WARMUP_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(WebWarmupConfig) if f.name in _LATER_WARMUP_SETTINGS
@@ -189,10 +190,6 @@ def with_warm_start(config: NodeConfig, start: WarmStart) -> NodeConfig:
     return dataclasses.replace(config, agents=agents, warmup=dataclasses.replace(config.warmup, steps=0))
 
 
-def _steps(count: int, kind: str = "") -> str:
-    return f"{count} {kind}step{'' if count == 1 else 's'}"
-
-
 def resolve_warm_start(
     config: NodeConfig, say: Callable[[str], None], progress: Callable[[str, int, float], None] | None = None
 ) -> tuple[NodeConfig, WarmStart | None]:
@@ -206,7 +203,7 @@ def resolve_warm_start(
     if not (target / "warmup.json").is_file():
         resumed = " (an interrupted build of it goes on where it was)" if left_by_interrupted_build(target) else ""
         say(
-            f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {_steps(cfg.steps)} × "
+            f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {cfg.steps_said()} × "
             f"{cfg.batch_size} samples each of {cfg.learns_from()}, lr {cfg.lr:g}, {cfg.dtype}; into {target}{resumed}"
         )
     stop = threading.Event()  # Ctrl-C while the compute thread warms up: it stops at its next step and cleans up
@@ -224,7 +221,7 @@ def resolve_warm_start(
     start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop, stopped)
     took = f"built in {start.seconds:.0f} s"
     verb = took if start.built else f"reused from {target} ({took})"
-    say(f"warm start {verb}: {_steps(cfg.steps, 'supervised ')}, loss {loss_summary(start)}; RL starts from it")
+    say(f"warm start {verb}: {cfg.steps_said('supervised ')}, loss {loss_summary(start)}; RL starts from it")
     return with_warm_start(config, start), start
 
 

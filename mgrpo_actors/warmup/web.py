@@ -136,6 +136,7 @@ def warm_up_agents(
         )
         # the section's settings the supervised loop takes, under the same names
         warmup = WarmupConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(WarmupConfig)})
+        warmup = dataclasses.replace(warmup, steps=cfg.steps_of(side))  # warmup.sub_steps: S's own count
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         checkpoint = TrainingCheckpoint(saved, cfg.checkpoint_seconds) if resume else None
         done = warm_up_trajectories(

@@ -184,3 +184,22 @@ def test_an_interrupted_build_keeps_the_side_it_finished_and_resumes_the_other_t
         uninterrupted, _ = load_model(whole.models[side])
         for a, b in zip(resumed.state_dict().values(), uninterrupted.state_dict().values(), strict=True):
             assert torch.equal(a, b), side
+
+
+def test_sub_steps_give_s_its_own_count_of_steps(cache):
+    """warmup.sub_steps: S trains that many steps, M `steps`; the messages say both; the key changes only when set."""
+    config = _config("warmup.steps=3", "warmup.sub_steps=2")
+    assert warm_start_dir(config) != warm_start_dir(_config("warmup.steps=3"))
+    said: list[str] = []
+    steps: list[tuple[str, int]] = []
+    _, start = resolve_warm_start(config, said.append, lambda side, step, loss: steps.append((side, step)))
+    assert steps == [("main", 0), ("main", 1), ("main", 2), ("sub", 0), ("sub", 1)]
+    assert [len(start.record["agents"][side]["losses"]) for side in ("main", "sub")] == [3, 2]
+    assert "3 steps (S 2)" in said[0] and "3 supervised steps (S 2)" in said[-1]
+
+
+def test_sub_steps_must_outlast_the_lr_ramp():
+    with pytest.raises(ValueError, match="sub_steps"):
+        _config("warmup.steps=300", "warmup.lr_ramp_steps=100", "warmup.sub_steps=100")
+    assert _config("warmup.steps=300", "warmup.lr_ramp_steps=100", "warmup.sub_steps=101").warmup.steps_of("sub") == 101
+    assert _config("warmup.steps=300").warmup.steps_of("sub") == 300
