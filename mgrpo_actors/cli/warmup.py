@@ -54,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
             for name, value in (
                 ("questions", args.questions),
                 ("steps", args.steps),
+                ("sub_steps", args.sub_steps),
                 ("batch_size", args.batch_size),
                 ("lr", args.lr),
                 ("seed", args.seed),
@@ -68,12 +69,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mgrpo warmup: error: {exc}", file=sys.stderr)
         return 2
 
-    every = max(5, cfg.steps // 50)  # at most about 50 lines per agent
     started: dict[str, tuple[float, int]] = {}  # side -> (when, step): its first step this process took
     stop = _StopBetweenSteps()
 
     def progress(side: str, step: int, loss: float) -> None:
         now, steps = time.perf_counter(), cfg.steps_of(side)
+        every = max(5, steps // 50)  # at most about 50 lines per agent
         if side not in started and step:
             print(f"  {side}: resumed after step {step} of {steps} (an earlier attempt's checkpoint)", flush=True)
         began, first = started.setdefault(side, (now, step))
@@ -85,8 +86,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {side}: step {step + 1}/{steps}, loss {loss:.4f}{timing}", flush=True)
         stop.check(side, step, bool(args.reuse))
 
+    counts = cfg.steps_said(with_sub=config.run.method != "single-agent")
     print(
-        f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {cfg.steps_said()} × {cfg.batch_size} samples, "
+        f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {counts} × {cfg.batch_size} samples, "
         f"lr {cfg.lr:g}, {cfg.dtype}",
         flush=True,
     )
@@ -187,7 +189,17 @@ def add_parser(subparsers: Any) -> None:
         help="their kinds, taken in turn: lookup, compare, aggregate, difference (default: warmup.kinds, lookup)",
     )
     p.add_argument(
-        "--steps", type=int, metavar="N", help="optimizer steps per agent (default: warmup.steps, or 8 where it is 0)"
+        "--steps",
+        type=int,
+        metavar="N",
+        help="optimizer steps of M or the single agent, and of S unless it has its own (default: warmup.steps, or 8 "
+        "where it is 0)",
+    )
+    p.add_argument(
+        "--sub-steps",
+        type=int,
+        metavar="N",
+        help="S's optimizer steps where they differ from --steps (default: warmup.sub_steps; 0 = --steps)",
     )
     p.add_argument("--batch-size", type=int, metavar="N", help="episodes per step (default: warmup.batch_size, 4)")
     p.add_argument("--lr", type=float, help="AdamW learning rate (default: warmup.lr, 2e-5)")

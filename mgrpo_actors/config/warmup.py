@@ -119,11 +119,11 @@ class WebWarmupConfig:
         """The optimizer steps the warm-up gives `side` (main or sub)."""
         return self.sub_steps if side == "sub" and self.sub_steps else self.steps
 
-    def steps_said(self, kind: str = "") -> str:
-        """The steps in words: "1200 steps", or "1200 steps (S 300)" where S takes its own; `kind` goes before
-        "steps" ("supervised ")."""
+    def steps_said(self, kind: str = "", with_sub: bool = True) -> str:
+        """The steps in words: "1200 steps", or "1200 steps (S 300)" where S (`with_sub`: the layout has one) takes
+        its own; `kind` goes before "steps" ("supervised ")."""
         count = f"{self.steps} {kind}step{'' if self.steps == 1 else 's'}"
-        return f"{count} (S {self.sub_steps})" if self.sub_steps else count
+        return f"{count} (S {self.sub_steps})" if with_sub and self.sub_steps else count
 
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,

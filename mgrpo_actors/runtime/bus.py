@@ -132,7 +132,11 @@ class Bus(JetStreamCalls):
     # ---- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> Bus:
         """Start the bus thread and connect within connect_timeout_s; else BusConnectError naming the URL."""
-        self.loop.start()
+        try:
+            self.loop.start()
+        except BusError as exc:  # its thread did not get the loop running: said as the connection's failure
+            self._stop_loop()
+            raise BusConnectError(self.url, str(exc)) from None
         future = self.loop.submit(self._connect())
         assert future is not None
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -37,15 +38,27 @@ class BusLoop:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._started.set)
+        self.loop.call_soon(self._on_started)
         self.loop.run_forever()
+
+    def _on_started(self) -> None:
+        self._started.set()
+        if self._stopping:  # stop() came while the thread was starting: it found no loop running to stop
+            self.loop.stop()
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start the thread and return once its loop runs. Until then `running` is False and `submit` refuses
-        work, so a caller on a loaded machine that submitted at once would find its work dropped."""
+        work, so a caller on a loaded machine that submitted at once would find its work dropped. BusError if the
+        loop was stopped before, or its thread dies or does not get it running within `timeout_s`."""
+        if self._stopping or self.loop.is_closed():
+            raise BusError(f"the event loop for {self.describe} was stopped: it cannot start again")
         self._thread.start()
-        if not self._started.wait(timeout_s):
-            raise BusError(f"the event loop for {self.describe} did not start within {timeout_s:g} s")
+        deadline = time.monotonic() + timeout_s
+        while not self._started.wait(0.05):
+            if not self._thread.is_alive():
+                raise BusError(f"the event loop for {self.describe} ended before it ran")
+            if time.monotonic() >= deadline:
+                raise BusError(f"the event loop for {self.describe} did not start within {timeout_s:g} s")
 
     @property
     def running(self) -> bool:

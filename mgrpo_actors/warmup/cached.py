@@ -113,6 +113,8 @@ _NOT_IN_KEY = ("checkpoint_seconds",)
 
 def _warmup_settings(config: NodeConfig) -> dict:
     settings = dataclasses.asdict(config.warmup)
+    if "sub" not in config.sides or settings["sub_steps"] == settings["steps"]:
+        settings["sub_steps"] = 0  # no S to train, or S's count is `steps`: the same build as without it
     return {
         key: value
         for key, value in settings.items()
@@ -187,7 +189,7 @@ def with_warm_start(config: NodeConfig, start: WarmStart) -> NodeConfig:
     agents = config.agents
     for side, directory in start.models.items():
         agents = dataclasses.replace(agents, **{side: dataclasses.replace(getattr(agents, side), model=directory)})
-    return dataclasses.replace(config, agents=agents, warmup=dataclasses.replace(config.warmup, steps=0))
+    return dataclasses.replace(config, agents=agents, warmup=dataclasses.replace(config.warmup, steps=0, sub_steps=0))
 
 
 def resolve_warm_start(
@@ -199,11 +201,12 @@ def resolve_warm_start(
     if cfg.steps < 1:
         return config, None
     target = warm_start_dir(config)
+    steps = cfg.steps_said(with_sub="sub" in config.sides)
     models = ", ".join(f"{side} {config.agent(side).model}" for side in config.sides)
     if not (target / "warmup.json").is_file():
         resumed = " (an interrupted build of it goes on where it was)" if left_by_interrupted_build(target) else ""
         say(
-            f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {cfg.steps_said()} × "
+            f"warm-up (stage 0, supervised, before RL; once, then cached): {models}, {steps} × "
             f"{cfg.batch_size} samples each of {cfg.learns_from()}, lr {cfg.lr:g}, {cfg.dtype}; into {target}{resumed}"
         )
     stop = threading.Event()  # Ctrl-C while the compute thread warms up: it stops at its next step and cleans up
@@ -220,8 +223,9 @@ def resolve_warm_start(
     # on the process's compute thread, if it has one (runtime/compute.py)
     start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop, stopped)
     took = f"built in {start.seconds:.0f} s"
+    supervised = cfg.steps_said("supervised ", with_sub="sub" in config.sides)
     verb = took if start.built else f"reused from {target} ({took})"
-    say(f"warm start {verb}: {cfg.steps_said('supervised ')}, loss {loss_summary(start)}; RL starts from it")
+    say(f"warm start {verb}: {supervised}, loss {loss_summary(start)}; RL starts from it")
     return with_warm_start(config, start), start
 
 

@@ -121,3 +121,62 @@ def test_start_returns_once_the_loop_runs_so_the_first_submit_is_taken():
         assert future is not None and future.result(5) == "taken"
     finally:
         loop.stop()
+
+
+def test_a_loop_that_does_not_start_in_time_is_an_error():
+    import pytest
+
+    from mgrpo_actors.runtime.errors import BusError
+
+    loop = _SlowToStartLoop("test-bus-loop-too-slow", "nowhere")
+    with pytest.raises(BusError, match="did not start within 0.1 s"):
+        loop.start(timeout_s=0.1)
+    loop.stop()  # the thread got the loop running after all: stopped and closed
+    assert loop.closed
+
+
+def test_starting_a_stopped_loop_fails_at_once():
+    import pytest
+
+    from mgrpo_actors.runtime.errors import BusError
+
+    loop = BusLoop("test-bus-loop-restart", "nowhere")
+    loop.start()
+    loop.stop()
+    began = time.monotonic()
+    with pytest.raises(BusError, match="was stopped"):
+        loop.start()
+    assert time.monotonic() - began < 1.0
+
+
+def test_a_stop_while_the_thread_starts_still_stops_and_closes_the_loop():
+    import threading
+
+    loop = _SlowToStartLoop("test-bus-loop-stop-racing-start", "nowhere")
+    starter = threading.Thread(target=loop.start)
+    starter.start()
+    time.sleep(0.05)  # the thread is alive, its loop not yet running
+    began = time.monotonic()
+    loop.stop()  # waits for the thread, whose loop stops as soon as it runs
+    assert time.monotonic() - began < 3.0  # not the 5 s join of a loop left running
+    starter.join(timeout=10)
+    assert not starter.is_alive()
+    assert not loop.loop.is_running() and loop.closed
+
+
+def test_a_bus_whose_loop_does_not_start_fails_to_connect_as_a_connection_error(monkeypatch):
+    """The node catches BusConnectError (exit code and embedded server stopped): a loop that does not start is one."""
+    import pytest
+
+    from mgrpo_actors.runtime import bus as bus_module
+    from mgrpo_actors.runtime.bus import Bus
+    from mgrpo_actors.runtime.errors import BusConnectError
+
+    class NotInTime(_SlowToStartLoop):
+        def start(self, timeout_s: float = 30.0) -> None:
+            super().start(timeout_s=0.1)
+
+    monkeypatch.setattr(bus_module, "BusLoop", NotInTime)
+    bus = Bus("nats://127.0.0.1:1", run_id="loop-test", node="loop-test")
+    with pytest.raises(BusConnectError, match="did not start within"):
+        bus.connect()

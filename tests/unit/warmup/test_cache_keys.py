@@ -26,7 +26,7 @@ def test_warm_up_settings_added_later_enter_the_key_only_when_changed():
 
     config = NodeConfig()
     settings = _warmup_settings(config)
-    later = {"worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm"}
+    later = {"worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm", "sub_steps"}
     assert not later & set(settings)
     assert {"steps", "questions", "kinds", "batch_size", "lr", "seed", "dtype"} <= set(settings)
     pretrained = dataclasses.replace(

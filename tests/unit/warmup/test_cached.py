@@ -198,6 +198,35 @@ def test_sub_steps_give_s_its_own_count_of_steps(cache):
     assert "3 steps (S 2)" in said[0] and "3 supervised steps (S 2)" in said[-1]
 
 
+def test_s_lr_schedule_follows_its_own_count(cache, monkeypatch):
+    """S's supervised loop gets `sub_steps` as its steps, so its lr ramp and decay span S's steps, not M's."""
+    from mgrpo_actors.warmup import web
+
+    given = {}
+    real = web.warm_up_trajectories
+
+    def spy(model, trajectories, cfg, *args, **kwargs):
+        given[len(given)] = cfg  # M first, then S
+        return real(model, trajectories, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(web, "warm_up_trajectories", spy)
+    config = _config("warmup.steps=4", "warmup.sub_steps=3", "warmup.lr_ramp_steps=1", "warmup.lr_decay=true")
+    resolve_warm_start(config, lambda line: None)
+    main, sub = given[0], given[1]
+    assert (main.steps, sub.steps) == (4, 3)
+    assert main.lr_factor(3) == pytest.approx(0.1) and sub.lr_factor(2) == pytest.approx(0.1)  # each ends its decay
+    assert main.lr_factor(2) == pytest.approx(0.55)  # at S's last step M is halfway down its own
+
+
+def test_sub_steps_are_not_in_the_key_where_they_change_nothing(cache):
+    base = warm_start_dir(_config("warmup.steps=3"))
+    assert warm_start_dir(_config("warmup.steps=3", "warmup.sub_steps=3")) == base  # S's count is `steps`
+    single = _config("warmup.steps=3", "run.method=single-agent")
+    assert warm_start_dir(_config("warmup.steps=3", "warmup.sub_steps=2", "run.method=single-agent")) == (
+        warm_start_dir(single)
+    )
+
+
 def test_sub_steps_must_outlast_the_lr_ramp():
     with pytest.raises(ValueError, match="sub_steps"):
         _config("warmup.steps=300", "warmup.lr_ramp_steps=100", "warmup.sub_steps=100")
