@@ -136,25 +136,25 @@ class PlanProgress:
 
     def seconds_left(self, after: str) -> float | None:
         """Estimated seconds of the steps not yet done besides `after` (each at the mean of the finished steps of
-        its kind, else of all), over the steps that run at once; None before any step finished."""
-        done = self.done
-        if not done:
-            return None
+        its kind), over the steps that run at once; None while a kind of step left has none finished. Kinds cost
+        too differently to stand in for each other: a warm-up built takes most of an hour, one reused a second, an
+        evaluation minutes (the first plan of make compare-web-tiny read 9 hours from its warm-up alone)."""
         by_kind: dict[str, list[float]] = {}
-        for name, seconds in done.items():
+        for name, seconds in self.done.items():
             by_kind.setdefault(step_kind(name), []).append(seconds)
-        overall = sum(done.values()) / len(done)
-        rest = [name for name in self.steps if name != after and name not in done]
+        rest = [name for name in self.steps if name != after and name not in self.done]
+        if any(step_kind(name) not in by_kind for name in rest):
+            return None
         at_once = max(1, min(self.parallel, len(rest)))  # a rough share: not every step left can run beside others
-        return (
-            sum((sum(by_kind[k]) / len(by_kind[k])) if (k := step_kind(name)) in by_kind else overall for name in rest)
-            / at_once
-        )
+        return sum(sum(by_kind[k]) / len(by_kind[k]) for k in map(step_kind, rest)) / at_once
 
     def where(self, name: str) -> str:
         """ "[5/14] run-m-grpo-seed0" with how many are done, time elapsed and the estimate of what is left."""
         position = f"[{self.steps.index(name) + 1}/{len(self.steps)}] {name}"
         elapsed = duration(self.clock() - self.started)
         left = self.seconds_left(name)
-        estimate = "" if left is None else f", about {duration(left)} after this one"
+        if left is not None:
+            estimate = f", about {duration(left)} after this one"
+        else:  # said once something has finished: before that, nothing could be timed
+            estimate = ", time left known once a step of each kind has finished" if self.done else ""
         return f"{position} ({len(self.done)} of {len(self.steps)} done, {elapsed} elapsed{estimate})"

@@ -72,11 +72,15 @@ def test_time_left_from_the_finished_steps_of_each_kind(tmp_path):
     progress.record("stage1-multi", "a", 100.0)
     progress.record("eval-start-multi", "b", 10.0)
     clock.now += 80
-    # after run-m-grpo: eval (10) + run (no run finished yet: the mean of all, 55) + eval (10)
-    assert progress.seconds_left("run-m-grpo") == pytest.approx(75.0)
-    assert progress.where("run-m-grpo") == "[3/6] run-m-grpo (2 of 6 done, 80 s elapsed, about 75 s after this one)"
+    # after run-m-grpo: a run left, and none finished yet: another kind's time would not say what one costs
+    assert progress.seconds_left("run-m-grpo") is None
+    assert progress.where("run-m-grpo") == (
+        "[3/6] run-m-grpo (2 of 6 done, 80 s elapsed, time left known once a step of each kind has finished)"
+    )
     progress.record("run-m-grpo", "c", 300.0)
+    # after the evaluation: the other run (300) and the other evaluation (10)
     assert progress.seconds_left("eval-m-grpo-step2") == pytest.approx(300.0 + 10.0)
+    assert progress.where("eval-m-grpo-step2").endswith("about 5 min after this one)")
     recorded = json.loads((tmp_path / PROGRESS_FILE).read_text())["done"]
     assert {name: (r["key"], r["seconds"]) for name, r in recorded.items()} == {
         "stage1-multi": ("a", 100.0),
@@ -159,9 +163,10 @@ def test_steps_at_once_share_the_estimate_and_the_wall_time_carries_over(tmp_pat
     progress = PlanProgress(tmp_path, STEPS, clock=clock, parallel=2)
     progress.record("stage1-multi", "a", 100.0)
     progress.record("eval-start-multi", "b", 10.0)
-    # left besides run-m-grpo: eval 10, run-main-only 55 (no run finished: the mean of all), eval 10; 2 at once
-    assert progress.seconds_left("run-m-grpo") == pytest.approx((10.0 + 55.0 + 10.0) / 2)
-    assert PlanProgress(tmp_path, STEPS, parallel=8).seconds_left("run-m-grpo") == pytest.approx(75.0 / 3)
+    progress.record("run-main-only", "r", 50.0)
+    # left besides run-m-grpo: the two evaluations of the runs, 10 each; 2 at once
+    assert progress.seconds_left("run-m-grpo") == pytest.approx((10.0 + 10.0) / 2)
+    assert PlanProgress(tmp_path, STEPS, parallel=8).seconds_left("run-m-grpo") == pytest.approx(20.0 / 2)
     clock.now += 300
     progress.record("run-m-grpo", "c", 290.0)
     assert progress.wall_seconds == pytest.approx(300.0)
