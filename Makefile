@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint format test test-fast test-vllm test-gpu-resolve config-docs run run-tiny run-learn compare compare-web-tiny compare-tiny bench clean
+.PHONY: install lint format test test-fast test-vllm test-gpu-resolve config-docs run run-tiny run-learn compare compare-smollm2 compare-tiny bench clean
 
 install: $(STAMP)
 
@@ -82,17 +82,18 @@ run-tiny: install
 run-learn: install
 	$(VENV)/bin/mgrpo demo learn
 
-# The methods side by side (docs/benchmarks.md): the committed SmolLM2 comparison in
-# docs/results/smollm2/ (about 80 minutes on 2 CPU cores), and a few minutes' wiring check on the tiny models.
+# The paper's comparison (docs/results/web-tiny/): M-GRPO, main-only, single-agent and the unaligned ablation over
+# 3 seeds on two models of our own, pretrained here on the synthetic web (deploy/configs/compare-web-tiny.yaml), in
+# about 2 hours on 2 CPU cores from nothing cached. Evaluated at the start and the end only, all 200 questions in one
+# batch, two steps at once, one on each core; an interrupted one resumes where it stopped, and its warm-ups are built
+# once per machine (the budget: docs/benchmarks.md).
 compare: install
-	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 1 --steps 2 --eval-every 2 --eval-questions 8 --eval-runs 2 --out runs/compare-smollm2
-
-# The paper's comparison over 3 seeds on two models of our own, pretrained here on the synthetic web
-# (deploy/configs/compare-web-tiny.yaml); an interrupted one resumes where it stopped, and its warm-ups are built once
-# per machine. Evaluated at the start and the end only, all 200 questions in one batch, two steps at once, one on each
-# core (the budget: docs/benchmarks.md).
-compare-web-tiny: install
 	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-web-tiny.yaml --warmup --single-from-main 150 --stage1-steps 0 --steps 20 --eval-every 20 --eval-questions 200 --eval-runs 3 --eval-batch 200 --parallel 2 --seeds 0,1,2 --out runs/compare-web-tiny
+
+# The earlier comparison on SmolLM2, docs/results/smollm2/ (2 steps, 8 questions: about 80 minutes on 2 CPU cores), and
+# a few minutes' wiring check on the tiny models.
+compare-smollm2: install
+	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --stage1-steps 1 --steps 2 --eval-every 2 --eval-questions 8 --eval-runs 2 --out runs/compare-smollm2
 
 compare-tiny: install
 	$(VENV)/bin/mgrpo compare --main tiny:main --sub tiny:sub --set tools.web_entities=150 --steps 2 --eval-every 1 --eval-questions 4 --out runs/compare-tiny

@@ -138,7 +138,7 @@ class PlanProgress:
         """Estimated seconds of the steps not yet done besides `after` (each at the mean of the finished steps of
         its kind), over the steps that run at once; None while a kind of step left has none finished. Kinds cost
         too differently to stand in for each other: a warm-up built takes most of an hour, one reused a second, an
-        evaluation minutes (the first plan of make compare-web-tiny read 9 hours from its warm-up alone)."""
+        evaluation minutes (the first plan of make compare read 9 hours from its warm-up alone)."""
         by_kind: dict[str, list[float]] = {}
         for name, seconds in self.done.items():
             by_kind.setdefault(step_kind(name), []).append(seconds)

@@ -30,7 +30,7 @@ class WebWarmupConfig:
     sub_steps: int = 0
     """S's optimizer steps where they differ from `steps` (0 = `steps`): a sub-agent's task (search, visit, report) is
     learnt in fewer steps than M's, and an S with something left to learn is what RL can improve (make
-    compare-web-tiny). Must exceed lr_ramp_steps; the single agent and M take `steps`"""
+    compare). Must exceed lr_ramp_steps; the single agent and M take `steps`"""
     questions: int = 48
     """train questions the oracle works through (one episode each for M, and for S one per subtask)"""
     kinds: list[str] = field(default_factory=lambda: ["lookup"])

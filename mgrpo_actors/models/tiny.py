@@ -127,7 +127,7 @@ TINY_PRESETS: dict[str, TinyModelConfig] = {
         num_key_value_heads=2,
         architecture="qwen2",
     ),
-    # Two different LLMs for the web comparison (make compare-web-tiny): M a Llama, S a Qwen2, 2.6M parameters each,
+    # Two different LLMs for the web comparison (make compare): M a Llama, S a Qwen2, 2.6M parameters each,
     # sharing a 4k BPE of the web; HF's init range (0.02): they are trained from scratch, not sampled raw.
     "web-main": TinyModelConfig(
         name="web-main",
