@@ -15,7 +15,7 @@ single-agent, and aligned against unaligned), with the same seeds and budget, ev
        method, mean and spread over the seeds, like the paper's figures).
 
     mgrpo compare --main tiny:main --sub tiny:sub --steps 2 --eval-every 1 --out runs/compare-tiny
-    mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --out runs/compare-smollm2  # see make compare
+    mgrpo compare --config deploy/configs/compare-smollm2.yaml --warmup --out runs/compare-smollm2
     mgrpo compare --methods m-grpo,main-only --seeds 0,1,2 --set pipeline.queries_per_step=4
 
 Each step of the way is a separate process (`mgrpo run`, `mgrpo eval`) whose output goes to

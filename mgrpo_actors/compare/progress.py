@@ -137,8 +137,9 @@ class PlanProgress:
     def seconds_left(self, after: str) -> float | None:
         """Estimated seconds of the steps not yet done besides `after` (each at the mean of the finished steps of
         its kind), over the steps that run at once; None while a kind of step left has none finished. Kinds cost
-        too differently to stand in for each other: a warm-up built takes most of an hour, one reused a second, an
-        evaluation minutes (the first plan of make compare read 9 hours from its warm-up alone)."""
+        too differently to stand in for each other: a warm-up built takes most of an hour, an evaluation minutes (the
+        first plan of make compare read 9 hours from its warm-up alone). Within a kind the mean can still mislead: a
+        warm-up reused takes a second."""
         by_kind: dict[str, list[float]] = {}
         for name, seconds in self.done.items():
             by_kind.setdefault(step_kind(name), []).append(seconds)
