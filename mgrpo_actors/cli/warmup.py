@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {side}: step {step + 1}/{steps}, loss {loss:.4f}{timing}", flush=True)
         stop.check(side, step, bool(args.reuse))
 
-    counts = cfg.steps_said(with_sub=config.run.method != "single-agent")
+    counts = cfg.steps_said(with_sub=config.warmup_trains_sub)
     print(
         f"warm-up of {config.run.method} agents on {cfg.learns_from()}, {counts} × {cfg.batch_size} samples, "
         f"lr {cfg.lr:g}, {cfg.dtype}",

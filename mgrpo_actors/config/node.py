@@ -333,6 +333,12 @@ class NodeConfig:
         return tuple(self.agents.subs) or (DEFAULT_SUB_TYPE,)
 
     @property
+    def warmup_trains_sub(self) -> bool:
+        """Whether the warm-up (warmup/web.py) trains S beside M: every method but single-agent, whatever the
+        sub-agent types are called (it warms up agents.sub)."""
+        return self.run.method != "single-agent"
+
+    @property
     def sides(self) -> tuple[str, ...]:
         """The agents this run has: M and every sub-agent type, or only "main" (the single agent) in single-agent
         mode."""

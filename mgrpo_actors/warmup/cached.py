@@ -113,8 +113,8 @@ _NOT_IN_KEY = ("checkpoint_seconds",)
 
 def _warmup_settings(config: NodeConfig) -> dict:
     settings = dataclasses.asdict(config.warmup)
-    if config.run.method == "single-agent" or settings["sub_steps"] == settings["steps"]:
-        settings["sub_steps"] = 0  # no S to train (web.py), or S's count is `steps`: the same build as without it
+    if not config.warmup_trains_sub or settings["sub_steps"] == settings["steps"]:
+        settings["sub_steps"] = 0  # no S to train, or S's count is `steps`: the same build as without it
     return {
         key: value
         for key, value in settings.items()
@@ -201,8 +201,7 @@ def resolve_warm_start(
     if cfg.steps < 1:
         return config, None
     target = warm_start_dir(config)
-    with_sub = config.run.method != "single-agent"  # the layouts whose warm-up trains S (web.py)
-    steps = cfg.steps_said(with_sub=with_sub)
+    steps = cfg.steps_said(with_sub=config.warmup_trains_sub)
     models = ", ".join(f"{side} {config.agent(side).model}" for side in config.sides)
     if not (target / "warmup.json").is_file():
         resumed = " (an interrupted build of it goes on where it was)" if left_by_interrupted_build(target) else ""
@@ -224,7 +223,7 @@ def resolve_warm_start(
     # on the process's compute thread, if it has one (runtime/compute.py)
     start = on_compute_thread_until(stop.set, warm_start, config, progress_or_stop, stopped)
     took = f"built in {start.seconds:.0f} s"
-    supervised = cfg.steps_said("supervised ", with_sub=with_sub)
+    supervised = cfg.steps_said("supervised ", with_sub=config.warmup_trains_sub)
     verb = took if start.built else f"reused from {target} ({took})"
     say(f"warm start {verb}: {supervised}, loss {loss_summary(start)}; RL starts from it")
     return with_warm_start(config, start), start

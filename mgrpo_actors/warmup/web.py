@@ -67,7 +67,7 @@ def warm_up_agents(
     `cfg.checkpoint_seconds`; checkpoint.py)."""
     if cfg.steps < 1:
         raise ValueError(f"a warm-up needs steps >= 1, got {cfg.steps}")
-    single = config.run.method == "single-agent"
+    single = not config.warmup_trains_sub
     own = config.agents.main.tools
     if single and own is not None and not {"search", "visit"} <= set(own):
         raise ValueError(
@@ -134,9 +134,9 @@ def warm_up_agents(
         log.info(
             "warm-up starts", side=side, episodes=len(trajectories), tokens=sum(len(t.token_ids) for t in trajectories)
         )
-        # the section's settings the supervised loop takes, under the same names
-        warmup = WarmupConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(WarmupConfig)})
-        warmup = dataclasses.replace(warmup, steps=cfg.steps_of(side))  # warmup.sub_steps: S's own count
+        # the section's settings the supervised loop takes, under the same names; S's own count of steps
+        same_names = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(WarmupConfig)}
+        warmup = WarmupConfig(**{**same_names, "steps": cfg.steps_of(side)})
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         checkpoint = TrainingCheckpoint(saved, cfg.checkpoint_seconds) if resume else None
         done = warm_up_trajectories(

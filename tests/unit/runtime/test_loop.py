@@ -6,8 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 import time
 
+import pytest
+
+from mgrpo_actors.runtime import bus as bus_module
+from mgrpo_actors.runtime.bus import Bus
+from mgrpo_actors.runtime.errors import BusConnectError, BusError
 from mgrpo_actors.runtime.loop import BusLoop
 
 
@@ -88,8 +94,6 @@ def test_stopping_from_a_thread_running_its_own_event_loop_still_closes():
 
 
 def test_concurrent_stops_both_return_and_nothing_new_is_taken_once_stopping():
-    import threading
-
     loop = _started("test-bus-loop-concurrent")
     loop.call_soon(lambda: loop.loop.create_task(asyncio.sleep(3600)))
     _wait_for_tasks(loop, 1)
@@ -124,10 +128,6 @@ def test_start_returns_once_the_loop_runs_so_the_first_submit_is_taken():
 
 
 def test_a_loop_that_does_not_start_in_time_is_an_error():
-    import pytest
-
-    from mgrpo_actors.runtime.errors import BusError
-
     loop = _SlowToStartLoop("test-bus-loop-too-slow", "nowhere")
     with pytest.raises(BusError, match="did not start within 0.1 s"):
         loop.start(timeout_s=0.1)
@@ -136,10 +136,6 @@ def test_a_loop_that_does_not_start_in_time_is_an_error():
 
 
 def test_starting_a_stopped_loop_fails_at_once():
-    import pytest
-
-    from mgrpo_actors.runtime.errors import BusError
-
     loop = BusLoop("test-bus-loop-restart", "nowhere")
     loop.start()
     loop.stop()
@@ -150,8 +146,6 @@ def test_starting_a_stopped_loop_fails_at_once():
 
 
 def test_a_stop_while_the_thread_starts_still_stops_and_closes_the_loop():
-    import threading
-
     loop = _SlowToStartLoop("test-bus-loop-stop-racing-start", "nowhere")
     starter = threading.Thread(target=loop.start)
     starter.start()
@@ -166,11 +160,6 @@ def test_a_stop_while_the_thread_starts_still_stops_and_closes_the_loop():
 
 def test_a_bus_whose_loop_does_not_start_fails_to_connect_as_a_connection_error(monkeypatch):
     """The node catches BusConnectError (exit code and embedded server stopped): a loop that does not start is one."""
-    import pytest
-
-    from mgrpo_actors.runtime import bus as bus_module
-    from mgrpo_actors.runtime.bus import Bus
-    from mgrpo_actors.runtime.errors import BusConnectError
 
     class NotInTime(_SlowToStartLoop):
         def start(self, timeout_s: float = 30.0) -> None:
