@@ -34,6 +34,7 @@ single-agent, m-grpo-unaligned (algo.alignment.mode: none, the paper's unsynchro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -102,6 +103,7 @@ def compare(args: argparse.Namespace) -> int:
         if cfg.single_from_main and not args.warmup:
             raise ValueError("--single-from-main starts the single agent's warm-up from M's: it needs --warmup")
         base = load_node_config(args.config, list(extra), "mgrpo compare")
+        cfg = dataclasses.replace(cfg, warmup_copy_steps=base.warmup.copy_steps)
         if 0 < cfg.single_from_main <= base.warmup.lr_ramp_steps:
             raise ValueError(
                 f"--single-from-main {cfg.single_from_main} is not above warmup.lr_ramp_steps "

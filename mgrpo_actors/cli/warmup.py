@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import signal
 import sys
 import time
@@ -77,6 +78,8 @@ def _run(args: argparse.Namespace) -> int:
         every = max(5, steps // 50)  # at most about 50 lines per agent
         if side not in started and step:
             print(f"  {side}: resumed after step {step} of {steps} (an earlier attempt's checkpoint)", flush=True)
+        if step == cfg.copy_steps and step:  # the episodes begin: time them alone (a practice step is far cheaper)
+            started[side] = (now, step)
         began, first = started.setdefault(side, (now, step))
         if step % every == 0 or step == steps - 1:
             timing = ""
@@ -106,6 +109,9 @@ def _run(args: argparse.Namespace) -> int:
         f"warmed-up models: {', '.join(f'{side} {path}' for side, path in dirs.items())} "
         f"(settings and losses in {Path(args.out) / 'warmup.json'})"
     )
+    copied = _copied_shares(Path(args.out) / "warmup.json")
+    if copied:
+        print(f"copying (held-out runs of ids written four times, the repeats' ids predicted): {copied}")
     print(f"use them: mgrpo run {sets}")
     return 0
 
@@ -137,6 +143,17 @@ class _StopBetweenSteps:
             where = "saved: the same command goes on from there" if saved else "not saved (only --reuse builds are)"
             print(f"mgrpo warmup: stopped after {side}'s step {step + 1}, {where}", file=sys.stderr, flush=True)
             raise KeyboardInterrupt
+
+
+def _copied_shares(record: Path) -> str:
+    """Each agent's `copied_share` from a warmup.json (warmup/copying.py), in words; "" where none is recorded (a
+    warm start built before it was measured)."""
+    try:
+        agents = json.loads(record.read_text())["agents"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    shares = {side: agent["copied_share"] for side, agent in agents.items() if "copied_share" in agent}
+    return ", ".join(f"{side} {share:.0%}" for side, share in shares.items())
 
 
 def _reused(config: Any, out: Path, progress: Any) -> dict[str, Path]:
@@ -193,7 +210,7 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         metavar="N",
         help="optimizer steps of M or the single agent, and of S unless it has its own (default: warmup.steps, or 8 "
-        "where it is 0)",
+        "where it is 0), each agent's after its warmup.copy_steps of copying practice",
     )
     p.add_argument(
         "--sub-steps",

@@ -41,6 +41,8 @@ class CompareConfig:
     # many steps on its own layout's episodes; 0 = its own warm-up from the configured model ([ours]: a warm-up
     # costs as much as the runs on 2 cores, docs/benchmarks.md)
     single_from_main: int = 0
+    # the config's warmup.copy_steps: M's warm-up practises copying, so the single agent's from it does not again
+    warmup_copy_steps: int = 0
     # steps run at once, each on its own share of the cores (compare/schedule.py); no step's command holds it, but
     # a step's threads follow its cores (a learner's default, the warm-up's), so its floats may round otherwise
     parallel: int = 1

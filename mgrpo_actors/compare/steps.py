@@ -188,6 +188,8 @@ def plan_graph(
             builds_on: list[str] = []
             if layout == "single" and cfg.single_from_main:  # from the M + S layout's warmed M, for fewer steps
                 sets.append(f"agents.main.model={steps.out / 'warmup-multi' / 'main'}")
+                if cfg.warmup_copy_steps:  # M's warm-up practised copying already
+                    sets.append("warmup.copy_steps=0")
                 flags, builds_on = ["--steps", str(cfg.single_from_main)], ["warmup-multi"]
             warmed = steps.out / f"warmup-{layout}"
             made = [warmed / "warmup.json", *(warmed / side for side in starts[layout])]

@@ -63,6 +63,17 @@ class WebWarmupConfig:
     Measured on tiny:web-main: learnt among every other token, the answer's few tokens weigh little and M did not copy
     (0 of 40 teacher-forced answers right); 1,200 steps of 32 on the last turns alone brought it to 25 of 40
     (docs/benchmarks.md). They share each step's token-mean loss with the other samples; 0 = none"""
+    copy_steps: int = 0
+    """steps of copying practice before each agent's own `steps` (and `sub_steps`): each sample the id the episodes open
+    with, then a run of 4-16 of the agent's ids written four times, learnt on the repeats (warmup/copying.py). For a
+    model trained from scratch: the names it carries from question to delegation, from results to visit, from page to
+    report are new in every world, so only attention that finds them in its context copies them, and among the
+    episodes' other tokens that is rarely learnt (tiny:web-main after 600 steps of episodes alone predicted none of a
+    repeated run's ids). The lr ramp runs over the first steps and the decay over the steps after the practice.
+    0 = none"""
+    copies: float = 0.0
+    """share of each later step's samples that are copying practice as in `copy_steps`, so that what those steps
+    taught is kept while the episodes are learnt; 0 = none"""
     micro_batch: int = 1
     """samples per forward pass, right-padded, a step's samples sorted by length first (with batch_size a multiple of
     it, like lengths share a pass); 1 = one pass each (SmolLM2's long episodes and 49k vocabulary)"""
@@ -86,6 +97,8 @@ class WebWarmupConfig:
             raise ValueError(f"warmup.steps must be >= 0 (0 = no warm-up), got {self.steps}")
         if self.questions < 1 or self.batch_size < 1 or not self.lr > 0:
             raise ValueError(f"warm-up needs questions >= 1, batch_size >= 1 and lr > 0, got {self}")
+        if self.seed < 0:  # numpy's generators (warmup/copying.py) take non-negative seeds only
+            raise ValueError(f"warmup.seed must be >= 0, got {self.seed}")
         if self.worlds < 1:
             raise ValueError(f"warmup.worlds must be >= 1 (the run's own web first), got {self.worlds}")
         if self.pages and self.worlds < 2:
@@ -98,11 +111,17 @@ class WebWarmupConfig:
                 f"got pages {self.pages}, micro_batch {self.micro_batch}, lr_ramp_steps {self.lr_ramp_steps}, "
                 f"max_grad_norm {self.max_grad_norm}"
             )
-        if not 0 <= self.final_turns < 1 or self.pages + self.final_turns >= 1:
+        if (
+            not 0 <= self.final_turns < 1
+            or not 0 <= self.copies < 1
+            or self.pages + self.final_turns + self.copies >= 1
+        ):
             raise ValueError(
-                "warm-up needs 0 <= final_turns < 1 and pages + final_turns < 1 (the rest are whole episodes), "
-                f"got final_turns {self.final_turns}, pages {self.pages}"
+                "warm-up needs 0 <= final_turns < 1, 0 <= copies < 1 and pages + final_turns + copies < 1 (the rest "
+                f"are whole episodes), got final_turns {self.final_turns}, copies {self.copies}, pages {self.pages}"
             )
+        if self.copy_steps < 0:
+            raise ValueError(f"warmup.copy_steps must be >= 0 (0 = none), got {self.copy_steps}")
         if self.sub_steps < 0 or (self.sub_steps and self.sub_steps <= self.lr_ramp_steps):
             raise ValueError(
                 f"warmup.sub_steps must be 0 (= steps) or above lr_ramp_steps ({self.lr_ramp_steps}), "
@@ -116,14 +135,16 @@ class WebWarmupConfig:
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, "cpu"))
 
     def steps_of(self, side: str) -> int:
-        """The optimizer steps the warm-up gives `side` (main or sub)."""
-        return self.sub_steps if side == "sub" and self.sub_steps else self.steps
+        """The optimizer steps the warm-up gives `side` (main or sub), its copying practice's included."""
+        return self.copy_steps + (self.sub_steps if side == "sub" and self.sub_steps else self.steps)
 
     def steps_said(self, kind: str = "", with_sub: bool = True) -> str:
         """The steps in words: "1200 steps", or "1200 steps (S 300)" where S (`with_sub`: the layout has one) takes
-        its own; `kind` goes before "steps" ("supervised ")."""
+        its own, with " after 100 of copying" where copy_steps are taken first; `kind` goes before "steps"
+        ("supervised ")."""
         count = f"{self.steps} {kind}step{'' if self.steps == 1 else 's'}"
-        return f"{count} (S {self.sub_steps})" if with_sub and self.sub_steps else count
+        count = f"{count} (S {self.sub_steps})" if with_sub and self.sub_steps else count
+        return f"{count} after {self.copy_steps} of copying" if self.copy_steps else count
 
     def learns_from(self) -> str:
         """What the warm-up learns from, in words, e.g. "oracle episodes of up to 2000 train questions (lookup,
@@ -137,5 +158,7 @@ class WebWarmupConfig:
             if self.final_turns
             else ""
         )
+        copies = f", copying practice for {self.copies:.0%} of the samples" if self.copies else ""
         kinds = ", ".join(self.kinds)
-        return f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}{finals}"
+        said = f"oracle episodes of up to {self.questions} train questions ({kinds}){worlds}{tokens}{pages}{finals}"
+        return said + copies

@@ -95,6 +95,8 @@ _LATER_WARMUP_SETTINGS = (
     "lr_decay",
     "max_grad_norm",
     "sub_steps",
+    "copy_steps",
+    "copies",
 )
 _LATER_WARMUP_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(WebWarmupConfig) if f.name in _LATER_WARMUP_SETTINGS
@@ -230,9 +232,11 @@ def resolve_warm_start(
 
 
 def loss_summary(start: WarmStart) -> str:
-    """Each agent's loss over the warm-up, first step to last, e.g. "main 0.248 → 0.060, sub 0.444 → 0.243"."""
+    """Each agent's loss over the warm-up, first step to last, e.g. "main 0.248 → 0.060, sub 0.444 → 0.243"; on the
+    episodes, from the first step after the copying practice (warmup.copy_steps), whose loss is another task's."""
+    practice = start.record.get("settings", {}).get("copy_steps", 0)
     parts = []
     for side, agent in start.record.get("agents", {}).items():
-        losses = agent.get("losses") or [float("nan")]
+        losses = (agent.get("losses") or [])[practice:] or [float("nan")]
         parts.append(f"{side} {losses[0]:.3f} → {losses[-1]:.3f}")
     return ", ".join(parts)

@@ -31,6 +31,7 @@ from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, e
 from mgrpo_actors.engines.base import Generation
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint, WarmupProgress
+from mgrpo_actors.warmup.copying import CopySample
 
 __all__ = [
     "Demonstration",
@@ -60,6 +61,7 @@ class WarmupConfig:
     lr_ramp_steps: int = 0  # the lr rises linearly from lr/N to lr over the first N steps (0 = from the start)
     lr_decay: bool = False  # then falls linearly to a tenth of lr by the last step
     max_grad_norm: float = 0.0  # clip the gradient's norm to this (0 = no clipping)
+    copy_steps: int = 0  # of `steps`, the first N train on the loop's `copies` alone (copying.py)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or not self.lr > 0:
@@ -68,14 +70,17 @@ class WarmupConfig:
             raise ValueError(
                 f"warm-up needs micro_batch >= 1, 0 <= lr_ramp_steps < steps and max_grad_norm >= 0, got {self}"
             )
+        if not 0 <= self.copy_steps < self.steps:
+            raise ValueError(f"warm-up needs 0 <= copy_steps < steps (some steps on the episodes), got {self}")
 
     def lr_factor(self, step: int) -> float:
-        """The share of `lr` that step `step` (from 0) takes: the ramp, then the decay."""
+        """The share of `lr` that step `step` (from 0) takes: the ramp, then the decay (after the copying practice)."""
         if step < self.lr_ramp_steps:
             return (step + 1) / self.lr_ramp_steps
-        if not self.lr_decay:
+        if not self.lr_decay or step < self.copy_steps:  # the copying practice at the full lr: the decay spans the rest
             return 1.0
-        done = (step - self.lr_ramp_steps) / max(self.steps - self.lr_ramp_steps - 1, 1)
+        begin = max(self.lr_ramp_steps, self.copy_steps)
+        done = (step - begin) / max(self.steps - begin - 1, 1)
         return 1.0 - 0.9 * done
 
 
@@ -133,7 +138,10 @@ def final_turn_only(trajectory: TokenTrajectory) -> TokenTrajectory:
     return dataclasses.replace(trajectory, loss_mask=mask)
 
 
-def _padded(samples: Sequence[TokenTrajectory | TextSample], pad_id: int) -> tuple[torch.Tensor, ...]:
+Sample = TokenTrajectory | TextSample | CopySample
+
+
+def _padded(samples: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, ...]:
     """Input ids (b, n) right-padded with `pad_id`, their attention mask, and next-token targets (b, n - 1): -100
     where the loss mask is 0 and on padding."""
     width = max(len(sample.token_ids) for sample in samples)
@@ -157,11 +165,8 @@ def warm_up(
 
 
 def _draws(
-    draw: random.Random,
-    trajectories: Sequence[TokenTrajectory | TextSample],
-    mixed: Sequence[tuple[Sequence[TokenTrajectory | TextSample], float]],
-    count: int,
-) -> list[TokenTrajectory | TextSample]:
+    draw: random.Random, trajectories: Sequence[Sample], mixed: Sequence[tuple[Sequence[Sample], float]], count: int
+) -> list[Sample]:
     """`count` samples drawn with replacement: from each pool of `mixed` with its probability, else an episode."""
     pools = [(pool, share) for pool, share in mixed if pool and share > 0]
     if not pools:
@@ -189,10 +194,13 @@ def warm_up_trajectories(
     finals: Sequence[TokenTrajectory] = (),
     final_share: float = 0.0,
     checkpoint: TrainingCheckpoint | None = None,
+    copies: Sequence[CopySample] = (),
+    copy_share: float = 0.0,
 ) -> WarmupProgress:
     """Fine-tune `model` in place on worked episodes already tokenised (loss on mask-1 tokens only; every token of a
     TextSample), on `texts` (every token) for a `text_share` of the samples and on `finals` (their loss masks: the
-    last turn, final_turn_only) for a `final_share`; each step is the token-mean
+    last turn, final_turn_only) for a `final_share` and on `copies` (copying.py) for a `copy_share`, after
+    `cfg.copy_steps` steps on `copies` alone; each step is the token-mean
     cross-entropy over `cfg.batch_size` samples drawn with replacement, `cfg.micro_batch` of them per forward pass.
     `progress(step, loss)` is called after every step. compute_dtype "bfloat16": the matrix products under CPU
     autocast, the weights and AdamW's state fp32. With a `checkpoint` (checkpoint.py) the loop saves its state every
@@ -200,6 +208,8 @@ def warm_up_trajectories(
     included) and the steps it resumed at."""
     if not trajectories:
         raise ValueError("warm-up needs at least one worked episode")
+    if (cfg.copy_steps or copy_share) and not copies:
+        raise ValueError("copy_steps and copy_share train on copying samples: pass `copies`")
     draw = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
@@ -209,7 +219,8 @@ def warm_up_trajectories(
     done = WarmupProgress() if checkpoint is None else checkpoint.load(model, optimizer, schedule, draw)
     began = time.perf_counter() - done.seconds
     for step in range(done.step, cfg.steps):
-        samples = _draws(draw, trajectories, [(texts, text_share), (finals, final_share)], cfg.batch_size)
+        mixed = [(texts, text_share), (finals, final_share), (copies, copy_share)]
+        samples = _draws(draw, trajectories, [(copies, 1.0)] if step < cfg.copy_steps else mixed, cfg.batch_size)
         if cfg.micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
             samples.sort(key=lambda sample: len(sample.token_ids))
         batches = [_padded(samples[i : i + cfg.micro_batch], pad_id) for i in range(0, len(samples), cfg.micro_batch)]

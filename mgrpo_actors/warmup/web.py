@@ -17,6 +17,7 @@ validation and test questions, is learnt.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -36,6 +37,7 @@ from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.loader import load_model
 from mgrpo_actors.runtime.disk import atomic_write_text
 from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint
+from mgrpo_actors.warmup.copying import CopyRuns, copied_share
 from mgrpo_actors.warmup.oracle import oracle_demonstrations, single_page
 from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, final_turn_only, save_warmed, warm_up_trajectories
 
@@ -139,6 +141,8 @@ def warm_up_agents(
         warmup = WarmupConfig(**{**same_names, "steps": cfg.steps_of(side)})
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         checkpoint = TrainingCheckpoint(saved, cfg.checkpoint_seconds) if resume else None
+        practice = cfg.copy_steps or cfg.copies
+        copies = _copy_runs(trajectories, cfg.seed) if practice else ()
         done = warm_up_trajectories(
             model,
             trajectories,
@@ -150,8 +154,12 @@ def warm_up_agents(
             finals=finals[side],
             final_share=cfg.final_turns,
             checkpoint=checkpoint,
+            copies=copies,
+            copy_share=cfg.copies,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
+        copied = copied_share(model, _copy_runs(trajectories, cfg.seed, held_out=True))
+        log.info("warm-up copies", side=side, copied_share=round(copied, 3))
         record["agents"][side] = {
             "episodes": len(trajectories),
             "tokens": sum(len(t.token_ids) for t in trajectories),
@@ -160,6 +168,7 @@ def warm_up_agents(
             "losses": done.losses,
             "seconds": done.seconds,  # its training's compute, every attempt's
             "resumed_at": done.resumed_at,  # the steps an interrupted warm-up went on from (checkpoint.py)
+            "copied_share": copied,  # of held-out copying samples' learnt ids, the share it predicts (copying.py)
             "dir": str(dirs[side]),
         }
         if checkpoint is not None:  # the side is done: marked after its model is saved, then its checkpoint goes
@@ -169,6 +178,12 @@ def warm_up_agents(
     record["seconds"] = prepared + sum(agent.get("seconds", 0.0) for agent in record["agents"].values())
     (out / "warmup.json").write_text(json.dumps(record, indent=2))
     return dirs
+
+
+def _copy_runs(trajectories: Sequence[TokenTrajectory | TextSample], seed: int, held_out: bool = False) -> CopyRuns:
+    """Copying practice (copying.py) over the ids of `trajectories`, opened by the id most of them open with."""
+    start = collections.Counter(int(t.token_ids[0]) for t in trajectories).most_common(1)[0][0]
+    return CopyRuns(np.concatenate([t.token_ids for t in trajectories]), start, seed, held_out)
 
 
 def _finished_side(marker: Path) -> dict | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -197,6 +198,12 @@ def test_the_single_agent_can_warm_up_from_m_s_warm_up_for_fewer_steps(tmp_path)
         str(tmp_path / "warmup-single"),
     )
     assert starts["single"] == {"main": str(tmp_path / "warmup-single" / "main")}
+    # where M's warm-up practised copying (warmup.copy_steps), the single agent's from it does not again; elsewhere the
+    # command is as it was, so a comparison's finished steps keep their keys
+    practised = dataclasses.replace(cfg, warmup_copy_steps=1500)
+    graph, _ = plan_graph(practised, ["multi", "single"], dict(starts, single={"main": "m"}), True, steps, tmp_path)
+    single = next(step for step in graph if step.name == "warmup-single").work
+    assert "warmup.copy_steps=0" in single.args and "warmup.copy_steps=0" not in command
     for bad in ({"methods": ("single-agent",)}, {"methods": ("m-grpo",)}, {"single_from_main": -1}):
         with pytest.raises(ValueError, match="single-from-main"):
             CompareConfig(**{"single_from_main": 5, **bad})

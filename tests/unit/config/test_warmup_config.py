@@ -31,7 +31,7 @@ def test_what_the_warm_up_learns_from_names_only_what_is_on():
         ({"final_turns": 0.5}, "warmup.final_turns are the other worlds' episodes: set warmup.worlds >= 2"),
         ({"final_turns": 1.0, "worlds": 2}, "0 <= final_turns < 1"),
         ({"final_turns": -0.1, "worlds": 2}, "0 <= final_turns < 1"),
-        ({"final_turns": 0.6, "pages": 0.4, "worlds": 2}, "pages \\+ final_turns < 1"),
+        ({"final_turns": 0.6, "pages": 0.4, "worlds": 2}, "pages \\+ final_turns \\+ copies < 1"),
         ({"micro_batch": 0}, "micro_batch >= 1"),
         ({"lr_ramp_steps": -1}, "lr_ramp_steps >= 0"),
     ],

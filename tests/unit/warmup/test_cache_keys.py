@@ -27,12 +27,15 @@ def test_warm_up_settings_added_later_enter_the_key_only_when_changed():
     config = NodeConfig()
     settings = _warmup_settings(config)
     later = {"worlds", "all_tokens", "pages", "micro_batch", "lr_ramp_steps", "lr_decay", "max_grad_norm", "sub_steps"}
+    later |= {"copy_steps", "copies"}
     assert not later & set(settings)
     assert {"steps", "questions", "kinds", "batch_size", "lr", "seed", "dtype"} <= set(settings)
     pretrained = dataclasses.replace(
         config, warmup=dataclasses.replace(config.warmup, worlds=2, pages=0.3, micro_batch=8)
     )
     assert _warmup_settings(pretrained) == {**settings, "worlds": 2, "pages": 0.3, "micro_batch": 8}
+    practised = dataclasses.replace(config, warmup=dataclasses.replace(config.warmup, copy_steps=100, copies=0.1))
+    assert _warmup_settings(practised) == {**settings, "copy_steps": 100, "copies": 0.1}
 
 
 def test_the_default_question_count_is_not_in_the_tools_key():
