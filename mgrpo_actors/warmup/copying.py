@@ -62,6 +62,10 @@ class CopyRuns(Sequence[CopySample]):
         # held-out stream must not be 0)
         self._stream = (1,) if held_out else ()
 
+    def held_out(self) -> CopyRuns:
+        """The same ids and start id, other samples (for copied_share)."""
+        return CopyRuns(self._ids, self._start, self._seed, held_out=True, size=self._size)
+
     def __len__(self) -> int:
         return self._size
 

@@ -141,8 +141,8 @@ def warm_up_agents(
         warmup = WarmupConfig(**{**same_names, "steps": cfg.steps_of(side)})
         pages = [TextSample(np.asarray(tokenizer(page.text)["input_ids"])) for page in other_pages]
         checkpoint = TrainingCheckpoint(saved, cfg.checkpoint_seconds) if resume else None
-        practice = cfg.copy_steps or cfg.copies
-        copies = _copy_runs(trajectories, cfg.seed) if practice else ()
+        pool = _copy_runs(trajectories, cfg.seed)  # the practice's samples; its held-out ones measure copied_share
+        copies = pool if cfg.copy_steps or cfg.copies else ()
         done = warm_up_trajectories(
             model,
             trajectories,
@@ -158,7 +158,7 @@ def warm_up_agents(
             copy_share=cfg.copies,
         )
         dirs[side] = save_warmed(model, tokenizer, out / side)
-        copied = copied_share(model, _copy_runs(trajectories, cfg.seed, held_out=True))
+        copied = copied_share(model, pool.held_out())
         log.info("warm-up copies", side=side, copied_share=round(copied, 3))
         record["agents"][side] = {
             "episodes": len(trajectories),
@@ -180,10 +180,10 @@ def warm_up_agents(
     return dirs
 
 
-def _copy_runs(trajectories: Sequence[TokenTrajectory | TextSample], seed: int, held_out: bool = False) -> CopyRuns:
+def _copy_runs(trajectories: Sequence[TokenTrajectory | TextSample], seed: int) -> CopyRuns:
     """Copying practice (copying.py) over the ids of `trajectories`, opened by the id most of them open with."""
     start = collections.Counter(int(t.token_ids[0]) for t in trajectories).most_common(1)[0][0]
-    return CopyRuns(np.concatenate([t.token_ids for t in trajectories]), start, seed, held_out)
+    return CopyRuns(np.concatenate([t.token_ids for t in trajectories]), start, seed)
 
 
 def _finished_side(marker: Path) -> dict | None:
