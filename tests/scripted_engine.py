@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mgrpo_actors.engines.base import Generation, SamplingParams, WeightsSource
 
-__all__ = ["ScriptedEngine", "assistant_turns", "by_turn"]
+__all__ = ["ScriptedBatch", "ScriptedEngine", "assistant_turns", "by_turn"]
 
 SCRIPTED_LOGPROB = -0.25
 
@@ -41,6 +41,8 @@ class ScriptedEngine:
     respond: Callable[[str], str]
     policy_version: int = 0
     calls: list[tuple[list[list[int]], SamplingParams]] = field(default_factory=list)  # every generate call
+    continuous_batching: bool = False  # rollout/driver.py then runs episodes on continuous_batch()
+    batches: list[ScriptedBatch] = field(default_factory=list)  # every continuous batch made
 
     def _generation(self, prompt: Sequence[int], params: SamplingParams) -> Generation:
         text = self.respond(self.tokenizer.decode(list(prompt)))
@@ -58,3 +60,46 @@ class ScriptedEngine:
 
     def load_weights(self, weights: WeightsSource, version: int) -> None:
         self.policy_version = version  # no weights to replace: the script is the policy
+
+    def continuous_batch(self) -> ScriptedBatch:
+        self.batches.append(ScriptedBatch(self))
+        return self.batches[-1]
+
+
+@dataclass
+class ScriptedBatch:
+    """A continuous batch (engines/continuous.py's interface) of a ScriptedEngine: a row's generation is handed back
+    after as many steps as it has ids, as if it decoded one id a step. `events` logs ("submit", ticket) and
+    ("done", ticket) in order; `submits` every (prompt, params)."""
+
+    engine: ScriptedEngine
+    events: list[tuple[str, int]] = field(default_factory=list)
+    submits: list[tuple[list[int], SamplingParams]] = field(default_factory=list)
+    _rows: dict[int, tuple[Generation, int]] = field(default_factory=dict)  # ticket -> (generation, steps left)
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams) -> int:
+        ticket = len(self.submits)
+        self.submits.append((list(prompt), params))
+        generation = self.engine._generation(prompt, params)
+        self._rows[ticket] = (generation, len(generation.token_ids))
+        self.events.append(("submit", ticket))
+        return ticket
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._rows)
+
+    @property
+    def running(self) -> int:
+        return len(self._rows)
+
+    def step(self) -> list[tuple[int, Generation]]:
+        done = []
+        for ticket, (generation, left) in list(self._rows.items()):
+            if left <= 1:
+                del self._rows[ticket]
+                done.append((ticket, generation))
+                self.events.append(("done", ticket))
+            else:
+                self._rows[ticket] = (generation, left - 1)
+        return done

@@ -49,6 +49,8 @@ __all__ = [
     "ToolCall",
     "TRUNCATION_NOTE",
     "TurnRecord",
+    "ActionStop",
+    "action_stop",
     "action_stop_ids",
     "cut_after_action",
 ]
@@ -154,15 +156,53 @@ def cut_after_action(generation: Generation, tokenizer: PreTrainedTokenizerBase)
     """
     ids = generation.token_ids
     text, ends = _decode_with_ends(ids, tokenizer)
+    found = _first_action(text, ends)
+    if found is None:
+        return generation, text
+    keep, turn = found
+    if keep == len(ids):
+        return generation, turn
+    return Generation(ids[:keep], generation.logprobs[:keep].copy(), "stop", generation.policy_version), turn
+
+
+def _first_action(text: str, ends: Sequence[int]) -> tuple[int, str] | None:
+    """(ids up to the one that completes the first valid action block, the turn's text up to it), or None."""
     for tag in _CLOSE_TAG.finditer(text):
         turn = text[: tag.end()]
-        if not parse_turn(turn).is_valid:
-            continue
-        keep = bisect.bisect_left(ends, tag.end()) + 1  # the first id whose text reaches the tag's end
-        if keep == len(ids):
-            return generation, turn
-        return Generation(ids[:keep], generation.logprobs[:keep].copy(), "stop", generation.policy_version), turn
-    return generation, text
+        if parse_turn(turn).is_valid:
+            return bisect.bisect_left(ends, tag.end()) + 1, turn  # the first id whose text reaches the tag's end
+    return None
+
+
+class ActionStop:
+    """The engine's StopCheck (engines/base.py) for an agent's turn: True once the sampled ids complete a valid action
+    block, the very id where cut_after_action would cut, so the engine stops sampling a tail that would be cut (for
+    tokenizers whose closing tags are not single ids, e.g. SmolLM2's). Asked only after an id whose text holds ">"."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self._tokenizer = tokenizer
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.candidates = frozenset(i for i, piece in enumerate(pieces) if piece is not None and ">" in piece)
+
+    def __call__(self, ids: Sequence[int]) -> bool:
+        return _first_action(*_decode_with_ends(ids, self._tokenizer)) is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActionStop) and other._tokenizer is self._tokenizer
+
+    def __hash__(self) -> int:
+        return id(self._tokenizer)
+
+
+_ACTION_STOPS: dict[int, ActionStop] = {}
+
+
+def action_stop(tokenizer: PreTrainedTokenizerBase) -> ActionStop:
+    """The ActionStop of `tokenizer`, built once per tokenizer (its candidates scan the vocabulary)."""
+    stop = _ACTION_STOPS.get(id(tokenizer))
+    if stop is None or stop._tokenizer is not tokenizer:
+        stop = _ACTION_STOPS[id(tokenizer)] = ActionStop(tokenizer)
+    return stop
 
 
 def action_stop_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
@@ -213,6 +253,7 @@ class AgentEpisode:
                 f"max_context_tokens={cfg.max_context_tokens}"
             )
         self._stop_ids = action_stop_ids(tokenizer) if cfg.stop_after_action else ()
+        self._stop_check = action_stop(tokenizer) if cfg.stop_after_action else None
         # What a tool output cut to nothing but the notes takes: _cut_to_fit can always fall back to it.
         self._final_note_tokens = max(
             self._builder.tool_output_bound(_final_text("", note, cut=True)) for note in BUDGET_NOTES.values()
@@ -248,7 +289,8 @@ class AgentEpisode:
         """Sampling for the next turn: the turn budget, or what is left of the context if less."""
         room = self.cfg.max_context_tokens - len(self._builder)
         max_new_tokens = min(self.cfg.max_new_tokens_per_turn, room)
-        return self.cfg.sampling_params(max_new_tokens=max_new_tokens, seed=seed, stop_token_ids=self._stop_ids)
+        params = self.cfg.sampling_params(max_new_tokens=max_new_tokens, seed=seed, stop_token_ids=self._stop_ids)
+        return dataclasses.replace(params, stop_check=self._stop_check)
 
     def apply(self, generation: Generation) -> Action:
         """Append the sampled turn (mask 1) and read what it asks for."""

@@ -72,6 +72,7 @@ def engine_config(cfg: AgentConfig) -> EngineConfig:
         gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
         max_model_len=cfg.vllm.max_model_len,
         enforce_eager=cfg.vllm.enforce_eager,
+        continuous_batching=cfg.continuous_batching,
     )
 
 

@@ -17,6 +17,7 @@ BENCHMARKS = {
     "algo": "mgrpo_actors.bench.algo",
     "rollout": "mgrpo_actors.bench.rollout",
     "narrowing": "mgrpo_actors.bench.narrowing",
+    "continuous": "mgrpo_actors.bench.continuous",
     "crossing": "mgrpo_actors.bench.crossing",
     "tools": "mgrpo_actors.bench.tools",
     "soak": "mgrpo_actors.bench.soak",
@@ -30,7 +31,7 @@ BENCHMARKS = {
 
 def _run(args: Any) -> int:
     # they load models: keep "Loading weights" bars out of the tables
-    if args.name in ("all", "rollout", "narrowing", "algo"):
+    if args.name in ("all", "rollout", "narrowing", "continuous", "algo"):
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()

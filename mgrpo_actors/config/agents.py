@@ -72,8 +72,9 @@ class AgentConfig:
     """replaces the role's default system prompt (prompts.py); None = default"""
     stop_after_action: bool = True
     """End each turn right after its first complete, valid action block, as a stop string would: the engine
-    stops on closing tags that are single ids; otherwise what was sampled after the block is dropped (the
-    ids and logprobs kept are unchanged: a prefix does not depend on its tail)."""
+    stops on closing tags that are single ids, and the hf engine at the id that completes the block whatever the
+    tokenizer (agents/episode.py ActionStop); otherwise what was sampled after the block is dropped (the ids and
+    logprobs kept are unchanged: a prefix does not depend on its tail)."""
     demonstration: bool = True
     """open with the role's worked example exchange (prompts.py); small models need it"""
     tools: list[str] | None = None
@@ -88,6 +89,10 @@ class AgentConfig:
     expert_judge: Literal["contains-reference", "llm", "none"] | None = None
     """a sub-agent type of agents.subs: the r_expert judge of its findings (none, for one whose findings no page holds,
     e.g. a calculator: β3 is folded into β2 for it); None = agents.expert_judge"""
+    continuous_batching: bool = False
+    """engine hf: each episode's next turn joins the running batch as soon as its tool call is answered, instead of
+    every turn of a batch waiting for the slowest (engines/continuous.py; measured by `mgrpo bench continuous`);
+    sampling seeds then follow (episode, turn), so the episodes differ from turn-by-turn ones with the same seed"""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """the vllm engine's GPU memory share, context length and CUDA graphs (engine vllm only)"""
 
@@ -113,6 +118,8 @@ class AgentConfig:
         problem = vllm_temperature_error(self.temperature) if self.engine == "vllm" else None
         if problem:
             raise ValueError(f"agent {problem}")
+        if self.continuous_batching and self.engine != "hf":
+            raise ValueError(f"agent continuous_batching needs engine hf (our decoding loop), got {self.engine!r}")
         if self.description is not None and not self.description.strip():
             raise ValueError("agent description must not be blank: give what the sub-agent does, or leave it null")
 

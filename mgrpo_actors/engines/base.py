@@ -26,6 +26,7 @@ __all__ = [
     "Generation",
     "RolloutEngine",
     "SamplingParams",
+    "StopCheck",
     "WeightsSource",
 ]
 
@@ -38,6 +39,17 @@ class EngineUnavailable(RuntimeError):
     """An engine was selected whose optional dependency is not installed."""
 
 
+@runtime_checkable
+class StopCheck(Protocol):
+    """A test on a row's sampled ids that ends the row when True (its last id kept), as a stop string would. The
+    engine asks it only after sampling one of `candidates` (ids that can end what it looks for); it must be
+    hashable (SamplingParams are grouped by value)."""
+
+    candidates: frozenset[int]
+
+    def __call__(self, ids: Sequence[int]) -> bool: ...
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one batch of continuations."""
@@ -47,6 +59,9 @@ class SamplingParams:
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
     max_new_tokens: int = 256  # generation budget per prompt (finish reason "length" when spent)
     stop_token_ids: tuple[int, ...] = ()  # stop on these as well as on the tokenizer's eos; the stop token is kept
+    # hf: also stop a row once stop_check(its sampled ids) is True, asked when it samples one of stop_check.candidates
+    # (an agent's "the turn's action block is complete": agents/action_stop.py); others sample on (the agent cuts)
+    stop_check: StopCheck | None = None
     seed: int | None = None  # seeds the sampling of this call; None = continue the engine's RNG stream
 
     def __post_init__(self) -> None:
@@ -71,7 +86,9 @@ class Generation:
 
     token_ids: list[int]  # sampled ids, in order
     logprobs: np.ndarray  # float32 [len(token_ids)]: behaviour log-probability of each sampled id
-    finish_reason: FinishReason  # "stop": eos or a stop id was sampled (it is the last id); "length": budget spent
+    finish_reason: (
+        FinishReason  # "stop": eos, a stop id or a stop_check ended it (at the last id); "length": budget spent
+    )
     policy_version: int  # version of the weights that sampled it
 
     def __post_init__(self) -> None:
@@ -92,6 +109,7 @@ class EngineConfig:
     max_model_len: int | None = None  # vllm: longest prompt + generation; None = the model's maximum
     enforce_eager: bool = False  # vllm: skip CUDA-graph capture (faster start, slower decoding)
     narrow_finished_rows: bool = True  # hf: rows leave the batch as they finish (engines/decode.py NARROW_AT)
+    continuous_batching: bool = False  # hf: episodes' turns join a running batch as they come (engines/continuous.py)
 
 
 @runtime_checkable

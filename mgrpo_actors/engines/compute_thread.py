@@ -32,7 +32,32 @@ class ComputeThreadEngine:
     def load_weights(self, weights: Any, version: int) -> None:
         on_compute_thread(self._at_threads, self._engine.load_weights, weights, version)
 
+    def continuous_batch(self) -> _OnComputeThread:
+        """The engine's continuous batch (engines/continuous.py), its submits and steps on the compute thread."""
+        return _OnComputeThread(on_compute_thread(self._engine.continuous_batch), self)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # never the engine's private parts, nor a loop while _engine is not set yet
             raise AttributeError(name)
         return getattr(self._engine, name)
+
+
+class _OnComputeThread:
+    """A ContinuousBatch whose submit and step run on the compute thread."""
+
+    def __init__(self, batch: Any, engine: ComputeThreadEngine) -> None:
+        self._batch, self._engine = batch, engine
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams) -> int:
+        return on_compute_thread(self._batch.submit, prompt, params)
+
+    def step(self) -> list[tuple[int, Generation]]:
+        return on_compute_thread(self._engine._at_threads, self._batch.step)
+
+    @property
+    def busy(self) -> bool:
+        return self._batch.busy
+
+    @property
+    def running(self) -> int:
+        return self._batch.running

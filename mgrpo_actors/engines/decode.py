@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mgrpo_actors.engines.base import FinishReason, SamplingParams
+from mgrpo_actors.engines.base import FinishReason, SamplingParams, StopCheck
 from mgrpo_actors.engines.kv_cache import RowCache, gathered
 from mgrpo_actors.engines.sampler import sample
 
@@ -137,11 +137,14 @@ def decode(
     home = [(cache, row) for row in range(rows)]  # the cache row that holds each row's keys and values
     steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []  # (the batch's rows, ids, logprobs) per step
     alive = torch.ones(rows, dtype=torch.bool, device=device)
+    checked = _Checked(rows, params.stop_check) if params.stop_check is not None else None
     logits = forward_block(model, cache, block, block_valid)
     for step in range(params.max_new_tokens):
         ids, lps = sample(logits, params, batch.generators)
         steps.append((batch.rows, ids, lps))
-        alive = alive & ~torch.isin(ids, stop)
+        was_alive, alive = alive, alive & ~torch.isin(ids, stop)
+        if checked is not None:
+            alive = checked.after(batch.rows, ids, was_alive, alive)
         steps_left, still = params.max_new_tokens - 1 - step, int(alive.sum())
         if steps_left == 0 or still == 0:
             break
@@ -151,18 +154,44 @@ def decode(
                 home[row] = (batch.cache, i)
             ids, alive = ids[alive], alive[alive]
         logits = forward_block(model, batch.cache, torch.where(alive, ids, pad_id)[:, None], alive[:, None])
-    decoded = _rows(rows, steps, stop_ids)
+    decoded = _rows(rows, steps, stop_ids, checked.ends if checked is not None else {})
     if batch.cache is cache:
         return decoded, cache
     picks = [(held, i, len(held.tokens[i])) for held, i in home]
     return decoded, gathered(cache.shape, picks, extra=0)
 
 
+class _Checked:
+    """A call's stop_check (SamplingParams): each row's ids so far, and where the check ended the rows it ended."""
+
+    def __init__(self, rows: int, check: StopCheck) -> None:
+        self.check = check
+        self.sampled: list[list[int]] = [[] for _ in range(rows)]
+        self.ends: dict[int, int] = {}  # the call's row -> its length when the check ended it
+
+    def after(self, rows: list[int], ids: torch.Tensor, was_alive: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """`alive` with the rows the check ends now set False; the batch's rows `rows` sampled `ids`."""
+        ended = []
+        for j, (row, token, was, still) in enumerate(zip(rows, ids.tolist(), was_alive.tolist(), alive.tolist())):
+            if not was:
+                continue
+            sampled = self.sampled[row]
+            sampled.append(token)
+            if still and token in self.check.candidates and self.check(sampled):
+                self.ends[row] = len(sampled)
+                ended.append(j)
+        if not ended:
+            return alive
+        alive = alive.clone()
+        alive[ended] = False
+        return alive
+
+
 def _rows(
-    rows: int, steps: Sequence[tuple[list[int], torch.Tensor, torch.Tensor]], stop_ids: set[int]
+    rows: int, steps: Sequence[tuple[list[int], torch.Tensor, torch.Tensor]], stop_ids: set[int], ends: dict[int, int]
 ) -> list[Decoded]:
-    """Each row's ids up to its first stop id (included; what a finished row drew after it is dropped) and their
-    logprobs."""
+    """Each row's ids up to its first stop id or where its stop check ended it (included; what a finished row drew
+    after it is dropped) and their logprobs."""
     sampled: list[list[int]] = [[] for _ in range(rows)]
     logprobs: list[list[float]] = [[] for _ in range(rows)]
     members = [row for step_rows, _, _ in steps for row in step_rows]
@@ -172,9 +201,9 @@ def _rows(
         sampled[row].append(token)
         logprobs[row].append(logprob)
     out = []
-    for ids, lps in zip(sampled, logprobs, strict=True):
-        n = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), len(ids))
-        reason: FinishReason = "stop" if ids[n - 1] in stop_ids else "length"
+    for row, (ids, lps) in enumerate(zip(sampled, logprobs, strict=True)):
+        n = ends.get(row) or next((i + 1 for i, token in enumerate(ids) if token in stop_ids), len(ids))
+        reason: FinishReason = "stop" if row in ends or ids[n - 1] in stop_ids else "length"
         row_lp = np.asarray(lps[:n], dtype=np.float32)
         if not np.isfinite(row_lp).all():
             raise RuntimeError("a sampled token has logprob -inf: sampling and logprobs used different distributions")

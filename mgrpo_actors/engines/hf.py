@@ -26,9 +26,10 @@ from transformers import GenerationConfig, LogitsProcessor, PreTrainedModel, Pre
 
 from mgrpo_actors.engines import attention
 from mgrpo_actors.engines.base import EngineConfig, Generation, SamplingParams, WeightsSource
+from mgrpo_actors.engines.continuous import ContinuousBatch
 from mgrpo_actors.engines.decode import decode, feeder, row_generators
 from mgrpo_actors.engines.eos import eos_token_ids
-from mgrpo_actors.engines.kv_cache import CacheShape, RowCache
+from mgrpo_actors.engines.kv_cache import RowCache, cache_shape
 from mgrpo_actors.engines.logprobs import sampling_warpers
 from mgrpo_actors.engines.packed_linear import pack_linears
 from mgrpo_actors.engines.prefill import prepared_cache
@@ -99,14 +100,6 @@ def _trim(ids: list[int], logprobs: np.ndarray, stop_ids: set[int], version: int
     return Generation(token_ids=ids[:end], logprobs=logprobs[:end].copy(), finish_reason=reason, policy_version=version)
 
 
-def _cache_shape(model: PreTrainedModel) -> CacheShape:
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    parameter = next(model.parameters())
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return CacheShape(config.num_hidden_layers, kv_heads, head_dim, parameter.dtype, parameter.device)
-
-
 class HFEngine:
     """Rollouts of a transformers model; weights reload in place (whole tensors copied, a delta's elements set).
 
@@ -137,6 +130,13 @@ class HFEngine:
         )
         self.narrow_finished_rows = cfg.narrow_finished_rows
         self.row_cache = not use_generate and takes_external_cache(model)
+        # rollout/driver.py runs episodes on continuous_batch() when set (and the model decodes on our own cache)
+        self.continuous_batching = cfg.continuous_batching and self.row_cache
+        if cfg.continuous_batching and not self.row_cache:
+            log.warning(
+                "continuous batching is off: it needs a model the engine decodes on its own cache",
+                model_type=model.config.model_type,
+            )
         if self.row_cache:
             model.config._attn_implementation = attention.register()
         self.cache: RowCache | None = None  # what the last call left: the next starts from its prefixes
@@ -159,6 +159,10 @@ class HFEngine:
             kwargs.update(temperature=1.0, top_k=0, top_p=1.0)
         return kwargs
 
+    def continuous_batch(self) -> ContinuousBatch:
+        """A batch that rows join and leave one decode step at a time (engines/continuous.py)."""
+        return ContinuousBatch(self)
+
     @timed(GENERATE)
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One sampled continuation per prompt, batched."""
@@ -176,7 +180,7 @@ class HFEngine:
         with torch.inference_mode():
             cache, keep = prepared_cache(
                 self.cache,
-                _cache_shape(self.model),
+                cache_shape(self.model),
                 prompts,
                 params.max_new_tokens,
                 feeder(self.model, self.pad_token_id),

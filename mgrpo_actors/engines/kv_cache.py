@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CacheShape", "RowCache", "common_prefix", "gathered"]
+__all__ = ["CacheShape", "RowCache", "cache_shape", "common_prefix", "gathered"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class CacheShape:
     head_dim: int
     dtype: torch.dtype
     device: torch.device
+
+
+def cache_shape(model: torch.nn.Module) -> CacheShape:
+    """The CacheShape of a transformers decoder (its config's layers, key/value heads and head size; its
+    parameters' dtype and device)."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    parameter = next(model.parameters())
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return CacheShape(config.num_hidden_layers, kv_heads, head_dim, parameter.dtype, parameter.device)
 
 
 def common_prefix(a: Sequence[int] | np.ndarray, b: Sequence[int] | np.ndarray) -> int:

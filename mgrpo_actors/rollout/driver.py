@@ -55,7 +55,7 @@ class AgentModel:
 class DriverStats:
     """Where a batch of episodes spent its time."""
 
-    steps: int = 0  # batched generation steps
+    steps: int = 0  # batched generation steps (turn by turn: one per turn batch; continuously: one per decode step)
     turns: int = 0  # generations over all episodes
     generated_tokens: int = 0  # tokens sampled over all episodes (tails cut after an action included)
     generate_s: float = 0.0  # seconds in engine.generate
@@ -169,7 +169,10 @@ def run_episodes(
     delegates: Delegates = ONE_TYPE,
 ) -> DriverStats:
     """Run every episode to its end; seed (None: the engine's own RNG stream) makes sampling reproducible. Calls
-    of `delegates`' tools go to `delegate`, each request naming its sub-agent type."""
+    of `delegates`' tools go to `delegate`, each request naming its sub-agent type. On an engine with
+    `continuous_batching` on, episodes go on continuously (`_run_continuously`), else turn by turn."""
+    if getattr(engine, "continuous_batching", False) and episodes:
+        return _run_continuously(episodes, engine, execute_tools, delegate, seed, delegates)
     stats = DriverStats()
     while running := [episode for episode in episodes if not episode.done]:
         actions = _generate(running, engine, step_seed(seed, stats.steps), stats)
@@ -181,5 +184,63 @@ def run_episodes(
                 _route(episode, action, tool_calls, delegations, delegates)
         _run_tools(tool_calls, execute_tools, stats)
         _run_delegations(delegations, delegate, stats)
+    log.debug("episodes_done", episodes=len(episodes), steps=stats.steps, tokens=stats.generated_tokens)
+    return stats
+
+
+def _run_continuously(
+    episodes: Sequence[AgentEpisode],
+    engine: RolloutEngine,
+    execute_tools: ToolExecutor,
+    delegate: Delegate | None,
+    seed: int | None,
+    delegates: Delegates,
+) -> DriverStats:
+    """run_episodes on the engine's continuous batch (engines/continuous.py): an episode whose turn ends runs its
+    tool call at once and its next turn joins the batch while other turns still decode. Delegations wait until
+    nothing decodes, then go all at once (the sub-agents batch their episodes as turn by turn). Turn t of episode i
+    samples with seed step_seed(seed, i, t), whenever it runs."""
+    batch = engine.continuous_batch()  # type: ignore[attr-defined]
+    stats = DriverStats()
+    turns = [0] * len(episodes)
+    tickets: dict[int, int] = {}  # ticket -> episode index
+
+    def submit(index: int) -> None:
+        episode = episodes[index]
+        params = dataclasses.replace(episode.sampling_params(seed=None), seed=step_seed(seed, index, turns[index]))
+        tickets[batch.submit(episode.next_prompt_ids(), params)] = index
+        turns[index] += 1
+
+    for index, episode in enumerate(episodes):
+        if not episode.done:
+            submit(index)
+    delegating: list[int] = []
+    delegations: list[tuple[AgentEpisode, DelegationRequest]] = []
+    while batch.busy or delegations:
+        started = time.perf_counter()
+        finished = batch.step() if batch.busy else []
+        stats.generate_s += time.perf_counter() - started
+        stats.steps += 1
+        tool_calls: list[tuple[AgentEpisode, ToolCall]] = []
+        ready: list[int] = []
+        for ticket, generation in finished:
+            index = tickets.pop(ticket)
+            episode = episodes[index]
+            action = episode.apply(generation)
+            stats.turns += 1
+            stats.generated_tokens += len(generation.token_ids)
+            if episode.done:
+                continue
+            asked = len(delegations)
+            _route(episode, action, tool_calls, delegations, delegates)
+            (delegating if len(delegations) > asked else ready).append(index)
+        _run_tools(tool_calls, execute_tools, stats)
+        for index in ready:
+            submit(index)
+        if delegations and not batch.busy:
+            _run_delegations(delegations, delegate, stats)
+            for index in delegating:
+                submit(index)
+            delegating, delegations = [], []
     log.debug("episodes_done", episodes=len(episodes), steps=stats.steps, tokens=stats.generated_tokens)
     return stats

@@ -10,11 +10,13 @@ import mgrpo_actors.agents.episode as episode_module
 from mgrpo_actors.agents.episode import (
     BUDGET_NOTES,
     TRUNCATION_NOTE,
+    ActionStop,
     AgentEpisode,
     Answer,
     ContextBudgetError,
     Malformed,
     ToolCall,
+    action_stop,
     cut_after_action,
 )
 from mgrpo_actors.agents.prompts import opening_messages
@@ -336,3 +338,34 @@ def test_the_trajectory_records_each_turns_policy_version():
 def test_agent_config_is_validated(bad, message):
     with pytest.raises(ValueError, match=message):
         AgentConfig(**bad)
+
+
+@pytest.mark.parametrize("preset", ["tiny:main", "smollm2"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        SEARCH + "\n<answer>Galen</answer> and more",
+        "<answer>Paris</answer>.",  # SmolLM2: the tag's ">" merged with "."
+        "<think>then </answer> closes it</think>" + format_answer("x") + " trailing",  # a tag that ends no turn
+        format_tool_call("search", {"query": "what </tool_call> means"}) + "\nmore",  # a tag inside a JSON string
+        "no action </answer> here",
+    ],
+)
+def test_the_engines_action_stop_ends_a_turn_at_the_very_id_where_the_episode_cuts_it(preset, text):
+    """ActionStop (SamplingParams.stop_check) is True on a prefix of sampled ids exactly when it reaches the id
+    cut_after_action keeps last, and that id is one of its candidates: stopping there samples what cutting keeps."""
+    tokenizer = load_tokenizer(resolve_model_dir(preset))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    kept, turn_text = cut_after_action(Generation(ids, np.zeros(len(ids), np.float32), "length", 0), tokenizer)
+    ends_action = parse_turn(turn_text).is_valid
+    stop = action_stop(tokenizer)
+    assert stop is action_stop(tokenizer) and stop == ActionStop(tokenizer)  # one per tokenizer, equal by tokenizer
+    answers = [stop(ids[:k]) for k in range(1, len(ids) + 1)]
+    first = answers.index(True) + 1 if True in answers else None
+    assert first == (len(kept.token_ids) if ends_action else None)
+    assert all(answers[first - 1 :]) if first else not any(answers)
+    if first:
+        assert ids[first - 1] in stop.candidates
+    params = AgentEpisode(tokenizer, OPENING, AgentConfig(), "r0", ("search",)).sampling_params(None)
+    assert params.stop_check == stop
+    assert episode(stop_after_action=False).sampling_params(seed=None).stop_check is None
