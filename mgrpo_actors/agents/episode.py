@@ -9,7 +9,8 @@ Token-in/token-out (agents/trajectory.py): the ids the engine sampled enter the 
 text that is parsed is decoded from the sampled ids and is never tokenised back into the loss.
 
 A turn ends at its first complete, valid action block, as if the closing tags were stop strings: where
-the tags are single token ids the engine stops on them, elsewhere the sampled tail is cut off here.
+the tags are single token ids the engine stops on them; the hf engine's own decoding loop also stops at the id that
+completes the block (SamplingParams.stop_check, ActionStop); whatever was sampled after it is cut off here.
 
 Budgets (docs/method.md §The system being trained: ~20 turns per agent). Before each tool output is added
 the episode checks that the budgets leave room for one more ordinary turn and a final answer after it;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -177,12 +179,13 @@ def _first_action(text: str, ends: Sequence[int]) -> tuple[int, str] | None:
 class ActionStop:
     """The engine's StopCheck (engines/base.py) for an agent's turn: True once the sampled ids complete a valid action
     block, the very id where cut_after_action would cut, so the engine stops sampling a tail that would be cut (for
-    tokenizers whose closing tags are not single ids, e.g. SmolLM2's). Asked only after an id whose text holds ">"."""
+    tokenizers whose closing tags are not single ids, e.g. SmolLM2's). `candidates`: the ids whose token string holds
+    ">" (the engine asks again for the few ids after one: a ">" that shares a token with a character's first bytes
+    shows in the text only with the id that completes the character)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, candidates: frozenset[int]) -> None:
         self._tokenizer = tokenizer
-        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self.candidates = frozenset(i for i, piece in enumerate(pieces) if piece is not None and ">" in piece)
+        self.candidates = candidates
 
     def __call__(self, ids: Sequence[int]) -> bool:
         return _first_action(*_decode_with_ends(ids, self._tokenizer)) is not None
@@ -194,15 +197,24 @@ class ActionStop:
         return id(self._tokenizer)
 
 
-_ACTION_STOPS: dict[int, ActionStop] = {}
+# tokenizer -> its ActionStop candidates, freed with the tokenizer
+_CANDIDATES: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, frozenset[int]] = weakref.WeakKeyDictionary()
+
+
+def _candidates(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return frozenset(i for i, piece in enumerate(pieces) if ">" in (piece or ""))
 
 
 def action_stop(tokenizer: PreTrainedTokenizerBase) -> ActionStop:
-    """The ActionStop of `tokenizer`, built once per tokenizer (its candidates scan the vocabulary)."""
-    stop = _ACTION_STOPS.get(id(tokenizer))
-    if stop is None or stop._tokenizer is not tokenizer:
-        stop = _ACTION_STOPS[id(tokenizer)] = ActionStop(tokenizer)
-    return stop
+    """The ActionStop of `tokenizer` (its candidates found once per tokenizer)."""
+    try:
+        candidates = _CANDIDATES.get(tokenizer)
+        if candidates is None:
+            candidates = _CANDIDATES[tokenizer] = _candidates(tokenizer)
+    except TypeError:  # a tokenizer that cannot be weakly referenced: found again for each episode
+        candidates = _candidates(tokenizer)
+    return ActionStop(tokenizer, candidates)
 
 
 def action_stop_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:

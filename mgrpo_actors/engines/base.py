@@ -25,8 +25,10 @@ __all__ = [
     "FinishReason",
     "Generation",
     "RolloutEngine",
+    "RECHECK_IDS",
     "SamplingParams",
     "StopCheck",
+    "asks_stop_check",
     "WeightsSource",
 ]
 
@@ -39,11 +41,21 @@ class EngineUnavailable(RuntimeError):
     """An engine was selected whose optional dependency is not installed."""
 
 
+RECHECK_IDS = 3  # a UTF-8 character is at most 4 bytes: the ids after a candidate that may complete its text
+
+
+def asks_stop_check(check: StopCheck, token: int, since_candidate: int) -> bool:
+    """Whether the engine asks `check` after sampling `token`, `since_candidate` ids after the row's last candidate
+    (0: none yet)."""
+    return token in check.candidates or 0 < since_candidate <= RECHECK_IDS
+
+
 @runtime_checkable
 class StopCheck(Protocol):
     """A test on a row's sampled ids that ends the row when True (its last id kept), as a stop string would. The
-    engine asks it only after sampling one of `candidates` (ids that can end what it looks for); it must be
-    hashable (SamplingParams are grouped by value)."""
+    engine asks it after sampling one of `candidates` (ids that can end what it looks for) and after each of the
+    RECHECK_IDS ids that follow one (text that a candidate starts may complete with a later id: a character split
+    across ids); it must be hashable (SamplingParams are grouped by value)."""
 
     candidates: frozenset[int]
 
@@ -59,8 +71,8 @@ class SamplingParams:
     top_k: int = 0  # keep only the k most likely tokens; 0 = off
     max_new_tokens: int = 256  # generation budget per prompt (finish reason "length" when spent)
     stop_token_ids: tuple[int, ...] = ()  # stop on these as well as on the tokenizer's eos; the stop token is kept
-    # hf: also stop a row once stop_check(its sampled ids) is True, asked when it samples one of stop_check.candidates
-    # (an agent's "the turn's action block is complete": agents/action_stop.py); others sample on (the agent cuts)
+    # hf's own decoding loop: also stop a row once stop_check(its sampled ids) is True (StopCheck; an agent's "the
+    # turn's action block is complete": agents/episode.py ActionStop); other engines sample on (the agent cuts)
     stop_check: StopCheck | None = None
     seed: int | None = None  # seeds the sampling of this call; None = continue the engine's RNG stream
 

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from mgrpo_actors.engines.base import Generation, SamplingParams, StopCheck
+from mgrpo_actors.engines.base import Generation, SamplingParams, StopCheck, asks_stop_check
 from mgrpo_actors.engines.decode import NARROW_AT, NARROW_MIN_ROWS, block_of, feeder, forward_block, row_generators
 from mgrpo_actors.engines.kv_cache import CacheShape, RowCache, cache_shape, common_prefix, gathered
 from mgrpo_actors.engines.prefill import prepared_cache
@@ -60,12 +60,19 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stopped: bool = False  # a stop id, or the check, ended it
+    last_candidate: int = 0  # len(ids) after the last of the check's candidates (0: none yet)
 
     def add(self, token: int, logprob: float) -> None:
         self.ids.append(token)
         self.logprobs.append(logprob)
+        self.stopped = token in self.stop
         check = self.check
-        self.stopped = token in self.stop or (check is not None and token in check.candidates and check(self.ids))
+        if check is None or self.stopped:
+            return
+        since = len(self.ids) - self.last_candidate if self.last_candidate else 0
+        if token in check.candidates:
+            self.last_candidate = len(self.ids)
+        self.stopped = asks_stop_check(check, token, since) and check(self.ids)
 
     def finished(self) -> bool:
         return self.stopped or len(self.ids) == self.budget

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mgrpo_actors.engines.base import FinishReason, SamplingParams, StopCheck
+from mgrpo_actors.engines.base import FinishReason, SamplingParams, StopCheck, asks_stop_check
 from mgrpo_actors.engines.kv_cache import RowCache, gathered
 from mgrpo_actors.engines.sampler import sample
 
@@ -167,6 +167,7 @@ class _Checked:
     def __init__(self, rows: int, check: StopCheck) -> None:
         self.check = check
         self.sampled: list[list[int]] = [[] for _ in range(rows)]
+        self.last_candidate = [0] * rows  # per row: its length after its last candidate id (0: none yet)
         self.ends: dict[int, int] = {}  # the call's row -> its length when the check ended it
 
     def after(self, rows: list[int], ids: torch.Tensor, was_alive: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
@@ -177,7 +178,10 @@ class _Checked:
                 continue
             sampled = self.sampled[row]
             sampled.append(token)
-            if still and token in self.check.candidates and self.check(sampled):
+            since = len(sampled) - self.last_candidate[row] if self.last_candidate[row] else 0
+            if token in self.check.candidates:
+                self.last_candidate[row] = len(sampled)
+            if still and asks_stop_check(self.check, token, since) and self.check(sampled):
                 self.ends[row] = len(sampled)
                 ended.append(j)
         if not ended:

@@ -359,7 +359,9 @@ def test_the_engines_action_stop_ends_a_turn_at_the_very_id_where_the_episode_cu
     kept, turn_text = cut_after_action(Generation(ids, np.zeros(len(ids), np.float32), "length", 0), tokenizer)
     ends_action = parse_turn(turn_text).is_valid
     stop = action_stop(tokenizer)
-    assert stop is action_stop(tokenizer) and stop == ActionStop(tokenizer)  # one per tokenizer, equal by tokenizer
+    again = action_stop(tokenizer)
+    assert stop == again and hash(stop) == hash(again) and stop.candidates is again.candidates  # found once
+    assert isinstance(stop, ActionStop)
     answers = [stop(ids[:k]) for k in range(1, len(ids) + 1)]
     first = answers.index(True) + 1 if True in answers else None
     assert first == (len(kept.token_ids) if ends_action else None)
@@ -369,3 +371,22 @@ def test_the_engines_action_stop_ends_a_turn_at_the_very_id_where_the_episode_cu
     params = AgentEpisode(tokenizer, OPENING, AgentConfig(), "r0", ("search",)).sampling_params(None)
     assert params.stop_check == stop
     assert episode(stop_after_action=False).sampling_params(seed=None).stop_check is None
+
+
+def test_the_action_stops_candidates_are_the_ids_whose_token_holds_a_closing_bracket():
+    tokenizer = load_tokenizer(resolve_model_dir("smollm2"))
+    candidates = action_stop(tokenizer).candidates
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    assert candidates == {i for i, piece in enumerate(pieces) if ">" in piece}
+    assert len(candidates) < len(tokenizer) // 10  # the check is asked after few ids
+
+
+def test_the_engine_asks_the_check_after_a_candidate_and_the_ids_that_may_complete_its_character():
+    """A ">" sharing a token with a character's first bytes shows in the text only with the id that completes the
+    character (DecodeStream holds an incomplete character back), so the engine asks again for RECHECK_IDS ids."""
+    from mgrpo_actors.engines.base import RECHECK_IDS, asks_stop_check
+
+    stop = ActionStop(tiny_tokenizer(), frozenset({7}))
+    assert asks_stop_check(stop, 7, since_candidate=0) and not asks_stop_check(stop, 8, since_candidate=0)
+    assert all(asks_stop_check(stop, 8, since) for since in range(1, RECHECK_IDS + 1))
+    assert not asks_stop_check(stop, 8, since_candidate=RECHECK_IDS + 1)
