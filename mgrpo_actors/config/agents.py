@@ -73,8 +73,8 @@ class AgentConfig:
     stop_after_action: bool = True
     """End each turn right after its first complete, valid action block, as a stop string would: the engine
     stops on closing tags that are single ids, and the hf engine's own decoding loop at the id that completes the
-    block whatever the tokenizer (agents/episode.py ActionStop); otherwise what was sampled after the block is dropped (the ids and
-    logprobs kept are unchanged: a prefix does not depend on its tail)."""
+    block whatever the tokenizer (agents/episode.py ActionStop); otherwise what was sampled after the block is
+    dropped (the ids and logprobs kept are unchanged: a prefix does not depend on its tail)."""
     demonstration: bool = True
     """open with the role's worked example exchange (prompts.py); small models need it"""
     tools: list[str] | None = None
