@@ -95,3 +95,15 @@ def actors(make_bus) -> Iterator[list]:
                 ref.stop(timeout=10)
             except Exception:
                 pass
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine spinning OpenMP threads make them
+    ~10x slower: one torch thread for the module (`pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -29,7 +29,7 @@ import torch
 
 from mgrpo_actors.engines.base import Generation, SamplingParams, StopCheck, asks_stop_check
 from mgrpo_actors.engines.decode import NARROW_AT, NARROW_MIN_ROWS, block_of, feeder, forward_block, row_generators
-from mgrpo_actors.engines.kv_cache import CacheShape, RowCache, cache_shape, common_prefix, gathered
+from mgrpo_actors.engines.kv_cache import CacheShape, RowCache, cache_shape, gathered, longest_prefix
 from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.engines.sampler import sample
 from mgrpo_actors.phases import GENERATE, timed
@@ -308,13 +308,9 @@ class ContinuousBatch:
         continues past the row's own prompt (its episode's next turn) is let go: the row that continues it will be
         held when it finishes. Rows whose prompts are only shared (a system prompt) stay."""
         picks: dict[int, int] = {}  # held index -> tokens to take
+        held_tokens = [held.tokens for held in self._held]
         for prompt in prompts:
-            ids = np.asarray(prompt, dtype=np.int64)
-            best, best_n = None, 0
-            for h, held in enumerate(self._held):
-                n = min(common_prefix(held.tokens, ids), len(ids) - 1)
-                if n > best_n:
-                    best, best_n = h, n
+            best, best_n = longest_prefix(held_tokens, prompt)
             if best is not None:
                 picks[best] = max(picks.get(best, 0), best_n)
         if not picks:

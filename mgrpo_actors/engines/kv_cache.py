@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CacheShape", "RowCache", "cache_shape", "common_prefix", "gathered"]
+__all__ = ["CacheShape", "RowCache", "cache_shape", "common_prefix", "gathered", "longest_prefix"]
 
 
 @dataclass(frozen=True)
@@ -137,18 +137,20 @@ class RowCache:
         """For each prompt, the cached row with the longest common prefix and how much of it to keep: at
         most all but the prompt's last id (its logits are needed, so it is always fed)."""
         cached = [np.asarray(t, dtype=np.int64) for t in self.tokens]
-        sources: list[int | None] = []
-        keep: list[int] = []
-        for prompt in prompts:
-            ids = np.asarray(prompt, dtype=np.int64)
-            best, best_n = None, 0
-            for row, tokens in enumerate(cached):
-                n = min(common_prefix(tokens, ids), len(ids) - 1)
-                if n > best_n:
-                    best, best_n = row, n
-            sources.append(best)
-            keep.append(best_n)
-        return sources, keep
+        matches = [longest_prefix(cached, prompt) for prompt in prompts]
+        return [row for row, _ in matches], [n for _, n in matches]
+
+
+def longest_prefix(cached: Sequence[np.ndarray], prompt: Sequence[int]) -> tuple[int | None, int]:
+    """(the index of the cached id sequence sharing the longest prefix with `prompt`, or None; how much of it to keep:
+    at most all but the prompt's last id, whose logits are needed, so it is always fed)."""
+    ids = np.asarray(prompt, dtype=np.int64)
+    best, best_n = None, 0
+    for index, tokens in enumerate(cached):
+        n = min(common_prefix(tokens, ids), len(ids) - 1)
+        if n > best_n:
+            best, best_n = index, n
+    return best, best_n
 
 
 def gathered(shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int) -> RowCache:

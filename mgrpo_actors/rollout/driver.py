@@ -216,9 +216,9 @@ def _run_continuously(
             submit(index)
     delegating: list[int] = []
     delegations: list[tuple[AgentEpisode, DelegationRequest]] = []
-    while batch.busy or delegations:
+    while batch.busy:  # delegations go at the end of the step that leaves nothing decoding, which submits again
         started = time.perf_counter()
-        finished = batch.step() if batch.busy else []
+        finished = batch.step()
         stats.generate_s += time.perf_counter() - started
         stats.steps += 1
         tool_calls: list[tuple[AgentEpisode, ToolCall]] = []

@@ -21,12 +21,7 @@ ROWS = 12
 STOP_IDS = tuple(range(0, 1024, 6))  # about one id in six stops a row: rows stop at many different steps
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=["tiny:main", "tiny:sub"])

@@ -6,7 +6,6 @@ the episodes."""
 
 import numpy as np
 import pytest
-import torch
 
 from mgrpo_actors.agents.delegation import DelegationRequest
 from mgrpo_actors.agents.main import main_episode
@@ -119,11 +118,8 @@ def test_turn_t_of_episode_i_samples_with_its_own_seed():
 
 
 @pytest.fixture(scope="module")
-def tiny_sub():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model("tiny:sub")
-    torch.set_num_threads(previous)
+def tiny_sub(one_torch_thread):
+    return load_model("tiny:sub")
 
 
 def _sub_episodes(tokenizer, tools, cfg, n=6):

@@ -4,7 +4,6 @@ forward pass of the same model over the whole trajectory (within 1e-4, fp32)."""
 
 import numpy as np
 import pytest
-import torch
 
 from mgrpo_actors.agents.episode import EpisodeRecord
 from mgrpo_actors.agents.turn_format import format_answer, format_tool_call
@@ -23,14 +22,7 @@ SUB_CFG = AgentConfig(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine spinning OpenMP
-    # threads make them ~10x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
