@@ -56,6 +56,7 @@ from mgrpo_actors.monitoring.publish import publish_event, publish_metrics
 from mgrpo_actors.runtime import HOLD, Bus, BusActor, Delivery, is_transient
 from mgrpo_actors.runtime.compute import on_compute_thread
 from mgrpo_actors.runtime.crossing import publish_crossing
+from mgrpo_actors.runtime.disk import DiskFullError
 from mgrpo_actors.runtime.retention import ConsumedWork
 from mgrpo_actors.weights.chain import rebuild
 from mgrpo_actors.weights.delta import wire_dtype
@@ -91,6 +92,7 @@ class LearnerActor(BusActor):
         self.acks: AckSchedule[Delivery] = AckSchedule(self.cfg.checkpoint_every)
         self.stepped = False  # the batch being applied has changed the weights (no retry in this process)
         self.refused = 0  # batches dead-lettered by the checks (learner/batch_checks.py), never trained on
+        self.halted = ""  # why this learner applies nothing more (its disk filled after an optimizer step)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
     def handlers(self) -> dict:
@@ -246,6 +248,10 @@ class LearnerActor(BusActor):
     def _try_apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
         """Apply a whole batch; if that fails, hand every chunk back (False). A failure that is not the
         bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
+        if self.halted:  # its weights may be ahead of what is saved: nothing more is applied in this process
+            for _, delivery in held:
+                delivery.nak(delay_s=1.0)
+            return False
         self.stepped = False
         try:
             self._apply(batch_id, held)
@@ -255,7 +261,12 @@ class LearnerActor(BusActor):
                 delivery.nak(delay_s=1.0)
             # After the optimizer step nothing may retry in this process (it would apply the batch twice):
             # the restarted learner resumes from its checkpoint or KV record instead.
-            if self.stepped or not is_transient(exc):
+            full = _disk_full_in(exc)
+            if full is not None:  # a full disk is the operator's to fix: the run stops in one line, --resume goes on
+                self.halted = full.strerror
+                self.log.error("batch could not be saved: the disk is full", batch_id=batch_id, error=full.strerror)
+                self.bus.stop_run(f"{full.strerror}; free space there and continue with --resume")
+            elif self.stepped or not is_transient(exc):
                 self.log.error("batch could not be applied", batch_id=batch_id, error=f"{type(exc).__name__}: {exc}")
                 self.actor_ref.tell(_Fatal(f"{type(exc).__name__}: {exc}"))
             else:
@@ -361,3 +372,14 @@ def start_sub_learner(bus: Bus, config: NodeConfig, started: list[Any], sub_type
     main-only: the node's check refuses a sub-learner role whose types none train)."""
     if config.trains(sub_type):
         started.append(LearnerActor.start_ready(bus, config, sub_type, timeout_s=600))
+
+
+def _disk_full_in(exc: BaseException) -> DiskFullError | None:
+    """The DiskFullError that `exc` is or was raised from, if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DiskFullError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -27,7 +27,7 @@ from mgrpo_actors.rollout.main import QueryOutcome, failed_outcome, new_attempt,
 from mgrpo_actors.rollout.subtasks import BusSubtasks
 from mgrpo_actors.rollout.tool_calls import bus_tool_executor
 from mgrpo_actors.runtime import Bus, BusError, Delivery
-from mgrpo_actors.runtime.crossing import publish_crossing
+from mgrpo_actors.runtime.crossing import resend_later
 from mgrpo_actors.tools.registry import ToolRegistry
 from mgrpo_actors.tools.setup import build_tool_registry
 from protocols import RolloutRequest, WeightsVersion
@@ -125,8 +125,7 @@ class MainAgentActor(AgentActor):
         except Exception as exc:
             self._failed(batch, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3))
             return
-        for outcome, (_, delivery) in zip(outcomes, batch, strict=True):
-            self._publish(outcome, delivery)
+        self._publish(outcomes, [delivery for _, delivery in batch])
         publish_metrics(
             self.bus, "main_agent", {**self.calls.take(), "queries": len(batch)}, batch[0][0].step, self.role
         )
@@ -155,26 +154,44 @@ class MainAgentActor(AgentActor):
                 delivery.nak(delay_s=1.0)
             else:
                 outcome = failed_outcome(request, new_attempt(), error, self.bus.node, self.sub_types)
-                self._publish(outcome, delivery)
+                self._publish([outcome], [delivery])
         publish_metrics(self.bus, "main_agent", {"failed_batches": 1.0}, batch[0][0].step, self.role)
 
-    def _publish(self, outcome: QueryOutcome, delivery: Delivery) -> None:
-        """Store the outcome, then ack its request; if storing fails, hand the request back (rolled out again
+    def _publish(self, outcomes: list[QueryOutcome], deliveries: list[Delivery]) -> None:
+        """Store each outcome (its trajectories and reward statistics, all outcomes' in one round trip), then
+        report it done and ack its request; an outcome not wholly stored hands its request back (rolled out again
         under a new attempt; the aligners keep the first complete attempt of each rollout)."""
         subjects = self.bus.subjects
-        try:
-            for trajectory in outcome.trajectories:
-                self.bus.js_publish(subjects.trajectories("main"), trajectory)
+        items: list[list[tuple[str, Any, str | None]]] = []
+        for outcome in outcomes:
+            mine = [(subjects.trajectories("main"), trajectory, None) for trajectory in outcome.trajectories]
             for sub_type, per_type in outcome.stats.items():
                 for stats in per_type:
                     msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
                     # they cross into the type's side (deploy/accounts.py)
-                    publish_crossing(self.bus, subjects.reward_stats_of(sub_type), stats, msg_id)
-            self.bus.publish(subjects.query_done, outcome.done)
-        except Exception as exc:
-            self.hand_back(delivery, f"outcome not stored: {type(exc).__name__}: {exc}")
-            return
-        delivery.ack()
+                    mine.append((subjects.reward_stats_of(sub_type), stats, msg_id))
+            items.append(mine)
+        flat = [item for mine in items for item in mine]
+        try:
+            results: list[int | Exception] = self.bus.js_publish_many(flat)
+        except Exception as exc:  # the bus itself failed: nothing is known stored
+            results = [exc] * len(flat)
+        at = 0
+        for outcome, delivery, mine in zip(outcomes, deliveries, items, strict=True):
+            failed = next((r for r in results[at : at + len(mine)] if isinstance(r, Exception)), None)
+            at += len(mine)
+            if failed is not None:
+                self.hand_back(delivery, f"outcome not stored: {type(failed).__name__}: {failed}")
+                continue
+            try:
+                for subject, stats, msg_id in mine:
+                    if msg_id is not None:  # what publish_crossing does after its publish
+                        resend_later(self.bus, subject, stats, msg_id)
+                self.bus.publish(subjects.query_done, outcome.done)
+            except Exception as exc:
+                self.hand_back(delivery, f"outcome not reported: {type(exc).__name__}: {exc}")
+                continue
+            delivery.ack()
 
 
 def start_main_agents(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from actors.agent import AgentActor
 from mgrpo_actors.config import NodeConfig
 from mgrpo_actors.monitoring.publish import publish_metrics
-from mgrpo_actors.rollout.sub import run_subtasks
+from mgrpo_actors.rollout.sub import SubtaskOutcome, run_subtasks
 from mgrpo_actors.rollout.tool_calls import bus_tool_executor
 from mgrpo_actors.runtime import Bus, BusError, Delivery
 from mgrpo_actors.tools.setup import build_tool_registry
@@ -82,17 +82,28 @@ class SubAgentActor(AgentActor):
             for _, delivery in batch:  # M retries on another instance, then records the call as failed
                 self._fail(delivery, f"{type(exc).__name__}: {exc}")
             return
-        for outcome, (_, delivery) in zip(outcomes, batch, strict=True):
-            try:
-                if outcome.trajectory is not None:  # stored on the sub side before M hears of it
-                    self.bus.js_publish(self.bus.subjects.trajectories(self.side), outcome.trajectory)
-            except Exception as exc:  # not stored: M must not count this call (it retries elsewhere)
-                self._fail(delivery, f"trajectory not stored: {type(exc).__name__}: {exc}")
-                continue
-            if delivery.reply:
+        stored = self._store_trajectories(outcomes)
+        for outcome, stored_as, (_, delivery) in zip(outcomes, stored, batch, strict=True):
+            if isinstance(stored_as, Exception):  # not stored: M must not count this call (it retries elsewhere)
+                self._fail(delivery, f"trajectory not stored: {type(stored_as).__name__}: {stored_as}")
+            elif delivery.reply:
                 self.bus.publish(delivery.reply, outcome.result)
         figures = {**self.calls.take(), "subtasks": len(batch)}
         publish_metrics(self.bus, "sub_agent", figures, batch[0][0].step, self.role, tags=self.type_tag)
+
+    def _store_trajectories(self, outcomes: list[SubtaskOutcome]) -> list[int | Exception | None]:
+        """Each outcome's trajectory stored on the sub side before M hears of it, all in one round trip: per
+        outcome its stream sequence, the exception that kept it out, or None (no trajectory)."""
+        subject = self.bus.subjects.trajectories(self.side)
+        which = [i for i, outcome in enumerate(outcomes) if outcome.trajectory is not None]
+        stored: list[int | Exception | None] = [None] * len(outcomes)
+        try:
+            results = self.bus.js_publish_many([(subject, outcomes[i].trajectory, None) for i in which])
+        except Exception as exc:  # the bus itself failed: none is known stored
+            results = [exc] * len(which)
+        for i, result in zip(which, results, strict=True):
+            stored[i] = result
+        return stored
 
     def _fail(self, delivery: Delivery, reason: str) -> None:
         if delivery.reply:

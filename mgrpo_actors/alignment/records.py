@@ -35,6 +35,10 @@ class PublishedRecords:
         self.key = f"aligned.{side}.recent"
         saved = kv.get(self.key)
         self.recent: dict[int, dict[str, Any]] = {int(k): v for k, v in json.loads(saved).items()} if saved else {}
+        # Steps whose per-step key was read and found absent. Nothing writes those keys any more, so absent stays
+        # absent: each step's is read once, not for every piece of it (a KV round trip each, about 1.5 ms of
+        # every trajectory an aligner took: docs/benchmarks.md §steps).
+        self.unsaved: set[int] = set()
 
     def get(self, step: int) -> bytes | None:
         """The record of `step` as raw JSON, None if it was never published. A step older than a full window's
@@ -43,7 +47,13 @@ class PublishedRecords:
         delivery would stop the stream's consumed work from going; it gets FORGOTTEN, its record not kept."""
         if step in self.recent:
             return json.dumps(self.recent[step]).encode()
-        saved = self.kv.get(f"aligned.{self.side}.{step}")  # a run that recorded one key per step
+        saved = None
+        if step not in self.unsaved:
+            saved = self.kv.get(f"aligned.{self.side}.{step}")  # a run that recorded one key per step
+            if saved is None:
+                self.unsaved.add(step)
+                if len(self.unsaved) > 4 * self.keep:  # bounded: the oldest steps are long out of flight
+                    self.unsaved.remove(min(self.unsaved))
         if saved is None and len(self.recent) >= self.keep and step < min(self.recent):
             return json.dumps(FORGOTTEN).encode()
         return saved

@@ -4,6 +4,8 @@ for it; streams a server lost are made again when a publish finds none."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import nats.js.errors
@@ -119,6 +121,57 @@ class JetStreamCalls:
                     timeout=timeout_s + 1,
                 )
         return ack.seq
+
+    def js_publish_many(
+        self, items: Sequence[tuple[str, Message | bytes, str | None]], timeout_s: float = 5.0
+    ) -> list[int | Exception]:
+        """Publish (subject, message, msg_id) items into streams at once and wait for all the server's acks: per
+        item its stream sequence, or the exception that item met (as `js_publish` raises it; StoreFull stops the
+        run). One round trip for the lot instead of one each: a batch's trajectories were published one after
+        another, a few milliseconds of every step each (docs/benchmarks.md §steps). They go out in order on this
+        connection, so a stream stores them in that order."""
+        results: list[int | Exception] = []
+        encoded: list[tuple[int, str, bytes, dict[str, str] | None]] = []
+        for index, (subject, message, msg_id) in enumerate(items):
+            results.append(0)
+            try:
+                encoded.append((index, subject, self._encode(message), {"Nats-Msg-Id": msg_id} if msg_id else None))
+            except Exception as exc:  # this item's failure, not the others'
+                results[index] = exc
+        if not encoded:
+            return results
+        acks = self.call(self._after_outbox(self._publish_all(encoded, timeout_s)), timeout=timeout_s + 2)
+        for (index, subject, data, _), ack in zip(encoded, acks, strict=True):
+            results[index] = ack.seq if not isinstance(ack, BaseException) else self._store_error(ack, subject, data)
+        return results
+
+    async def _publish_all(
+        self, encoded: list[tuple[int, str, bytes, dict[str, str] | None]], timeout_s: float
+    ) -> list[Any]:
+        """The acks (or exceptions) of publishing every item concurrently; items that found no stream are
+        published again once the streams are recreated (as js_publish does)."""
+
+        async def publish_all(which: list[tuple[int, str, bytes, dict[str, str] | None]]) -> list[Any]:
+            tasks = [self._js.publish(s, d, timeout=timeout_s, headers=h) for _, s, d, h in which]
+            return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+        acks = await publish_all(encoded)
+        lost = [i for i, ack in enumerate(acks) if isinstance(ack, nats.js.errors.NoStreamResponseError)]
+        if lost and self._streams[0]:
+            log.warning("no stream takes these subjects: recreating the node's streams", items=len(lost))
+            await self._recreate_streams("a publish found no stream")
+            for i, ack in zip(lost, await publish_all([encoded[i] for i in lost]), strict=True):
+                acks[i] = ack
+        return acks
+
+    def _store_error(self, exc: BaseException, subject: str, data: bytes) -> Exception:
+        """A publish's failure as js_publish would raise it: StoreFull when the store is full (the run stops)."""
+        try:
+            with self.store_watch.writing(f"a publish to {subject}", len(data)):
+                raise exc
+        except Exception as raised:
+            return raised
+        raise AssertionError("unreachable")  # writing() re-raises what it was given or StoreFull
 
     def consume(
         self,

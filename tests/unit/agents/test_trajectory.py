@@ -158,3 +158,38 @@ def test_turns_must_alternate(model_and_tokenizer):
     builder.add_generation(generation([5]))
     with pytest.raises(ValueError, match="not another generation"):
         builder.add_generation(generation([6]))
+
+
+def test_an_opening_is_rendered_once_per_tokenizer_and_gives_what_rendering_gives(model_and_tokenizer, monkeypatch):
+    from mgrpo_actors.agents import trajectory
+
+    _, tokenizer = model_and_tokenizer
+    opening = [{"role": "system", "content": "Cached once."}, {"role": "user", "content": "Which colour?"}]
+    expected = (ChatTurnWrapping.from_template(tokenizer, opening), tuple(trajectory.encode_opening(tokenizer, opening)))
+    renders = []
+    real = trajectory.encode_opening
+    monkeypatch.setattr(trajectory, "encode_opening", lambda tok, msgs: renders.append(1) or real(tok, msgs))
+    builders = [TrajectoryBuilder(tokenizer, opening) for _ in range(8)]
+    assert len(renders) == 1  # K rollouts of a query open alike: rendered for the first alone
+    assert trajectory.opening_of(tokenizer, opening) == expected
+    assert all(b.context_ids() == list(expected[1]) and b.prompt_len == len(expected[1]) for b in builders)
+    builders[0].add_generation(generation(tokenizer.encode("hi", add_special_tokens=False)))
+    assert TrajectoryBuilder(tokenizer, opening).context_ids() == list(expected[1])  # a builder's growth is its own
+    other = [opening[0], {"role": "user", "content": "Which size?"}]
+    TrajectoryBuilder(tokenizer, other)
+    assert len(renders) == 2  # another opening is rendered for itself
+
+
+def test_kept_openings_are_bounded_and_freed_with_their_tokenizer():
+    import gc
+
+    from mgrpo_actors.agents import trajectory
+
+    _, tokenizer = load_model("tiny:sub")
+    for i in range(trajectory._OPENINGS_KEPT + 5):
+        trajectory.opening_of(tokenizer, [{"role": "user", "content": f"question {i}"}])
+    assert len(trajectory._OPENINGS[tokenizer]) == trajectory._OPENINGS_KEPT
+    before = len(trajectory._OPENINGS)
+    del tokenizer
+    gc.collect()
+    assert len(trajectory._OPENINGS) == before - 1

@@ -1,0 +1,62 @@
+"""`Bus.js_publish_many` on a real nats-server: every item stored in the order given with its stream sequence, one
+item's failure (no stream takes its subject, a message that cannot be encoded) only that item's, de-duplication ids
+honoured as `js_publish` honours them."""
+
+from __future__ import annotations
+
+import pytest
+
+from mgrpo_actors.runtime import Bus
+from protocols import Metric
+from tests.pipeline_helpers import read_stream
+
+pytestmark = pytest.mark.integration
+
+
+def _stream(bus: Bus) -> tuple[str, str]:
+    stream, subject = f"many-{bus.run_id}", f"{bus.subjects.root}.many"
+    bus.add_stream(stream, [subject])
+    return stream, subject
+
+
+def test_items_are_stored_in_the_order_given_with_their_sequences(bus):
+    stream, subject = _stream(bus)
+    bus.js_publish(subject, Metric(name="before", value=0.0, step=0))
+    items = [(subject, Metric(name="job", value=float(i), step=i), None) for i in range(40)]
+    assert bus.js_publish_many(items) == list(range(2, 42))
+    stored = read_stream(bus, stream)
+    assert [m.name for m in stored] == ["before", *["job"] * 40]
+    assert [m.step for m in stored[1:]] == list(range(40))
+
+
+def test_an_items_failure_is_that_items_alone(bus):
+    stream, subject = _stream(bus)
+    nowhere = f"{bus.subjects.root}.no-stream-takes-this"
+    results = bus.js_publish_many(
+        [
+            (subject, Metric(name="a", value=1.0, step=1), None),
+            (nowhere, Metric(name="lost", value=2.0, step=2), None),
+            (subject, object(), None),  # not a protocol message: cannot be encoded
+            (subject, Metric(name="b", value=3.0, step=3), None),
+        ]
+    )
+    assert results[0] == 1 and results[3] == 2
+    assert isinstance(results[1], Exception) and isinstance(results[2], Exception)
+    assert [m.name for m in read_stream(bus, stream)] == ["a", "b"]
+
+
+def test_de_duplication_ids_are_honoured(bus):
+    stream, subject = _stream(bus)
+    first = bus.js_publish(subject, Metric(name="once", value=1.0, step=1), msg_id="same")
+    results = bus.js_publish_many(
+        [
+            (subject, Metric(name="once", value=1.0, step=1), "same"),  # a duplicate: acked, not stored again
+            (subject, Metric(name="other", value=2.0, step=2), "other"),
+        ]
+    )
+    assert results == [first, first + 1]
+    assert [m.name for m in read_stream(bus, stream)] == ["once", "other"]
+
+
+def test_nothing_to_publish_returns_nothing(bus):
+    assert bus.js_publish_many([]) == []
