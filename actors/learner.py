@@ -92,7 +92,7 @@ class LearnerActor(BusActor):
         self.acks: AckSchedule[Delivery] = AckSchedule(self.cfg.checkpoint_every)
         self.stepped = False  # the batch being applied has changed the weights (no retry in this process)
         self.refused = 0  # batches dead-lettered by the checks (learner/batch_checks.py), never trained on
-        self.halted = ""  # why this learner applies nothing more (its disk filled after an optimizer step)
+        self.halted = ""  # why this learner takes no more batches (a write of a batch's found the disk full)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"mgrpo-{side}-learner-"))
 
     def handlers(self) -> dict:
@@ -179,6 +179,8 @@ class LearnerActor(BusActor):
     def on_chunk(self, chunk: AlignedBatch, delivery: Delivery) -> Any:
         if chunk.side != self.side:
             raise ValueError(f"a {chunk.side!r} batch on the {self.side} batch stream")
+        if self.halted:  # neither applied nor reported as applied: --resume (from the last checkpoint) needs it
+            return HOLD  # unsettled: handed back when the node stops
         arrival = self.batches.add(chunk, delivery, self.applied["step"])
         if arrival is Arrival.APPLIED_BEFORE:
             self._report_again(chunk)  # a redelivery after a restart: never apply twice
@@ -246,8 +248,9 @@ class LearnerActor(BusActor):
         return max(newest, self.applied["version"])
 
     def _try_apply(self, batch_id: str, held: list[tuple[AlignedBatch, Delivery]]) -> bool:
-        """Apply a whole batch; if that fails, hand every chunk back (False). A failure that is not the
-        bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
+        """Apply a whole batch; if that fails, hand every chunk back (False). A full disk stops the run in one line
+        (exit 3; the learner takes nothing more, --resume goes on from the last checkpoint); another failure that
+        is not the bus's ends this actor, so the node exits 1 and a supervisor restarts it to resume from KV."""
         if self.halted:  # its weights may be ahead of what is saved: nothing more is applied in this process
             for _, delivery in held:
                 delivery.nak(delay_s=1.0)
@@ -263,9 +266,9 @@ class LearnerActor(BusActor):
             # the restarted learner resumes from its checkpoint or KV record instead.
             full = _disk_full_in(exc)
             if full is not None:  # a full disk is the operator's to fix: the run stops in one line, --resume goes on
-                self.halted = full.strerror
+                self.halted = full.strerror or str(full)
                 self.log.error("batch could not be saved: the disk is full", batch_id=batch_id, error=full.strerror)
-                self.bus.stop_run(f"{full.strerror}; free space there and continue with --resume")
+                self.bus.stop_run(f"{self.halted}; free space there and continue with --resume")
             elif self.stepped or not is_transient(exc):
                 self.log.error("batch could not be applied", batch_id=batch_id, error=f"{type(exc).__name__}: {exc}")
                 self.actor_ref.tell(_Fatal(f"{type(exc).__name__}: {exc}"))

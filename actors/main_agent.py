@@ -158,40 +158,52 @@ class MainAgentActor(AgentActor):
         publish_metrics(self.bus, "main_agent", {"failed_batches": 1.0}, batch[0][0].step, self.role)
 
     def _publish(self, outcomes: list[QueryOutcome], deliveries: list[Delivery]) -> None:
-        """Store each outcome (its trajectories and reward statistics, all outcomes' in one round trip), then
-        report it done and ack its request; an outcome not wholly stored hands its request back (rolled out again
-        under a new attempt; the aligners keep the first complete attempt of each rollout)."""
+        """Store each outcome's trajectories, then its reward statistics (each kind for all outcomes in one round
+        trip), then report it done and ack its request; an outcome not wholly stored hands its request back (rolled
+        out again under a new attempt; the aligners keep the first complete attempt of each rollout)."""
         subjects = self.bus.subjects
-        items: list[list[tuple[str, Any, str | None]]] = []
-        for outcome in outcomes:
-            mine = [(subjects.trajectories("main"), trajectory, None) for trajectory in outcome.trajectories]
-            for sub_type, per_type in outcome.stats.items():
-                for stats in per_type:
-                    msg_id = f"stats-{stats.step}-{stats.query_id}-{stats.rollout_index}-{stats.attempt}"
-                    # they cross into the type's side (deploy/accounts.py)
-                    mine.append((subjects.reward_stats_of(sub_type), stats, msg_id))
-            items.append(mine)
-        flat = [item for mine in items for item in mine]
-        try:
-            results: list[int | Exception] = self.bus.js_publish_many(flat)
-        except Exception as exc:  # the bus itself failed: nothing is known stored
-            results = [exc] * len(flat)
-        at = 0
-        for outcome, delivery, mine in zip(outcomes, deliveries, items, strict=True):
-            failed = next((r for r in results[at : at + len(mine)] if isinstance(r, Exception)), None)
-            at += len(mine)
-            if failed is not None:
-                self.hand_back(delivery, f"outcome not stored: {type(failed).__name__}: {failed}")
+        subject = subjects.trajectories("main")
+        failed = self._store([[(subject, t, None) for t in outcome.trajectories] for outcome in outcomes])
+        stats = [
+            [  # they cross into the type's side (deploy/accounts.py); only an outcome whose trajectories are stored
+                (subjects.reward_stats_of(sub_type), s, f"stats-{s.step}-{s.query_id}-{s.rollout_index}-{s.attempt}")
+                for sub_type, per_type in outcome.stats.items()
+                for s in per_type
+            ]
+            if why is None
+            else []
+            for outcome, why in zip(outcomes, failed, strict=True)
+        ]
+        failed = [why or later for why, later in zip(failed, self._store(stats), strict=True)]
+        for outcome, delivery, why, mine in zip(outcomes, deliveries, failed, stats, strict=True):
+            if why is not None:
+                self.hand_back(delivery, f"outcome not stored: {why}")
                 continue
             try:
-                for subject, stats, msg_id in mine:
-                    if msg_id is not None:  # what publish_crossing does after its publish
-                        resend_later(self.bus, subject, stats, msg_id)
+                for stats_subject, message, msg_id in mine:  # what publish_crossing does after its publish
+                    resend_later(self.bus, stats_subject, message, msg_id)
                 self.bus.publish(subjects.query_done, outcome.done)
             except Exception as exc:
                 self.hand_back(delivery, f"outcome not reported: {type(exc).__name__}: {exc}")
                 continue
             delivery.ack()
+
+    def _store(self, per_outcome: list[list[tuple[str, Any, str | None]]]) -> list[str | None]:
+        """Publish every outcome's items into their streams together; per outcome why one was not stored (None:
+        all were)."""
+        flat = [item for items in per_outcome for item in items]
+        if not flat:
+            return [None] * len(per_outcome)
+        try:
+            results: list[int | Exception] = self.bus.js_publish_many(flat)
+        except Exception as exc:  # the bus itself failed: nothing is known stored
+            results = [exc] * len(flat)
+        failed, at = [], 0
+        for items in per_outcome:
+            error = next((r for r in results[at : at + len(items)] if isinstance(r, Exception)), None)
+            failed.append(None if error is None else f"{type(error).__name__}: {error}")
+            at += len(items)
+        return failed
 
 
 def start_main_agents(bus: Bus, config: NodeConfig, started: list[Any]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -108,17 +109,26 @@ class TokenTrajectory:
 
 
 # Openings rendered and tokenised, per tokenizer (freed with it), newest last: a step's K rollouts of a query open
-# alike, and rendering the template took about 1.3 ms an episode (64 episodes a step of `mgrpo bench steps`).
-Opening = tuple[ChatTurnWrapping, tuple[int, ...]]
+# alike, and rendering the template took about 1.3 ms an episode (64 episodes a step of `mgrpo bench steps`). The ids
+# are kept as int32 arrays: a 2,000-token opening takes 8 KB (as a tuple of ints, about 70 KB).
+Opening = tuple[ChatTurnWrapping, Sequence[int]]
 _OPENINGS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, OrderedDict[tuple, Opening]] = weakref.WeakKeyDictionary()
-_OPENINGS_KEPT = 512  # per tokenizer
+_OPENINGS_KEPT = 128  # per tokenizer: more than a step's queries (sub-agents' openings differ: kept, rarely used)
 _OPENINGS_LOCK = threading.Lock()
+
+
+def _computed(tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -> Opening:
+    return ChatTurnWrapping.from_template(tokenizer, opening), array("i", encode_opening(tokenizer, opening))
 
 
 def opening_of(tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -> Opening:
     """The chat template's turn wrapping after `opening` and the opening's ids (encode_opening), each computed once
-    per tokenizer and opening (the newest 512 kept)."""
-    key = tuple(tuple(sorted(message.items())) for message in opening)
+    per tokenizer and opening (the newest _OPENINGS_KEPT kept)."""
+    try:
+        key = tuple(tuple(sorted(message.items())) for message in opening)
+        hash(key)
+    except TypeError:  # a message with values that are not strings (a list of parts): computed each time
+        return _computed(tokenizer, opening)
     with _OPENINGS_LOCK:
         try:
             kept = _OPENINGS.setdefault(tokenizer, OrderedDict())
@@ -128,11 +138,32 @@ def opening_of(tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -
         if found is not None:
             kept.move_to_end(key)
             return found
-    found = (ChatTurnWrapping.from_template(tokenizer, opening), tuple(encode_opening(tokenizer, opening)))
+    found = _computed(tokenizer, opening)
     with _OPENINGS_LOCK:
         kept[key] = found
         while len(kept) > _OPENINGS_KEPT:
             kept.popitem(last=False)
+    return found
+
+
+# The template's pieces around tool outputs (a few short strings per tokenizer), tokenised once.
+_PIECES: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
+_PIECES_KEPT = 64  # per tokenizer: more than any template writes
+
+
+def _template_piece(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
+    """encode_template(tokenizer, text) for the template's own pieces, computed once per tokenizer and piece."""
+    with _OPENINGS_LOCK:
+        try:
+            pieces = _PIECES.setdefault(tokenizer, {})
+        except TypeError:  # a tokenizer that cannot be weakly referenced
+            pieces = {}
+        found = pieces.get(text)
+    if found is None:
+        found = tuple(encode_template(tokenizer, text))
+        with _OPENINGS_LOCK:
+            if len(pieces) < _PIECES_KEPT:
+                pieces[text] = found
     return found
 
 
@@ -184,12 +215,17 @@ class TrajectoryBuilder:
                 return close[len(stop_text) :]
         return close
 
+    @property
+    def wrapping(self) -> ChatTurnWrapping:
+        """The chat template's text around turns after this builder's opening."""
+        return self._wrapping
+
     def _wrapped_ids(self, closing: str, text: str) -> list[int]:
         """Template pieces with their control ids, `text` between them as plain text."""
         return (
-            encode_template(self._tokenizer, closing + self._wrapping.tool_open)
+            list(_template_piece(self._tokenizer, closing + self._wrapping.tool_open))
             + encode_plain(self._tokenizer, text)
-            + encode_template(self._tokenizer, self._wrapping.tool_close)
+            + list(_template_piece(self._tokenizer, self._wrapping.tool_close))
         )
 
     def tool_output_ids(self, text: str) -> list[int]:

@@ -39,6 +39,9 @@ __all__ = ["JetStreamCalls"]
 
 log = get_logger("mgrpo_actors.runtime.bus")
 
+MANY_IN_FLIGHT = 64  # js_publish_many's publishes awaiting their acks at once
+_Encoded = tuple[int, str, bytes, "dict[str, str] | None"]  # (item index, subject, data, headers)
+
 
 class JetStreamCalls:
     """Bus's JetStream methods; Bus sets these attributes and provides call/_after_outbox/_encode."""
@@ -125,13 +128,15 @@ class JetStreamCalls:
     def js_publish_many(
         self, items: Sequence[tuple[str, Message | bytes, str | None]], timeout_s: float = 5.0
     ) -> list[int | Exception]:
-        """Publish (subject, message, msg_id) items into streams at once and wait for all the server's acks: per
-        item its stream sequence, or the exception that item met (as `js_publish` raises it; StoreFull stops the
-        run). One round trip for the lot instead of one each: a batch's trajectories were published one after
-        another, a few milliseconds of every step each (docs/benchmarks.md §steps). They go out in order on this
-        connection, so a stream stores them in that order."""
+        """Publish (subject, message, msg_id) items into streams together and wait for the server's acks: per item
+        its stream sequence, or the exception that item met (as `js_publish` raises it; StoreFull stops the run).
+        One round trip for the lot instead of one each: a batch's trajectories were published one after another, a
+        few milliseconds of every step each (docs/benchmarks.md §steps). At most MANY_IN_FLIGHT await their acks at
+        once, each for `timeout_s` from when it went out. They go out in order on this connection, so a stream
+        stores them in that order (items published again after their stream was recreated come after the others).
+        Raises (BusError, TimeoutError) only when the bus itself fails: then none is known stored."""
         results: list[int | Exception] = []
-        encoded: list[tuple[int, str, bytes, dict[str, str] | None]] = []
+        encoded: list[_Encoded] = []
         for index, (subject, message, msg_id) in enumerate(items):
             results.append(0)
             try:
@@ -140,32 +145,37 @@ class JetStreamCalls:
                 results[index] = exc
         if not encoded:
             return results
-        acks = self.call(self._after_outbox(self._publish_all(encoded, timeout_s)), timeout=timeout_s + 2)
+        acks = self._publish_together(encoded, timeout_s)
+        lost = [i for i, ack in enumerate(acks) if isinstance(ack, nats.js.errors.NoStreamResponseError)]
+        if lost and self._streams[0]:  # as js_publish does, each wait with its own time limit
+            log.warning("no stream takes these subjects: recreating the node's streams", items=len(lost))
+            self.call(self._recreate_streams("a publish found no stream"))
+            for i, ack in zip(lost, self._publish_together([encoded[i] for i in lost], timeout_s), strict=True):
+                acks[i] = ack
         for (index, subject, data, _), ack in zip(encoded, acks, strict=True):
             results[index] = ack.seq if not isinstance(ack, BaseException) else self._store_error(ack, subject, data)
         return results
 
-    async def _publish_all(
-        self, encoded: list[tuple[int, str, bytes, dict[str, str] | None]], timeout_s: float
-    ) -> list[Any]:
-        """The acks (or exceptions) of publishing every item concurrently; items that found no stream are
-        published again once the streams are recreated (as js_publish does)."""
+    def _publish_together(self, encoded: list[_Encoded], timeout_s: float) -> list[Any]:
+        """The acks (or exceptions) of publishing `encoded` concurrently, at most MANY_IN_FLIGHT at a time."""
 
-        async def publish_all(which: list[tuple[int, str, bytes, dict[str, str] | None]]) -> list[Any]:
-            tasks = [self._js.publish(s, d, timeout=timeout_s, headers=h) for _, s, d, h in which]
+        async def publish_all() -> list[Any]:
+            room = asyncio.Semaphore(MANY_IN_FLIGHT)
+
+            async def publish(subject: str, data: bytes, headers: dict[str, str] | None) -> Any:
+                async with room:
+                    return await self._js.publish(subject, data, timeout=timeout_s, headers=headers)
+
+            tasks = [publish(s, d, h) for _, s, d, h in encoded]
             return list(await asyncio.gather(*tasks, return_exceptions=True))
 
-        acks = await publish_all(encoded)
-        lost = [i for i, ack in enumerate(acks) if isinstance(ack, nats.js.errors.NoStreamResponseError)]
-        if lost and self._streams[0]:
-            log.warning("no stream takes these subjects: recreating the node's streams", items=len(lost))
-            await self._recreate_streams("a publish found no stream")
-            for i, ack in zip(lost, await publish_all([encoded[i] for i in lost]), strict=True):
-                acks[i] = ack
-        return acks
+        waves = -(-len(encoded) // MANY_IN_FLIGHT)
+        return self.call(self._after_outbox(publish_all()), timeout=waves * timeout_s + 2)
 
     def _store_error(self, exc: BaseException, subject: str, data: bytes) -> Exception:
         """A publish's failure as js_publish would raise it: StoreFull when the store is full (the run stops)."""
+        if not isinstance(exc, Exception):  # cancelled (the bus stopping meanwhile)
+            return BusError(f"a publish to {subject} did not finish: {type(exc).__name__}")
         try:
             with self.store_watch.writing(f"a publish to {subject}", len(data)):
                 raise exc

@@ -217,9 +217,9 @@ def _last_line(text: str) -> str:
 @pytest.mark.timeout(400)
 def test_a_run_whose_store_fills_stops_with_one_line_and_resumes_once_space_is_back(mount_tmpfs, tmp_path):
     """`mgrpo run` on a disk that another writer fills mid-run stops within its publish timeout (exit 3, one last
-    line on stderr naming the store or the checkpoint that found the disk full, no traceback), not after the stall watchdog's 90 minutes; a resume on the
-    still-full disk says so too (exit 2: its server cannot start there); once space is back `--resume` finishes
-    the run, every step applied exactly once."""
+    line on stderr naming the store or the checkpoint that found the disk full, no traceback), not after the stall
+    watchdog's 90 minutes; a resume on the still-full disk says so too (exit 2: its server cannot start there); once
+    space is back `--resume` finishes the run, every step applied exactly once."""
     import json
 
     from tests.helpers import REPO, run_script, subprocess_env, venv_script

@@ -60,3 +60,27 @@ def test_de_duplication_ids_are_honoured(bus):
 
 def test_nothing_to_publish_returns_nothing(bus):
     assert bus.js_publish_many([]) == []
+
+
+def test_items_whose_stream_was_deleted_under_the_node_are_stored_once_it_is_recreated(bus):
+    bus.ensure_streams(["stats", "traj-main"])
+    bus.call(bus._js.delete_stream(bus.subjects.stream("stats")))
+    results = bus.js_publish_many(
+        [
+            (bus.subjects.trajectories("main"), b"kept", None),
+            (bus.subjects.reward_stats, b"after the loss", "s-1"),
+            (bus.subjects.reward_stats, b"and another", "s-2"),
+        ]
+    )
+    assert results == [1, 1, 2]
+    assert bus.stream_info(bus.subjects.stream("stats")).state.messages == 2
+
+
+def test_a_store_at_its_limit_fails_its_items_as_the_single_publish_does(bus):
+    stream, subject = f"tight-{bus.run_id}", f"{bus.subjects.root}.tight"
+    bus.call(bus._js.add_stream(name=stream, subjects=[subject], max_msgs=2, discard="new"))
+    results = bus.js_publish_many([(subject, f"m{i}".encode(), None) for i in range(3)])
+    assert results[:2] == [1, 2] and isinstance(results[2], Exception)
+    with pytest.raises(Exception) as single:
+        bus.js_publish(subject, b"one more")
+    assert type(results[2]) is type(single.value) and "maximum messages" in str(results[2])

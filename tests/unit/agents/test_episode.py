@@ -390,3 +390,15 @@ def test_the_engine_asks_the_check_after_a_candidate_and_the_ids_that_may_comple
     assert asks_stop_check(stop, 7, since_candidate=0) and not asks_stop_check(stop, 8, since_candidate=0)
     assert all(asks_stop_check(stop, 8, since) for since in range(1, RECHECK_IDS + 1))
     assert not asks_stop_check(stop, 8, since_candidate=RECHECK_IDS + 1)
+
+
+def test_the_final_notes_room_is_found_once_per_tokenizer_and_is_the_longest_notes():
+    ep = episode()
+    builder = ep._builder
+    longest = max(
+        builder.tool_output_bound(episode_module._final_text("", note, cut=True))
+        for note in episode_module.BUDGET_NOTES.values()
+    )
+    assert ep._final_note_tokens == longest
+    assert episode_module._NOTE_TOKENS[tiny_tokenizer()][builder.wrapping] == longest
+    assert episode()._final_note_tokens == longest

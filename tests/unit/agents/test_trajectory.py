@@ -165,23 +165,29 @@ def test_an_opening_is_rendered_once_per_tokenizer_and_gives_what_rendering_give
 
     _, tokenizer = model_and_tokenizer
     opening = [{"role": "system", "content": "Cached once."}, {"role": "user", "content": "Which colour?"}]
-    expected = (ChatTurnWrapping.from_template(tokenizer, opening), tuple(trajectory.encode_opening(tokenizer, opening)))
+    wrapping, ids = ChatTurnWrapping.from_template(tokenizer, opening), trajectory.encode_opening(tokenizer, opening)
     renders = []
     real = trajectory.encode_opening
     monkeypatch.setattr(trajectory, "encode_opening", lambda tok, msgs: renders.append(1) or real(tok, msgs))
     builders = [TrajectoryBuilder(tokenizer, opening) for _ in range(8)]
     assert len(renders) == 1  # K rollouts of a query open alike: rendered for the first alone
-    assert trajectory.opening_of(tokenizer, opening) == expected
-    assert all(b.context_ids() == list(expected[1]) and b.prompt_len == len(expected[1]) for b in builders)
+    kept_wrapping, kept_ids = trajectory.opening_of(tokenizer, opening)
+    assert kept_wrapping == wrapping and list(kept_ids) == ids
+    assert all(b.context_ids() == ids and b.prompt_len == len(ids) for b in builders)
     builders[0].add_generation(generation(tokenizer.encode("hi", add_special_tokens=False)))
-    assert TrajectoryBuilder(tokenizer, opening).context_ids() == list(expected[1])  # a builder's growth is its own
-    other = [opening[0], {"role": "user", "content": "Which size?"}]
-    TrajectoryBuilder(tokenizer, other)
+    assert TrajectoryBuilder(tokenizer, opening).context_ids() == ids  # a builder's growth is its own
+    TrajectoryBuilder(tokenizer, [opening[0], {"role": "user", "content": "Which size?"}])
     assert len(renders) == 2  # another opening is rendered for itself
+    parts = [{"role": "user", "content": ["not", "a", "string"]}]  # cannot be a key: computed each time
+    computed = []
+    monkeypatch.setattr(trajectory, "_computed", lambda tok, msgs: computed.append(1) or (wrapping, [1]))
+    assert [trajectory.opening_of(tokenizer, parts) for _ in range(2)] == [(wrapping, [1])] * 2
+    assert len(computed) == 2
 
 
 def test_kept_openings_are_bounded_and_freed_with_their_tokenizer():
     import gc
+    import weakref
 
     from mgrpo_actors.agents import trajectory
 
@@ -189,7 +195,23 @@ def test_kept_openings_are_bounded_and_freed_with_their_tokenizer():
     for i in range(trajectory._OPENINGS_KEPT + 5):
         trajectory.opening_of(tokenizer, [{"role": "user", "content": f"question {i}"}])
     assert len(trajectory._OPENINGS[tokenizer]) == trajectory._OPENINGS_KEPT
-    before = len(trajectory._OPENINGS)
+    alive = weakref.ref(tokenizer)
     del tokenizer
     gc.collect()
-    assert len(trajectory._OPENINGS) == before - 1
+    assert alive() is None and all(t is not None for t in trajectory._OPENINGS.keys())
+
+
+def test_tool_output_ids_with_the_template_pieces_kept_are_what_tokenising_them_gives(model_and_tokenizer):
+    from mgrpo_actors.agents.trajectory import encode_plain, encode_template
+
+    _, tokenizer = model_and_tokenizer
+    builder = TrajectoryBuilder(tokenizer, OPENING)
+    builder.add_generation(generation(tokenizer.encode("<answer>x</answer>", add_special_tokens=False)))
+    for text in TOOL_OUTPUTS:
+        wrapping = builder.wrapping
+        expected = (
+            encode_template(tokenizer, wrapping.assistant_close + wrapping.tool_open)
+            + encode_plain(tokenizer, text)
+            + encode_template(tokenizer, wrapping.tool_close)
+        )
+        assert builder.tool_output_bound(text) == len(expected)
