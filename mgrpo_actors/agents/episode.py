@@ -33,13 +33,7 @@ from typing import Any, Literal
 from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedTokenizerBase
 
-from mgrpo_actors.agents.trajectory import (
-    ChatTurnWrapping,
-    TokenTrajectory,
-    TrajectoryBuilder,
-    encode_plain,
-    encode_template,
-)
+from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, encode_plain, encode_template
 from mgrpo_actors.agents.turn_format import ParsedTurn, format_parse_error, parse_turn
 from mgrpo_actors.config.agents import AgentConfig
 from mgrpo_actors.engines.base import Generation, SamplingParams
@@ -240,27 +234,6 @@ def _action(turn: ParsedTurn, call_id: str) -> Action:
     return Malformed(error=turn.error, feedback=format_parse_error(turn))
 
 
-# tokenizer -> {its turn wrapping: the tokens of the longest final note}, freed with the tokenizer
-_NOTE_TOKENS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[ChatTurnWrapping, int]]
-_NOTE_TOKENS = weakref.WeakKeyDictionary()
-
-
-def _final_note_tokens(builder: TrajectoryBuilder) -> int:
-    """What a tool output cut to nothing but a budget note takes at most (the same for every episode of a tokenizer
-    and chat template: found once)."""
-    tokenizer = builder._tokenizer
-    try:
-        known = _NOTE_TOKENS.setdefault(tokenizer, {})
-    except TypeError:  # a tokenizer that cannot be weakly referenced
-        known = {}
-    tokens = known.get(builder.wrapping)
-    if tokens is None:
-        tokens = known[builder.wrapping] = max(
-            builder.tool_output_bound(_final_text("", note, cut=True)) for note in BUDGET_NOTES.values()
-        )
-    return tokens
-
-
 def _final_text(text: str, note: str, cut: bool) -> str:
     """The tool message before the final turn: the (possibly cut) output, then the early-stop note."""
     return f"{text}{TRUNCATION_NOTE if cut else ''}\n\n{note}"
@@ -294,7 +267,9 @@ class AgentEpisode:
         self._stop_ids = action_stop_ids(tokenizer) if cfg.stop_after_action else ()
         self._stop_check = action_stop(tokenizer) if cfg.stop_after_action else None
         # What a tool output cut to nothing but the notes takes: _cut_to_fit can always fall back to it.
-        self._final_note_tokens = _final_note_tokens(self._builder)
+        self._final_note_tokens = self._builder.longest_tool_output(
+            tuple(_final_text("", note, cut=True) for note in BUDGET_NOTES.values())
+        )
         self._turns: list[TurnRecord] = []
         self._turn_errors: list[str | None] = []
         self._answer: str | None = None

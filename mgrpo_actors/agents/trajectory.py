@@ -149,6 +149,9 @@ def opening_of(tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -
 # The template's pieces around tool outputs (a few short strings per tokenizer), tokenised once.
 _PIECES: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 _PIECES_KEPT = 64  # per tokenizer: more than any template writes
+# tokenizer -> {(its turn wrapping, texts): longest_tool_output}
+_LONGEST: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[tuple[ChatTurnWrapping, tuple[str, ...]], int]]
+_LONGEST = weakref.WeakKeyDictionary()
 
 
 def _template_piece(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
@@ -233,6 +236,22 @@ class TrajectoryBuilder:
         if self._awaiting_generation:
             raise ValueError("a tool output must follow a generation")
         return self._wrapped_ids(self._closing_text(), text)
+
+    def longest_tool_output(self, texts: tuple[str, ...]) -> int:
+        """The most tokens any of `texts` takes as a tool output (tool_output_bound): the same for every builder of
+        a tokenizer and chat template, found once (an episode's budget notes: 0.65 ms of each episode's start)."""
+        with _OPENINGS_LOCK:
+            try:
+                known = _LONGEST.setdefault(self._tokenizer, {})
+            except TypeError:  # a tokenizer that cannot be weakly referenced
+                known = {}
+            tokens = known.get((self._wrapping, texts))
+        if tokens is None:
+            tokens = max(self.tool_output_bound(text) for text in texts)
+            with _OPENINGS_LOCK:
+                if len(known) < _PIECES_KEPT:
+                    known[(self._wrapping, texts)] = tokens
+        return tokens
 
     def tool_output_bound(self, text: str) -> int:
         """Tokens `add_tool_output(text)` appends after any generation (the template's whole closing text counted)."""

@@ -37,7 +37,7 @@ class PublishedRecords:
         self.recent: dict[int, dict[str, Any]] = {int(k): v for k, v in json.loads(saved).items()} if saved else {}
         # Steps whose per-step key was read and found absent. Nothing writes those keys any more, so absent stays
         # absent: each step's is read once, not for every piece of it (a KV round trip each, about 1.5 ms of
-        # every trajectory an aligner took: docs/benchmarks.md §steps).
+        # every trajectory an aligner took: docs/benchmarks.md §`steps`: where a step's time goes).
         self.unsaved: set[int] = set()
 
     def get(self, step: int) -> bytes | None:

@@ -131,10 +131,11 @@ class JetStreamCalls:
         """Publish (subject, message, msg_id) items into streams together and wait for the server's acks: per item
         its stream sequence, or the exception that item met (as `js_publish` raises it; StoreFull stops the run).
         One round trip for the lot instead of one each: a batch's trajectories were published one after another, a
-        few milliseconds of every step each (docs/benchmarks.md §steps). At most MANY_IN_FLIGHT await their acks at
-        once, each for `timeout_s` from when it went out. They go out in order on this connection, so a stream
-        stores them in that order (items published again after their stream was recreated come after the others).
-        Raises (BusError, TimeoutError) only when the bus itself fails: then none is known stored."""
+        few milliseconds of every step each (docs/benchmarks.md §`steps`: where a step's time goes). At most
+        MANY_IN_FLIGHT await their acks at once, each for `timeout_s` from when it went out. They go out in order on
+        this connection, so a stream stores them in that order (items published again after their stream was
+        recreated come after the others). Raises (BusError, TimeoutError) only when the bus itself fails: then
+        none is known stored."""
         results: list[int | Exception] = []
         encoded: list[_Encoded] = []
         for index, (subject, message, msg_id) in enumerate(items):

@@ -7,6 +7,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import mgrpo_actors.agents.episode as episode_module
+import mgrpo_actors.agents.trajectory as trajectory_module
 from mgrpo_actors.agents.episode import (
     BUDGET_NOTES,
     TRUNCATION_NOTE,
@@ -400,5 +401,6 @@ def test_the_final_notes_room_is_found_once_per_tokenizer_and_is_the_longest_not
         for note in episode_module.BUDGET_NOTES.values()
     )
     assert ep._final_note_tokens == longest
-    assert episode_module._NOTE_TOKENS[tiny_tokenizer()][builder.wrapping] == longest
+    texts = tuple(episode_module._final_text("", note, cut=True) for note in episode_module.BUDGET_NOTES.values())
+    assert trajectory_module._LONGEST[tiny_tokenizer()][(builder.wrapping, texts)] == longest
     assert episode()._final_note_tokens == longest
