@@ -137,13 +137,13 @@ def opening_of(tokenizer: PreTrainedTokenizerBase, opening: Sequence[Message]) -
         found = kept.get(key)
         if found is not None:
             kept.move_to_end(key)
-            return found
+            return found[0], array("i", found[1])  # a copy: the kept ids serve the next episode too
     found = _computed(tokenizer, opening)
     with _OPENINGS_LOCK:
         kept[key] = found
         while len(kept) > _OPENINGS_KEPT:
             kept.popitem(last=False)
-    return found
+    return found[0], array("i", found[1])
 
 
 # The template's pieces around tool outputs (a few short strings per tokenizer), tokenised once.

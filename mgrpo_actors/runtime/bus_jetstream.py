@@ -134,8 +134,8 @@ class JetStreamCalls:
         few milliseconds of every step each (docs/benchmarks.md §`steps`: where a step's time goes). At most
         MANY_IN_FLIGHT await their acks at once, each for `timeout_s` from when it went out. They go out in order on
         this connection, so a stream stores them in that order (items published again after their stream was
-        recreated come after the others). Raises (BusError, TimeoutError) only when the bus itself fails: then
-        none is known stored."""
+        recreated come after the others). Raises (BusError, TimeoutError) only when the bus itself fails on the first
+        round: then none is known stored."""
         results: list[int | Exception] = []
         encoded: list[_Encoded] = []
         for index, (subject, message, msg_id) in enumerate(items):
@@ -150,8 +150,12 @@ class JetStreamCalls:
         lost = [i for i, ack in enumerate(acks) if isinstance(ack, nats.js.errors.NoStreamResponseError)]
         if lost and self._streams[0]:  # as js_publish does, each wait with its own time limit
             log.warning("no stream takes these subjects: recreating the node's streams", items=len(lost))
-            self.call(self._recreate_streams("a publish found no stream"))
-            for i, ack in zip(lost, self._publish_together([encoded[i] for i in lost], timeout_s), strict=True):
+            try:
+                self.call(self._recreate_streams("a publish found no stream"))
+                again = self._publish_together([encoded[i] for i in lost], timeout_s)
+            except Exception as exc:  # the lost items' failure: the others are stored
+                again = [exc] * len(lost)
+            for i, ack in zip(lost, again, strict=True):
                 acks[i] = ack
         for (index, subject, data, _), ack in zip(encoded, acks, strict=True):
             results[index] = ack.seq if not isinstance(ack, BaseException) else self._store_error(ack, subject, data)

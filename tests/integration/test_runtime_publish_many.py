@@ -84,3 +84,20 @@ def test_a_store_at_its_limit_fails_its_items_as_the_single_publish_does(bus):
     with pytest.raises(Exception) as single:
         bus.js_publish(subject, b"one more")
     assert type(results[2]) is type(single.value) and "maximum messages" in str(results[2])
+
+
+def test_a_recreate_that_fails_fails_the_lost_items_alone(bus):
+    import nats.js.errors
+
+    bus.ensure_streams(["stats", "traj-main"])
+    bus.call(bus._js.delete_stream(bus.subjects.stream("stats")))
+
+    async def refused(why: str) -> None:  # a permissions or API error while recreating
+        raise nats.js.errors.APIError(description="denied")
+
+    bus._recreate_streams = refused
+    results = bus.js_publish_many(
+        [(bus.subjects.trajectories("main"), b"kept", None), (bus.subjects.reward_stats, b"lost", "s-1")]
+    )
+    assert results[0] == 1 and isinstance(results[1], nats.js.errors.APIError)
+    assert bus.stream_info(bus.subjects.stream("traj-main")).state.messages == 1

@@ -215,3 +215,4 @@ def test_tool_output_ids_with_the_template_pieces_kept_are_what_tokenising_them_
             + encode_template(tokenizer, wrapping.tool_close)
         )
         assert builder.tool_output_bound(text) == len(expected)
+        assert builder.tool_output_ids(text) == expected
