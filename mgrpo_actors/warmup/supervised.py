@@ -29,9 +29,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mgrpo_actors.agents.episode import action_stop_ids
 from mgrpo_actors.agents.trajectory import TokenTrajectory, TrajectoryBuilder, encode_template
 from mgrpo_actors.engines.base import Generation
+from mgrpo_actors.learner.forward import chunkable
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.warmup.checkpoint import TrainingCheckpoint, WarmupProgress
 from mgrpo_actors.warmup.copying import CopySample
+from mgrpo_actors.warmup.fp32_attention import fp32_attention
 
 __all__ = [
     "Demonstration",
@@ -141,18 +143,37 @@ def final_turn_only(trajectory: TokenTrajectory) -> TokenTrajectory:
 Sample = TokenTrajectory | TextSample | CopySample
 
 
-def _padded(samples: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Input ids (b, n) right-padded with `pad_id`, their attention mask, and next-token targets (b, n - 1): -100
-    where the loss mask is 0 and on padding."""
+def _padded(samples: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids (b, n) right-padded with `pad_id` and next-token targets (b, n - 1): -100 where the loss mask is 0
+    and on padding. No attention mask: the padding is on the right, so under causal attention a row's own tokens
+    never attend to it, and its positions predict nothing (-100)."""
     width = max(len(sample.token_ids) for sample in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
     targets = torch.full((len(samples), width), -100, dtype=torch.long)
     for row, sample in enumerate(samples):
         tokens = torch.from_numpy(sample.token_ids.astype(np.int64))
-        ids[row, : len(tokens)], attention[row, : len(tokens)] = tokens, 1
+        ids[row, : len(tokens)] = tokens
         targets[row, : len(tokens)] = torch.where(torch.from_numpy(sample.loss_mask.astype(bool)), tokens, -100)
-    return ids, attention, targets[:, 1:]
+    return ids, targets[:, 1:]
+
+
+def _summed_loss(
+    model: PreTrainedModel, ids: torch.Tensor, targets: torch.Tensor, bf16: bool, heads_only: bool
+) -> torch.Tensor:
+    """The cross-entropy summed over a micro-batch's learnt targets (not -100). heads_only (learner/forward.py
+    `chunkable`: the logits are the output layer on the last hidden state): the output layer and the log-softmax run
+    on those positions alone, not on every position of every row (on the comparison's episodes about a third learn;
+    docs/benchmarks.md §The warm-up's step time). Causal attention and no mask: _padded."""
+    learnt = targets != -100
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        if heads_only:
+            out = model(input_ids=ids, use_cache=False, output_hidden_states=True, logits_to_keep=1)
+            logits = model.get_output_embeddings()(out.hidden_states[-1][:, :-1][learnt]).float()
+            chosen = targets[learnt]
+        else:
+            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+            logits, chosen = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    return torch.nn.functional.cross_entropy(logits, chosen, ignore_index=-100, reduction="sum")
 
 
 def warm_up(
@@ -181,6 +202,25 @@ def _draws(
             chance -= share
         samples.append(draw.choice(chosen))
     return samples
+
+
+def _accumulate(
+    model: PreTrainedModel, samples: list[Sample], micro_batch: int, pad_id: int, bf16: bool, heads_only: bool
+) -> float:
+    """Add the gradient of the token-mean cross-entropy over `samples` (`micro_batch` per padded pass) to the model's;
+    returns that loss."""
+    if micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
+        samples.sort(key=lambda sample: len(sample.token_ids))
+    batches = [_padded(samples[i : i + micro_batch], pad_id) for i in range(0, len(samples), micro_batch)]
+    tokens = sum(int((targets != -100).sum()) for _, targets in batches)
+    total = 0.0
+    for ids, targets in batches:
+        if not bool((targets != -100).any()):
+            continue  # nothing learnt in it: no gradient
+        loss = _summed_loss(model, ids, targets, bf16, heads_only) / tokens
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def warm_up_trajectories(
@@ -215,45 +255,33 @@ def warm_up_trajectories(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    heads_only = chunkable(model, model)
     model.train()
     done = WarmupProgress() if checkpoint is None else checkpoint.load(model, optimizer, schedule, draw)
     began = time.perf_counter() - done.seconds
-    for step in range(done.step, cfg.steps):
-        mixed = [(texts, text_share), (finals, final_share), (copies, copy_share)]
-        samples = _draws(draw, trajectories, [(copies, 1.0)] if step < cfg.copy_steps else mixed, cfg.batch_size)
-        if cfg.micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
-            samples.sort(key=lambda sample: len(sample.token_ids))
-        batches = [_padded(samples[i : i + cfg.micro_batch], pad_id) for i in range(0, len(samples), cfg.micro_batch)]
-        tokens = sum(int((targets != -100).sum()) for _, _, targets in batches)
-        optimizer.zero_grad()
-        total = 0.0
-        for ids, attention, targets in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16"):
-                # no mask where nothing is padded: the same computation as an unbatched pass
-                mask = None if bool(attention.all()) else attention
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
-            ) / max(tokens, 1)
-            loss.backward()
-            total += loss.item()
-        if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        done.losses.append(total)
-        done.step, done.seconds = step + 1, time.perf_counter() - began
-        if checkpoint is not None and step + 1 < cfg.steps and checkpoint.due():
-            checkpoint.save(step + 1, model, optimizer, schedule, draw, done)
-        try:
-            if progress is not None:
-                progress(step, total)  # raises KeyboardInterrupt to stop the warm-up (Ctrl-C)
-        except KeyboardInterrupt:
-            if checkpoint is not None:  # between steps: the state is whole, so keep it all
+    with fp32_attention(model):  # fp32 attention under bf16 autocast: fp32_attention.py
+        for step in range(done.step, cfg.steps):
+            mixed = [(texts, text_share), (finals, final_share), (copies, copy_share)]
+            samples = _draws(draw, trajectories, [(copies, 1.0)] if step < cfg.copy_steps else mixed, cfg.batch_size)
+            optimizer.zero_grad()
+            total = _accumulate(model, samples, cfg.micro_batch, pad_id, compute_dtype == "bfloat16", heads_only)
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            schedule.step()
+            done.losses.append(total)
+            done.step, done.seconds = step + 1, time.perf_counter() - began
+            if checkpoint is not None and step + 1 < cfg.steps and checkpoint.due():
                 checkpoint.save(step + 1, model, optimizer, schedule, draw, done)
-            raise
-        if step % 50 == 0 or step == cfg.steps - 1:
-            log.info("warm-up", step=step, loss=round(total, 4))
+            try:
+                if progress is not None:
+                    progress(step, total)  # raises KeyboardInterrupt to stop the warm-up (Ctrl-C)
+            except KeyboardInterrupt:
+                if checkpoint is not None:  # between steps: the state is whole, so keep it all
+                    checkpoint.save(step + 1, model, optimizer, schedule, draw, done)
+                raise
+            if step % 50 == 0 or step == cfg.steps - 1:
+                log.info("warm-up", step=step, loss=round(total, 4))
     model.eval()
     return done
 

@@ -37,7 +37,7 @@ def test_a_sample_is_the_start_id_then_a_run_written_four_times_learnt_from_the_
         assert set(run.tolist()) <= set(ids.tolist())
         np.testing.assert_array_equal(np.flatnonzero(sample.loss_mask), np.arange(n + 2, len(sample.token_ids)))
         # the targets: every id from the second writing's second on, each predicted from the position before it
-        _, _, targets = _padded([sample], pad_id=0)
+        _, targets = _padded([sample], pad_id=0)
         learnt = [int(t) for t in targets[0] if t != -100]
         assert learnt == sample.token_ids[n + 2 :].tolist()
     assert len(lengths) > 1

@@ -15,6 +15,7 @@ from mgrpo_actors.warmup.supervised import (
     Demonstration,
     TextSample,
     WarmupConfig,
+    _accumulate,
     _draws,
     _padded,
     demonstration_tokens,
@@ -49,18 +50,28 @@ def _trained(micro_batch: int, texts=(), share=0.0, steps: int = 3) -> tuple[dic
     return {name: p.detach().clone() for name, p in model.named_parameters()}, losses
 
 
-def _gradients(samples, micro_batch: int) -> dict[str, torch.Tensor]:
-    """The gradient of one step's token-mean loss over `samples`, `micro_batch` of them per padded pass."""
+def _gradients(samples, micro_batch: int, heads_only: bool = True) -> dict[str, torch.Tensor]:
+    """The gradient of one step's token-mean loss over `samples`, `micro_batch` of them per padded pass, as the
+    warm-up computes it."""
     model, _ = load_model("tiny:main")
-    batches = [_padded(samples[i : i + micro_batch], 0) for i in range(0, len(samples), micro_batch)]
-    tokens = sum(int((targets != -100).sum()) for _, _, targets in batches)
-    for ids, attention, targets in batches:
-        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
-        )
-        (loss / tokens).backward()
+    _accumulate(model, list(samples), micro_batch, 0, bf16=False, heads_only=heads_only)
     return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def _by_hand(samples) -> tuple[float, dict[str, torch.Tensor]]:
+    """The same loss and gradient by hand: each sample alone (no padding), the model's full logits at every position,
+    the cross-entropy over the loss mask's next tokens summed, divided by their count."""
+    model, _ = load_model("tiny:main")
+    tokens = sum(int(sample.loss_mask[1:].sum()) for sample in samples)
+    total = 0.0
+    for sample in samples:
+        ids = torch.from_numpy(sample.token_ids.astype(np.int64))[None]
+        learnt = torch.from_numpy(sample.loss_mask[1:].astype(bool))
+        logits = model(input_ids=ids).logits[0, :-1]
+        loss = torch.nn.functional.cross_entropy(logits[learnt], ids[0, 1:][learnt], reduction="sum") / tokens
+        loss.backward()
+        total += float(loss)
+    return total, {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 def test_padded_micro_batches_compute_the_gradient_of_one_pass_per_sample():
@@ -69,6 +80,31 @@ def test_padded_micro_batches_compute_the_gradient_of_one_pass_per_sample():
     assert any(bool(g.abs().sum() > 0) for g in one.values())
     for name in one:
         torch.testing.assert_close(padded[name], one[name], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("heads_only", [True, False])
+def test_the_step_s_loss_and_gradient_equal_the_full_logits_by_hand(heads_only):
+    """No attention mask on right-padded rows, and (heads_only) the output layer on the learnt positions alone: the
+    same loss and gradient as each sample alone with the model's full logits."""
+    samples = _episodes(500)
+    model, _ = load_model("tiny:main")
+    from mgrpo_actors.learner.forward import chunkable
+
+    assert chunkable(model, model)  # the tiny Llama takes the heads-only path in the warm-up
+    loss = _accumulate(model, list(samples), 4, 0, bf16=False, heads_only=heads_only)
+    ours = {name: p.grad.clone() for name, p in model.named_parameters()}
+    expected_loss, expected = _by_hand(samples)
+    assert loss == pytest.approx(expected_loss, rel=1e-5) and loss > 0
+    for name in expected:
+        torch.testing.assert_close(ours[name], expected[name], rtol=1e-4, atol=1e-6)
+
+
+def test_a_micro_batch_with_nothing_to_learn_adds_no_gradient():
+    nothing = Episode(np.arange(3, 12), np.zeros(9, dtype=np.uint8))
+    samples = [nothing, *_episodes(500)[:2]]
+    with_it, without = _gradients(samples, 1), _gradients(samples[1:], 1)
+    for name in without:
+        torch.testing.assert_close(with_it[name], without[name], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("micro_batch", [2, 4])  # 2: the step's 4 samples sorted by length into 2 passes
@@ -151,7 +187,7 @@ def test_a_final_turn_sample_learns_the_last_turn_s_tokens_only():
     np.testing.assert_array_equal(final.loss_mask, expected)
     assert final.loss_mask.sum() < episode.loss_mask.sum()
     np.testing.assert_array_equal(final.token_ids, episode.token_ids)
-    _, _, targets = _padded([final], pad_id=0)
+    _, targets = _padded([final], pad_id=0)
     learnt = {position: int(t) for position, t in enumerate(targets[0]) if t != -100}
     # the output at position p predicts id p + 1: from the id before the answer to its last but one
     assert learnt == {p - 1: int(episode.token_ids[p]) for p in range(start, end)}
