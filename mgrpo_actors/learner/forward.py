@@ -23,6 +23,10 @@ from mgrpo_actors.learner.shared_prefix import split_forward
 
 __all__ = ["chunkable", "micro_batch_log_probs", "no_dropout"]
 
+# Config fields of transformers' models that transform the logits after the output layer (Gemma 2's soft-cap,
+# Cohere's scale, Granite's divisor): a model that sets one keeps its full logits.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
 
 def no_dropout(module: torch.nn.Module) -> int:
     """Set every dropout probability of `module` to 0 (nn.Dropout layers, and the `*dropout` floats attention
@@ -45,7 +49,12 @@ def chunkable(forward: Callable[..., Any], module: torch.nn.Module, device: torc
     soft-capping or scaling after it) and its forward takes `logits_to_keep`: checked on the signature,
     then on a 4-token input (no grad, eval mode), so an architecture that does anything else keeps the
     full logits. `forward` is what the learner calls (the DeepSpeed engine: under ZeRO-3 every rank must
-    call this, since the forward gathers the weights collectively)."""
+    call this, since the forward gathers the weights collectively). A config that names a soft-cap or a scale of
+    the logits is refused outright: on a freshly initialised model the logits are too small for the check to tell
+    `cap · tanh(x / cap)` from x."""
+    config = getattr(module, "config", None)
+    if any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS):
+        return False
     head = module.get_output_embeddings()
     if not isinstance(head, torch.nn.Module) or "logits_to_keep" not in inspect.signature(module.forward).parameters:
         return False

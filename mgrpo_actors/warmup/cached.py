@@ -42,7 +42,7 @@ __all__ = [
 log = get_logger(__name__)
 
 # Bump when the warm-up's recipe (oracle episodes, loss, saving) changes, so an old warm start is not reused.
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2  # 2: attention in fp32 and the output layer on learnt positions (supervised.py)
 
 
 @dataclass(frozen=True)

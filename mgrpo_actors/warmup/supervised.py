@@ -158,15 +158,15 @@ def _padded(samples: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, torch
 
 
 def _summed_loss(
-    model: PreTrainedModel, ids: torch.Tensor, targets: torch.Tensor, bf16: bool, heads_only: bool
+    model: PreTrainedModel, ids: torch.Tensor, targets: torch.Tensor, bf16: bool, learnt_only: bool
 ) -> torch.Tensor:
-    """The cross-entropy summed over a micro-batch's learnt targets (not -100). heads_only (learner/forward.py
+    """The cross-entropy summed over a micro-batch's learnt targets (not -100). learnt_only (when learner/forward.py
     `chunkable`: the logits are the output layer on the last hidden state): the output layer and the log-softmax run
     on those positions alone, not on every position of every row (on the comparison's episodes about a third learn;
     docs/benchmarks.md §The warm-up's step time). Causal attention and no mask: _padded."""
     learnt = targets != -100
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        if heads_only:
+        if learnt_only:
             out = model(input_ids=ids, use_cache=False, output_hidden_states=True, logits_to_keep=1)
             logits = model.get_output_embeddings()(out.hidden_states[-1][:, :-1][learnt]).float()
             chosen = targets[learnt]
@@ -205,10 +205,11 @@ def _draws(
 
 
 def _accumulate(
-    model: PreTrainedModel, samples: list[Sample], micro_batch: int, pad_id: int, bf16: bool, heads_only: bool
+    model: PreTrainedModel, samples: list[Sample], micro_batch: int, pad_id: int, bf16: bool, learnt_only: bool
 ) -> float:
     """Add the gradient of the token-mean cross-entropy over `samples` (`micro_batch` per padded pass) to the model's;
-    returns that loss."""
+    returns that loss. A micro-batch with nothing to learn is skipped, so a step none of whose samples learns
+    anything leaves every gradient None and AdamW moves no weight (rather than a step of weight decay alone)."""
     if micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
         samples.sort(key=lambda sample: len(sample.token_ids))
     batches = [_padded(samples[i : i + micro_batch], pad_id) for i in range(0, len(samples), micro_batch)]
@@ -217,7 +218,7 @@ def _accumulate(
     for ids, targets in batches:
         if not bool((targets != -100).any()):
             continue  # nothing learnt in it: no gradient
-        loss = _summed_loss(model, ids, targets, bf16, heads_only) / tokens
+        loss = _summed_loss(model, ids, targets, bf16, learnt_only) / tokens
         loss.backward()
         total += loss.item()
     return total
@@ -255,7 +256,7 @@ def warm_up_trajectories(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    heads_only = chunkable(model, model)
+    learnt_only = chunkable(model, model)
     model.train()
     done = WarmupProgress() if checkpoint is None else checkpoint.load(model, optimizer, schedule, draw)
     began = time.perf_counter() - done.seconds
@@ -264,7 +265,7 @@ def warm_up_trajectories(
             mixed = [(texts, text_share), (finals, final_share), (copies, copy_share)]
             samples = _draws(draw, trajectories, [(copies, 1.0)] if step < cfg.copy_steps else mixed, cfg.batch_size)
             optimizer.zero_grad()
-            total = _accumulate(model, samples, cfg.micro_batch, pad_id, compute_dtype == "bfloat16", heads_only)
+            total = _accumulate(model, samples, cfg.micro_batch, pad_id, compute_dtype == "bfloat16", learnt_only)
             if cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()

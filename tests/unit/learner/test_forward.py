@@ -70,6 +70,18 @@ def test_the_tiny_model_ties_its_head_and_is_chunkable(tiny):
     assert chunkable(model, model) and model.training
 
 
+@pytest.mark.parametrize("field", ["final_logit_softcapping", "logit_scale", "logits_scaling"])
+def test_a_config_that_transforms_the_logits_is_not_chunkable(field):
+    """A soft-cap of 30 on a fresh model's logits (well under 1) changes them by less than the check's tolerance, so
+    the config itself refuses: the learner and the warm-up keep the full logits."""
+    from mgrpo_actors.models.loader import load_model
+
+    model, _ = load_model("tiny:main")
+    assert chunkable(model, model)
+    setattr(model.config, field, 30.0)
+    assert not chunkable(model, model)
+
+
 @pytest.mark.parametrize(
     ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 300, 1.0), (0.8, 0, 0.9)]
 )

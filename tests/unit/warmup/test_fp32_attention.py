@@ -10,15 +10,17 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from mgrpo_actors.models.loader import load_model
-from mgrpo_actors.warmup.fp32_attention import NAME, fp32_attention, fp32_sdpa
+from mgrpo_actors.warmup.fp32_attention import FP32_UP_TO, NAME, fp32_attention, fp32_sdpa
 from mgrpo_actors.warmup.supervised import TextSample, WarmupConfig, warm_up_trajectories
 
 
-def _inputs(requires_grad: bool = False) -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(0)
-    shape = (2, 4, 9, 16)  # tiny:main's heads and head size
+def _inputs(requires_grad: bool = False, positions: int = 9) -> tuple[torch.Tensor, ...]:
+    """Query [2, 4, positions, 16] and key and value [2, 2, positions, 16] in bf16: tiny:main's heads (4 query heads
+    sharing 2 key/value heads) and head size."""
+    generator = torch.Generator().manual_seed(positions)
+    shapes = ((2, 4, positions, 16), (2, 2, positions, 16), (2, 2, positions, 16))
     return tuple(
-        torch.randn(shape, generator=generator).to(torch.bfloat16).requires_grad_(requires_grad) for _ in range(3)
+        torch.randn(shape, generator=generator).to(torch.bfloat16).requires_grad_(requires_grad) for shape in shapes
     )
 
 
@@ -39,6 +41,25 @@ def test_bf16_inputs_are_attended_in_fp32_and_the_output_rounded_to_bf16():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16, _ = sdpa_attention_forward(layer, query, key, value, None, scaling=0.25)
     torch.testing.assert_close(out, bf16, rtol=2e-2, atol=2e-2)
+
+
+def test_an_additive_mask_is_taken_in_fp32_and_long_sequences_keep_autocast_s_bf16():
+    model, _ = load_model("tiny:main")
+    layer = model.model.layers[0].self_attn
+    query, key, value = _inputs()
+    additive = torch.zeros(2, 1, 9, 9).masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), float("-inf"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fp32_sdpa(layer, query, key, value, additive.to(torch.bfloat16), is_causal=False)
+    expected, _ = sdpa_attention_forward(layer, query.float(), key.float(), value.float(), additive, is_causal=False)
+    torch.testing.assert_close(out, expected.to(torch.bfloat16), rtol=0, atol=0)
+    # past FP32_UP_TO query positions: autocast's own sdpa, as without this attention
+    long = _inputs(positions=FP32_UP_TO + 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fp32_sdpa(layer, *long, None)
+        own, _ = sdpa_attention_forward(layer, *long, None)
+    torch.testing.assert_close(out, own, rtol=0, atol=0)
+    fp32 = sdpa_attention_forward(layer, *(t.float() for t in long), None)[0].to(torch.bfloat16)
+    assert not torch.equal(out, fp32)  # the bf16 kernel, not the fp32 one
 
 
 def test_without_autocast_the_inputs_go_to_sdpa_as_they_are_and_under_it_gradients_flow():

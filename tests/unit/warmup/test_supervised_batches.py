@@ -18,6 +18,7 @@ from mgrpo_actors.warmup.supervised import (
     _accumulate,
     _draws,
     _padded,
+    _summed_loss,
     demonstration_tokens,
     final_turn_only,
     warm_up_trajectories,
@@ -50,23 +51,25 @@ def _trained(micro_batch: int, texts=(), share=0.0, steps: int = 3) -> tuple[dic
     return {name: p.detach().clone() for name, p in model.named_parameters()}, losses
 
 
-def _gradients(samples, micro_batch: int, heads_only: bool = True) -> dict[str, torch.Tensor]:
+def _gradients(samples, micro_batch: int) -> dict[str, torch.Tensor]:
     """The gradient of one step's token-mean loss over `samples`, `micro_batch` of them per padded pass, as the
     warm-up computes it."""
     model, _ = load_model("tiny:main")
-    _accumulate(model, list(samples), micro_batch, 0, bf16=False, heads_only=heads_only)
+    _accumulate(model, list(samples), micro_batch, 0, bf16=False, learnt_only=True)
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-def _by_hand(samples) -> tuple[float, dict[str, torch.Tensor]]:
+def _by_hand(samples, spec: str = "tiny:main") -> tuple[float, dict[str, torch.Tensor]]:
     """The same loss and gradient by hand: each sample alone (no padding), the model's full logits at every position,
     the cross-entropy over the loss mask's next tokens summed, divided by their count."""
-    model, _ = load_model("tiny:main")
+    model, _ = load_model(spec)
     tokens = sum(int(sample.loss_mask[1:].sum()) for sample in samples)
     total = 0.0
     for sample in samples:
         ids = torch.from_numpy(sample.token_ids.astype(np.int64))[None]
         learnt = torch.from_numpy(sample.loss_mask[1:].astype(bool))
+        if not bool(learnt.any()):
+            continue
         logits = model(input_ids=ids).logits[0, :-1]
         loss = torch.nn.functional.cross_entropy(logits[learnt], ids[0, 1:][learnt], reduction="sum") / tokens
         loss.backward()
@@ -82,29 +85,66 @@ def test_padded_micro_batches_compute_the_gradient_of_one_pass_per_sample():
         torch.testing.assert_close(padded[name], one[name], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("heads_only", [True, False])
-def test_the_step_s_loss_and_gradient_equal_the_full_logits_by_hand(heads_only):
-    """No attention mask on right-padded rows, and (heads_only) the output layer on the learnt positions alone: the
-    same loss and gradient as each sample alone with the model's full logits."""
-    samples = _episodes(500)
-    model, _ = load_model("tiny:main")
+@pytest.mark.parametrize("learnt_only", [True, False])
+@pytest.mark.parametrize("spec", ["tiny:main", "tiny:web-sub"])  # a Llama, and a Qwen2 (biased q, k, v)
+def test_the_step_s_loss_and_gradient_equal_the_full_logits_by_hand(learnt_only, spec):
+    """No attention mask on right-padded rows, and (learnt_only) the output layer on the learnt positions alone: the
+    same loss and gradient as each sample alone with the model's full logits; a row with nothing to learn adds none."""
+    samples = [*_episodes(500), Episode(np.arange(3, 40), np.zeros(37, dtype=np.uint8))]
+    model, _ = load_model(spec)
     from mgrpo_actors.learner.forward import chunkable
 
-    assert chunkable(model, model)  # the tiny Llama takes the heads-only path in the warm-up
-    loss = _accumulate(model, list(samples), 4, 0, bf16=False, heads_only=heads_only)
+    assert chunkable(model, model)  # both take the learnt-positions path in the warm-up
+    loss = _accumulate(model, list(samples), 4, 0, bf16=False, learnt_only=learnt_only)
     ours = {name: p.grad.clone() for name, p in model.named_parameters()}
-    expected_loss, expected = _by_hand(samples)
+    expected_loss, expected = _by_hand(samples, spec)
     assert loss == pytest.approx(expected_loss, rel=1e-5) and loss > 0
     for name in expected:
-        torch.testing.assert_close(ours[name], expected[name], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ours[name], expected[name], rtol=1e-4, atol=1e-5)
 
 
-def test_a_micro_batch_with_nothing_to_learn_adds_no_gradient():
-    nothing = Episode(np.arange(3, 12), np.zeros(9, dtype=np.uint8))
-    samples = [nothing, *_episodes(500)[:2]]
-    with_it, without = _gradients(samples, 1), _gradients(samples[1:], 1)
-    for name in without:
-        torch.testing.assert_close(with_it[name], without[name], rtol=1e-5, atol=1e-7)
+@pytest.mark.parametrize("learnt_only", [True, False])
+def test_the_output_layer_runs_on_the_learnt_positions_only_when_asked(learnt_only):
+    model, _ = load_model("tiny:main")
+    seen = []
+    model.get_output_embeddings().register_forward_hook(lambda layer, args, out: seen.append(tuple(args[0].shape)))
+    samples = _episodes(500)[:4]
+    ids, targets = _padded(samples, 0)
+    _summed_loss(model, ids, targets, bf16=False, learnt_only=learnt_only)
+    learnt = int((targets != -100).sum())
+    hidden = model.config.hidden_size
+    if learnt_only:  # the model's own head on its last position only, then ours on the learnt positions
+        assert seen == [(4, 1, hidden), (learnt, hidden)] and learnt < targets.numel()
+    else:
+        assert seen == [(4, ids.shape[1], hidden)]
+
+
+def test_the_loop_takes_the_learnt_positions_path_where_the_model_allows_it(monkeypatch):
+    from mgrpo_actors.warmup import supervised
+
+    flags = []
+    real = supervised._summed_loss
+    monkeypatch.setattr(
+        supervised, "_summed_loss", lambda *args, **kwargs: flags.append(args[-1]) or real(*args, **kwargs)
+    )
+    cfg = WarmupConfig(steps=1, batch_size=2, lr=1e-3)
+    warm_up_trajectories(load_model("tiny:main")[0], _episodes(500), cfg)
+    monkeypatch.setattr(supervised, "chunkable", lambda forward, module: False)
+    warm_up_trajectories(load_model("tiny:main")[0], _episodes(500), cfg)
+    assert flags == [True, True, False, False]
+
+
+def test_a_step_with_nothing_to_learn_moves_no_weight():
+    """Every sample's loss mask 0: no micro-batch runs, every gradient stays None, and AdamW (weight decay 0.01 by
+    default) leaves every weight as it was."""
+    nothing = [Episode(np.arange(3, 12), np.zeros(9, np.uint8)), Episode(np.arange(5, 30), np.zeros(25, np.uint8))]
+    model, _ = load_model("tiny:main")
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    losses = warm_up_trajectories(model, nothing, WarmupConfig(steps=2, batch_size=2, lr=1e-2, micro_batch=2)).losses
+    assert losses == [0.0, 0.0]
+    for name, p in model.named_parameters():
+        assert p.grad is None
+        torch.testing.assert_close(p.detach(), before[name], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("micro_batch", [2, 4])  # 2: the step's 4 samples sorted by length into 2 passes
