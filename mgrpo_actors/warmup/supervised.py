@@ -213,10 +213,10 @@ def _accumulate(
     if micro_batch > 1:  # like lengths together: less padding (the step's token-mean loss is the same)
         samples.sort(key=lambda sample: len(sample.token_ids))
     batches = [_padded(samples[i : i + micro_batch], pad_id) for i in range(0, len(samples), micro_batch)]
-    tokens = sum(int((targets != -100).sum()) for _, targets in batches)
-    total = 0.0
-    for ids, targets in batches:
-        if not bool((targets != -100).any()):
+    learnt = [int((targets != -100).sum()) for _, targets in batches]
+    tokens, total = sum(learnt), 0.0
+    for (ids, targets), count in zip(batches, learnt, strict=True):
+        if not count:
             continue  # nothing learnt in it: no gradient
         loss = _summed_loss(model, ids, targets, bf16, learnt_only) / tokens
         loss.backward()
