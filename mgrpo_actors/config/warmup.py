@@ -67,11 +67,11 @@ class WebWarmupConfig:
     """steps of copying practice before each agent's own `steps` (and `sub_steps`): each sample the id the episodes open
     with, then a run of 4-16 of the agent's ids written four times, learnt on the repeats (warmup/copying.py). Meant
     for a model trained from scratch: the names it carries from question to delegation, from results to visit, from
-    page to report are new in every world, and tiny:web-main's committed warm start, 600 steps without this practice,
-    predicted 0.2 % of held-out repeated ids (copied_share). Measured on compare-web-tiny (1500 steps, copies 0.1):
-    copied_share rose to 16 % (M) but the start's format valid rate fell from 0.60 to 0.14, so it is off by default
-    (docs/benchmarks.md). The lr ramp (`lr_ramp_steps`) counts from the first practice step, the practice runs at the
-    full lr, and `lr_decay` spans only the steps after it. 0 = none"""
+    page to report are new in every world, and tiny:web-main's warm start of the first compare run, 600 steps without
+    this practice, predicted 0.2 % of held-out repeated ids (copied_share). Measured on compare-web-tiny (1500 steps,
+    copies 0.1): copied_share rose to 16 % (M) but the start's format valid rate fell from 0.60 to 0.14, so it is off
+    by default (docs/benchmarks.md). The lr ramp (`lr_ramp_steps`) counts from the first practice step, the practice
+    runs at the full lr, and `lr_decay` spans only the steps after it. 0 = none"""
     copies: float = 0.0
     """share of each later step's samples that are copying practice as in `copy_steps`, meant to keep what those steps
     taught while the episodes are learnt; 0 = none"""
