@@ -85,8 +85,8 @@ run-learn: install
 # The paper's comparison (docs/results/web-tiny/): M-GRPO, main-only, single-agent and the unaligned ablation over
 # 3 seeds on two models of our own, pretrained here on the synthetic web (deploy/configs/compare-web-tiny.yaml), in
 # about 1 h 40 min on 2 CPU cores from nothing cached (within 2 hours). Evaluated at the start and the end only,
-# all 200 questions in one batch, two steps at once, one on each core; an interrupted one resumes where it stopped, and its warm-ups are built
-# once per machine (the budget: docs/benchmarks.md).
+# all 200 questions in one batch, two steps at once, one on each core; an interrupted one resumes where it stopped,
+# and its warm-ups are built once per machine (the budget: docs/benchmarks.md).
 compare: install
 	$(VENV)/bin/mgrpo compare --config deploy/configs/compare-web-tiny.yaml --warmup --single-from-main 150 --stage1-steps 0 --steps 20 --eval-every 20 --eval-questions 200 --eval-runs 3 --eval-batch 200 --parallel 2 --seeds 0,1,2 --out runs/compare-web-tiny
 
