@@ -17,7 +17,9 @@ moved; the weight loaders' numpy writes move it too) or replaced by another tens
 stale weights. fp32 stays on `F.linear`: there the packed product is not the same bits even on that Xeon,
 and fp32 engines promise logprobs equal to the learner's recomputation. Where autograd needs the product (gradients on,
 and a weight or an input that requires them), the layer falls back to `F.linear`. The price: a second
-copy of every bf16 linear weight (SmolLM2: 269 MB with its tied lm_head).
+copy of every bf16 linear weight (SmolLM2: 269 MB with its tied lm_head), and a repack after every weight
+load (SmolLM2: 61-86 ms on a 2-core AMD EPYC, with the memory of the copies it replaces kept for it by malloc:
+engines/freed_memory.py; 140-165 ms without).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import types
 
 import torch
 import torch.nn.functional as F
+
+from mgrpo_actors.engines.freed_memory import keep_freed_memory
 
 __all__ = ["PackedLinears", "pack_linears", "packing_available"]
 
@@ -107,6 +111,7 @@ def pack_linears(model: torch.nn.Module) -> PackedLinears | None:
     parameter = next(model.parameters(), None)
     if parameter is None or not packing_available(parameter.dtype, parameter.device):
         return None
+    keep_freed_memory()  # every weight load repacks: its memory reused, not faulted in afresh
     packed = PackedLinears()
     for layer in model.modules():
         weight = getattr(layer, "weight", None)

@@ -16,11 +16,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["SparseChange", "WeightsDelta", "apply_delta", "change_of", "check_delta_fits", "set_elements", "wire_dtype"]
+__all__ = [
+    "SparseChange",
+    "WeightsDelta",
+    "bits_of",
+    "apply_delta",
+    "change_of",
+    "check_delta_fits",
+    "set_elements",
+    "whole_at",
+    "wire_dtype",
+]
 
 _INDEX_BYTES = 2  # what an index costs in a delta file (wire.py); in memory int32, so tensors of < 2**31 elements
 _SPARSE_EXTRA = 200  # bytes a sparse change adds to a file's header (two entries more than a whole tensor), about
-_CHUNK = 1 << 18  # elements compared at a time
 
 
 def wire_dtype(engine_dtype: str, learner_dtype: str) -> torch.dtype:
@@ -29,7 +38,7 @@ def wire_dtype(engine_dtype: str, learner_dtype: str) -> torch.dtype:
     return torch.bfloat16 if engine_dtype == "bfloat16" else getattr(torch, learner_dtype)
 
 
-def _bits(tensor: torch.Tensor) -> torch.Tensor:
+def bits_of(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` viewed as integers of its element size: equal bits, equal values."""
     kind = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
     return tensor.view(kind)
@@ -49,10 +58,12 @@ class SparseChange:
             raise ValueError(f"a sparse change needs 1-D int32 indices and 1-D values, got {self.indices.dtype}")
         if self.values.numel() != n:
             raise ValueError(f"a sparse change of {n} indices has {self.values.numel()} values")
+        from mgrpo_actors.weights.kernels import strictly_increasing  # numba's import (~0.3 s) only where used
+
         indices = self.indices.numpy()
         if n and (int(indices[0]) < 0 or int(indices[-1]) >= numel):
             raise ValueError(f"a sparse change's indices leave a tensor of {numel} elements")
-        if n > 1 and not bool((indices[1:] > indices[:-1]).all()):
+        if n > 1 and not strictly_increasing(indices):
             raise ValueError("a sparse change's indices are not strictly increasing")
 
 
@@ -75,38 +86,40 @@ class WeightsDelta:
         }
 
 
+def whole_at(numel: int, size: int) -> int:
+    """From this many changed elements on, a tensor of `numel` elements of `size` bytes costs less whole on the
+    wire than as indices and values (the two more header entries counted)."""
+    return max(0, numel * size - _SPARSE_EXTRA - 4 * -(-numel >> 16)) // (_INDEX_BYTES + size)
+
+
 def change_of(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | SparseChange | None:
     """How `new` differs from `old` (same dtype) at the least cost on the wire: None (not at all), its changed
-    elements, or `new` itself (when indices and values would take more bytes than the tensor). Compared in
-    numpy, a cache-sized chunk at a time: no mask of the whole tensor, no thread pool woken per chunk."""
+    elements, or `new` itself (when indices and values would take more bytes than the tensor). The learner's
+    encoder finds the same while casting (weights/advance.py)."""
+    from mgrpo_actors.weights.kernels import changed_elements  # numba's import (~0.3 s) only where used
+
     if old is None or old.shape != new.shape or old.dtype != new.dtype or new.numel() >= 2**31:
         return new
-    a, b = _bits(old).reshape(-1).numpy(), _bits(new).reshape(-1).numpy()
-    # From this many changed elements on, the tensor costs less whole (the two more header entries counted).
-    size = new.element_size()
-    whole_at = max(0, new.numel() * size - _SPARSE_EXTRA - 4 * -(-new.numel() >> 16)) // (_INDEX_BYTES + size)
-    parts, count = [], 0
-    for start in range(0, a.size, _CHUNK):
-        changed = a[start : start + _CHUNK] != b[start : start + _CHUNK]
-        here = int(np.count_nonzero(changed))
-        if here:
-            count += here
-            if count >= whole_at:
-                return new
-            parts.append(np.flatnonzero(changed).astype(np.int32) + np.int32(start))
+    a, b = bits_of(old).reshape(-1).numpy(), bits_of(new).reshape(-1).numpy()
+    limit = whole_at(new.numel(), new.element_size())
+    indices, values = np.empty(limit + 8, np.int32), np.empty(limit + 8, b.dtype)  # lanes written past the count
+    count, _ = changed_elements(b, a, 0, indices, values, 0, limit, update=False)
+    if count and count >= limit:
+        return new
     if not count:
         return None
-    indices = np.concatenate(parts)
-    values = torch.from_numpy(b[indices]).view(new.dtype)
-    return SparseChange(tuple(new.shape), torch.from_numpy(indices), values)
+    found = torch.from_numpy(values[:count].copy()).view(new.dtype)
+    return SparseChange(tuple(new.shape), torch.from_numpy(indices[:count].copy()), found)
 
 
 def set_elements(target: torch.Tensor, change: SparseChange) -> None:
     """Write a sparse change into `target` in place (cast to its dtype)."""
+    from mgrpo_actors.weights.kernels import scatter_elements  # numba's import (~0.3 s) only where used
+
     target = target.detach()
     if target.device.type == "cpu" and target.is_contiguous() and change.values.dtype == target.dtype:
-        _bits(target).reshape(-1).numpy()[change.indices.numpy()] = _bits(change.values).numpy()
-        torch.autograd.graph.increment_version(target)  # written through numpy: as an in-place op would
+        scatter_elements(bits_of(target).reshape(-1).numpy(), change.indices.numpy(), bits_of(change.values).numpy())
+        torch.autograd.graph.increment_version(target)  # written outside torch: as an in-place op would
         return
     index = change.indices.to(device=target.device, dtype=torch.long)
     values = change.values.to(device=target.device, dtype=target.dtype)

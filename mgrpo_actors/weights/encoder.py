@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from mgrpo_actors.phases import WEIGHTS, timed
-from mgrpo_actors.weights.delta import SparseChange, change_of
+from mgrpo_actors.weights.advance import advance_all
+from mgrpo_actors.weights.delta import SparseChange
 from mgrpo_actors.weights.wire import delta_entries, write_version
 
 __all__ = ["WeightsEncoder", "WrittenVersion"]
@@ -33,9 +34,10 @@ class WrittenVersion:
 
 class WeightsEncoder:
     """Keeps the weights of the version it wrote last, in the wire dtype (what the engines hold once they
-    loaded it), and writes each next version as a delta against them, or as a full snapshot: the first
-    version this process writes (a learner started, restarted or resumed knows nothing of what the engines
-    hold), every `full_every`-th after that, and the one after a write that failed."""
+    loaded it; brought to each next version in place), and writes each next version as a delta against them,
+    or as a full snapshot: the first version this process writes (a learner started, restarted or resumed
+    knows nothing of what the engines hold), every `full_every`-th after that, and the one after a write that
+    failed."""
 
     def __init__(self, dtype: torch.dtype, full_every: int, skip: Collection[str] = ()) -> None:
         """dtype: the wire dtype (delta.wire_dtype); skip: names left out (tied aliases: the engines allow that)."""
@@ -58,13 +60,22 @@ class WeightsEncoder:
         entries: list[tuple[str, torch.Tensor]] = []
         shapes: dict[str, list[int]] = {}
         elements = changed = tensors = 0
-        for name, tensor in state.items():
-            if name in self.skip:
-                continue
-            new = tensor.detach().to(device="cpu", dtype=self.dtype, copy=True)
-            elements += new.numel()
-            change = new if full else change_of(self.last.get(name), new)
-            self.last[name] = new
+        names = [name for name in state if name not in self.skip]
+        changes: dict[str, torch.Tensor | SparseChange | None] = {}
+        pending: list[str] = []  # tensors held from the version before, to advance to this one
+        for name in names:
+            tensor, held = state[name].detach(), self.last.get(name)
+            if held is None or held.shape != tensor.shape:  # nothing of its to compare with: whole
+                changes[name] = self.last[name] = tensor.to(device="cpu", dtype=self.dtype, copy=True)
+            elif full:
+                changes[name] = held.copy_(tensor)  # in place: no fresh memory to fault in every version
+            else:
+                pending.append(name)
+        advanced = advance_all([(self.last[name], state[name]) for name in pending])
+        changes.update(zip(pending, advanced, strict=True))
+        for name in names:
+            elements += state[name].numel()
+            change = changes[name]
             if change is None:
                 continue
             tensors += 1

@@ -56,27 +56,28 @@ def _bytes(tensor: torch.Tensor) -> memoryview:
 
 def delta_entries(name: str, change: SparseChange) -> list[tuple[str, torch.Tensor]]:
     """The tensors of a delta file that carry one sparse change."""
-    indices = change.indices.numpy()
+    from mgrpo_actors.weights.kernels import block_offsets  # numba's import (~0.3 s) only where used
+
     blocks = -(-torch.Size(change.shape).numel() >> _BLOCK_BITS)
-    counts = np.bincount(indices >> _BLOCK_BITS, minlength=blocks).astype(np.int32)
-    offsets = (indices & ((1 << _BLOCK_BITS) - 1)).astype(np.uint16).view(np.int16)
+    counts, offsets = block_offsets(change.indices.numpy(), blocks, _BLOCK_BITS)
     return [
         (f"{name}{_COUNTS}", torch.from_numpy(counts)),
-        (f"{name}{_OFFSETS}", torch.from_numpy(offsets)),
+        (f"{name}{_OFFSETS}", torch.from_numpy(offsets.view(np.int16))),
         (f"{name}{_VALUES}", change.values),
     ]
 
 
 def _indices(shape: tuple[int, ...], counts: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """Flat int32 indices from per-block counts and in-block offsets; ValueError if they cannot be a tensor's."""
+    from mgrpo_actors.weights.kernels import indices_of_blocks  # numba's import (~0.3 s) only where used
+
     blocks = -(-torch.Size(shape).numel() >> _BLOCK_BITS)
     if counts.dtype != torch.int32 or offsets.dtype != torch.int16 or counts.shape != (blocks,):
         raise ValueError(f"{blocks} int32 block counts and int16 offsets expected, got {counts.dtype} {offsets.dtype}")
-    per_block = counts.numpy()
-    if per_block.min(initial=0) < 0 or int(per_block.sum()) != offsets.numel():
-        raise ValueError(f"block counts that add up to {int(per_block.sum())}, not {offsets.numel()}")
-    starts = np.repeat(np.arange(blocks, dtype=np.int64) << _BLOCK_BITS, per_block)
-    return torch.from_numpy((starts + offsets.numpy().view(np.uint16)).astype(np.int32))
+    indices = indices_of_blocks(counts.numpy(), offsets.numpy().view(np.uint16), _BLOCK_BITS)
+    if indices is None:
+        raise ValueError("offsets that do not rise within a block")
+    return torch.from_numpy(indices)
 
 
 def write_version(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dict[str, str]) -> tuple[str, int]:

@@ -172,6 +172,10 @@ def test_a_delta_whose_indices_do_not_add_up_is_refused(tmp_path):
     write_version(tmp_path / "bad.st", entries, meta)
     with pytest.raises(ValueError, match="add up to 4, not 3"):
         read_delta(tmp_path / "bad.st", read_header(tmp_path / "bad.st"))
+    falling = [("embed@counts", torch.tensor([3], dtype=torch.int32)), ("embed@offsets", offsets.flip(0)), entries[2]]
+    write_version(tmp_path / "falling.st", falling, meta)
+    with pytest.raises(ValueError, match="do not rise"):
+        read_delta(tmp_path / "falling.st", read_header(tmp_path / "falling.st"))
     write_version(tmp_path / "bad2.st", entries[1:], meta)
     with pytest.raises(ValueError, match="needs exactly"):
         read_delta(tmp_path / "bad2.st", read_header(tmp_path / "bad2.st"))
