@@ -169,7 +169,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"mgrpo run: error: {exc}", file=sys.stderr)
             return 2
     # SIGINT/SIGTERM stop the node gracefully (run_node), which also stops the embedded nats-server.
-    return run_job(config, console, composition, resume=args.resume)
+    if not args.roofline:
+        return run_job(config, console, composition, resume=args.resume)
+    from mgrpo_actors.bench.run_roofline import counted_forwards, report  # torch: imported on use
+
+    with counted_forwards() as forwards:
+        code = run_job(config, console, composition, resume=args.resume)
+    report(forwards, lambda line: console.print(line, markup=False))
+    return code
 
 
 def _warmup_progress(console: Console) -> Callable[[str, int, float], None]:
@@ -191,6 +198,12 @@ def add_parser(subparsers: Any) -> None:
         "YAML config (same format as mgrpo-node)",
         "main agent's model (agents.main.model; default smollm2)",
         "sub-agent's model (agents.sub.model; default smollm2, a separate instance)",
+    )
+    p.add_argument(
+        "--roofline",
+        action="store_true",
+        help="count every engine forward and, at the end, print each rollout phase's forwards against this "
+        "machine's roofline (measured then)",
     )
     p.add_argument(
         "--method",

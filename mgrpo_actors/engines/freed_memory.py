@@ -7,7 +7,9 @@ than 128 KB (a threshold it raises as they come and go, up to 32 MB) by mapping 
 freed, so each repack faulted 269 MB in again: measured (2-core AMD EPYC, 2 threads), 140-165 ms a repack with
 50,946 page faults, 61-86 ms with none once freed memory was kept. Large allocations (past `mmap_threshold`)
 are still mapped and unmapped as before, and the heap keeps at most `trim_threshold` bytes of free memory at its
-top. PyTorch's CPU performance guides get the same from jemalloc or tcmalloc; this asks glibc itself.
+top. The setting is the process's: in `make run`, whose one process runs every role, the learners' allocations
+of up to 256 MB come from the heap too, and the process keeps up to 1 GB of memory it freed (its peak memory is
+unchanged). PyTorch's CPU performance guides get the same from jemalloc or tcmalloc; this asks glibc itself.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ __all__ = ["keep_freed_memory"]
 log = get_logger(__name__)
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-MMAP_THRESHOLD = 256 << 20  # allocations up to this come from the heap: every packed weight of a ~1B model
+MMAP_THRESHOLD = 256 << 20  # allocations up to this come from the heap: each packed weight of SmolLM2 (56 MB at most)
 TRIM_THRESHOLD = 1 << 30  # free memory the heap may keep at its top (it may keep more below a live block)
 
 _done: bool | None = None
 
 
 def keep_freed_memory() -> bool:
-    """Set glibc's thresholds once per process; True if they are set (False where the C library is not glibc)."""
+    """Set glibc's two thresholds once per process (for the whole process: in `make run` its learners too); True
+    if both are set, False where the C library is not glibc or refuses a value (each is set and logged alone)."""
     global _done
     if _done is None:
         _done = False
@@ -38,6 +41,12 @@ def keep_freed_memory() -> bool:
         except (OSError, AttributeError):
             return False
         mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-        _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-        log.info("malloc keeps freed memory", done=_done, mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
+        mmap_set = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        trim_set = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        _done = mmap_set and trim_set
+        log.info(
+            "malloc keeps freed memory",
+            mmap_threshold=MMAP_THRESHOLD if mmap_set else None,
+            trim_threshold=TRIM_THRESHOLD if trim_set else None,
+        )
     return _done

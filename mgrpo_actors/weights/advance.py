@@ -59,7 +59,8 @@ def compiled_cast_matches_torch() -> bool:
 
 
 def _compiled(held: torch.Tensor, source: torch.Tensor) -> bool:
-    """Whether the compiled loops alone bring `held` to `source` (no torch op: safe on the second thread)."""
+    """Whether the compiled loops bring `held` to `source` by themselves (a CPU tensor of held's dtype, or fp32 to
+    bf16), so that it may go to the second thread (torch casts there only a tensor holding a NaN)."""
     if source.device.type != "cpu" or not source.is_contiguous():
         return False
     if source.dtype == held.dtype:
@@ -67,28 +68,34 @@ def _compiled(held: torch.Tensor, source: torch.Tensor) -> bool:
     return source.dtype == torch.float32 and held.dtype == torch.bfloat16 and compiled_cast_matches_torch()
 
 
-def _cast(out: np.ndarray, held: torch.Tensor, source: torch.Tensor, start: int, stop: int) -> np.ndarray:
-    """The wire bits of `source`'s flat elements [start, stop) written into `out` (held's dtype's bits)."""
-    part = source.detach().reshape(-1)[start:stop]
-    if part.device.type == "cpu" and part.dtype == held.dtype:
-        np.copyto(out, bits_of(part).numpy())
-        return out
-    if (
-        part.device.type == "cpu"
-        and part.dtype == torch.float32
-        and held.dtype == torch.bfloat16
-        and compiled_cast_matches_torch()
-        and cast_to_bf16(part.view(torch.int32).numpy().view(np.uint32), out)
-    ):
-        return out
-    # torch casts: other dtypes and devices, and a part holding a NaN, cast in the tensor's own shape when it is
-    # the whole tensor (torch gives a 0-d NaN other bits than a 1-d one, and full snapshots cast whole tensors)
-    target = torch.from_numpy(out).view(held.dtype)
-    if stop - start == source.numel():
-        target.view(source.shape).copy_(source.detach())
-    else:
-        target.copy_(part)
-    return out
+class _WireBits:
+    """The wire bits of a source tensor, a range at a time: its own bits (same dtype), the compiled fp32 -> bf16
+    cast, or torch's cast of the whole tensor at once, in its own shape: torch gives a NaN other bits by where
+    it falls (a 0-d tensor's, a slice's) than a whole tensor's cast, and full snapshots cast whole tensors."""
+
+    def __init__(self, held: torch.Tensor, source: torch.Tensor) -> None:
+        self.held, self.source = held, source.detach()
+        self.flat: np.ndarray | None = None  # every element's wire bits, where they exist whole
+        self.fp32: np.ndarray | None = None  # the source's fp32 bits, for the compiled cast
+        if _compiled(held, self.source) and self.source.dtype != held.dtype:
+            self.fp32 = self.source.view(torch.int32).reshape(-1).numpy().view(np.uint32)
+        elif _compiled(held, self.source):
+            self.flat = bits_of(self.source).reshape(-1).numpy()
+        else:
+            self._torch_cast()
+
+    def _torch_cast(self) -> None:
+        self.flat = bits_of(self.source.to(device="cpu", dtype=self.held.dtype)).reshape(-1).numpy()
+
+    def range(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """The bits of elements [start, stop): `out` written, or a view of bits that exist already."""
+        if self.fp32 is not None:
+            if cast_to_bf16(self.fp32[start:stop], out):
+                return out
+            self.fp32 = None  # a NaN: torch's cast of the whole tensor from here on (it agrees on everything else)
+            self._torch_cast()
+        assert self.flat is not None
+        return self.flat[start:stop]
 
 
 def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseChange | None:
@@ -98,22 +105,21 @@ def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseCh
     if held.shape != source.shape or held.device.type != "cpu" or not held.is_contiguous():
         raise ValueError(f"cannot advance a {tuple(held.shape)} tensor on {held.device} to {tuple(source.shape)}")
     n = held.numel()
-    old = bits_of(held).reshape(-1).numpy()
+    old, wire = bits_of(held).reshape(-1).numpy(), _WireBits(held, source)
     if n >= 2**31:  # past int32 indices: whole
-        _cast(old, held, source, 0, n)
+        np.copyto(old, wire.range(0, n, old))
         return held
     limit = whole_at(n, held.element_size())
     indices, values = np.empty(limit + 8, np.int32), np.empty(limit + 8, old.dtype)  # lanes written past the count
-    same = source.device.type == "cpu" and source.dtype == held.dtype and source.is_contiguous()
-    flat = bits_of(source.detach()).reshape(-1).numpy() if same else None
-    chunk = None if same else np.empty(min(n, _CHUNK), old.dtype)
+    chunk = np.empty(min(n, _CHUNK), old.dtype)
     count = 0
     for start in range(0, n, _CHUNK):
         stop = min(start + _CHUNK, n)
-        new = flat[start:stop] if flat is not None else _cast(chunk[: stop - start], held, source, start, stop)
+        new = wire.range(start, stop, chunk[: stop - start])
         count, compared = changed_elements(new, old[start:stop], start, indices, values, count, limit, True)
         if count and count >= limit:
-            _cast(old[start + compared :], held, source, start + compared, n)  # what was not compared yet
+            rest = old[start + compared :]  # what was not compared yet
+            np.copyto(rest, wire.range(start + compared, n, rest))
             return held
     if not count:
         return None

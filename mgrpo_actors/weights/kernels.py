@@ -157,8 +157,8 @@ def cast_to_bf16(source: np.ndarray, target: np.ndarray) -> bool:
 
 def block_offsets(indices: np.ndarray, blocks: int, block_bits: int) -> tuple[np.ndarray, np.ndarray]:
     """(int32 counts of `indices` in each of `blocks` blocks of 2**block_bits elements, each index's uint16 offset
-    in its block), one pass; `indices` within the blocks, as the caller checked."""
-    if block_bits > 16 or (indices.size and int(indices[-1]) >> block_bits >= blocks):
+    in its block), one pass; `indices` rising (a SparseChange's), so that its first and last bound them all."""
+    if block_bits > 16 or (indices.size and (int(indices[0]) < 0 or int(indices[-1]) >> block_bits >= blocks)):
         raise ValueError(f"indices past {blocks} blocks of 2**{block_bits}, or offsets wider than 16 bits")
     counts, offsets = np.zeros(blocks, np.int32), np.empty(indices.size, np.uint16)
     _block_offsets(indices, counts, offsets, block_bits)

@@ -69,6 +69,51 @@ def test_the_compiled_cast_gives_torchs_bits_and_hands_nan_back():
     assert not cast_to_bf16(np.array([0x7FC00000], np.uint32), np.empty(1, np.uint16))
 
 
+# fp32 bits -> bf16 bits, rounded to nearest, ties to even, worked by hand: ties at both parities and signs, just
+# off a tie, rounding up to infinity, subnormal ties, the largest subnormal rounding to the smallest normal
+ROUNDED = {
+    0x3F808000: 0x3F80,
+    0x3F818000: 0x3F82,
+    0xBF808000: 0xBF80,
+    0xBF818000: 0xBF82,
+    0x3F808001: 0x3F81,
+    0x3F807FFF: 0x3F80,
+    0x7F7FFFFF: 0x7F80,
+    0x7F7F8000: 0x7F80,
+    0xFF7F8000: 0xFF80,
+    0x7F7F7FFF: 0x7F7F,
+    0x00000001: 0x0000,
+    0x00008000: 0x0000,
+    0x00018000: 0x0002,
+    0x80018000: 0x8002,
+    0x007FFFFF: 0x0080,
+    0x80000000: 0x8000,
+    0x7F800000: 0x7F80,
+    0xFF800000: 0xFF80,
+}
+
+
+def test_the_compiled_cast_rounds_to_nearest_even_as_worked_by_hand_and_as_torch_does():
+    bits = np.array(list(ROUNDED), np.uint32)
+    ours = np.empty(bits.size, np.uint16)
+    assert cast_to_bf16(bits, ours)
+    assert [hex(b) for b in ours] == [hex(b) for b in ROUNDED.values()]
+    theirs = torch.from_numpy(bits.view(np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    if compiled_cast_matches_torch():  # where torch casts otherwise (say, flushing subnormals), torch casts
+        assert np.array_equal(ours, theirs)
+
+
+def test_a_nan_past_an_early_whole_stop_gets_the_bits_of_torchs_whole_cast():
+    for dtype in (torch.float32, torch.float64):
+        n = (1 << 19) + 77
+        source = torch.randn(n, generator=torch.Generator().manual_seed(5), dtype=dtype)
+        held = (source + 1.0).to(torch.bfloat16)  # every element differs: whole from the first chunk on
+        source[-1] = float("nan")
+        source[(1 << 18) + 3] = float("nan")
+        assert advance(held, source) is held
+        assert np.array_equal(_bits(held), _bits(source.to(torch.bfloat16)))
+
+
 def _odd_values(n: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     t = torch.randn(n, generator=g) * 0.02
