@@ -76,12 +76,19 @@ def roofline_seconds(forward: Forward, read_gb_s: float, gflop_s: float) -> floa
 
 @contextmanager
 def counted_forwards() -> Iterator[list[Forward]]:
-    """Within it, every engine forward (engines/decode.forward_block, decode and prefill alike) is recorded."""
+    """Within it, every forward of the `hf` engine on a CPU is recorded: decode steps and prefill blocks, in
+    turn-by-turn decoding (engines/decode.py) and continuous batching (engines/continuous.py) alike. (`hf-generate`
+    and `vllm` engines decode elsewhere and are not counted; a forward on another device is left out, its time
+    not being a CPU's.)"""
+    from mgrpo_actors.engines import continuous
+
     calls: list[Forward] = []
     shapes: dict[int, ForwardShape] = {}
     original = decode.forward_block
 
     def counted(model, cache, block, valid):  # noqa: ANN001, ANN202
+        if block.device.type != "cpu":
+            return original(model, cache, block, valid)
         shape = shapes.get(id(model)) or shapes.setdefault(id(model), forward_shape(model))
         rows, width = block.shape
         cached, start = cache.length, time.perf_counter()
@@ -89,11 +96,11 @@ def counted_forwards() -> Iterator[list[Forward]]:
         calls.append(Forward(shape, rows, width, cached, time.perf_counter() - start, start))
         return logits
 
-    decode.forward_block = counted
+    decode.forward_block = continuous.forward_block = counted  # both call it by these module names
     try:
         yield calls
     finally:
-        decode.forward_block = original
+        decode.forward_block = continuous.forward_block = original
 
 
 def phases(calls: Sequence[Forward], gap_s: float = GAP_S) -> list[list[Forward]]:
@@ -110,7 +117,11 @@ def phases(calls: Sequence[Forward], gap_s: float = GAP_S) -> list[list[Forward]
 
 def report(calls: Sequence[Forward], say: Callable[[str], None]) -> None:
     """Measure the machine's peaks on every core the process may use (a run leaves torch at 1 thread; its compute
-    used them all), then say, per rollout phase, its forwards' time against the roofline's."""
+    used them all), then say, per rollout phase, its forwards' time against the roofline's. The forwards are
+    the engine's as it shapes them: a block's padding and the cache's holes count as work."""
+    if not calls:
+        say("no forward of an hf engine on a CPU was counted: nothing to set against the roofline")
+        return
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     peaks = machine_peaks([torch.bfloat16, torch.float32])
     say(

@@ -32,7 +32,7 @@ _done: bool | None = None
 
 def keep_freed_memory() -> bool:
     """Set glibc's two thresholds once per process (for the whole process: in `make run` its learners too); True
-    if both are set, False where the C library is not glibc or refuses a value (each is set and logged alone)."""
+    if both are set, False where the C library is not glibc or refuses the mmap threshold (then neither is set)."""
     global _done
     if _done is None:
         _done = False
@@ -41,8 +41,10 @@ def keep_freed_memory() -> bool:
         except (OSError, AttributeError):
             return False
         mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        # The trim threshold only with the mmap one: setting it stops glibc raising its mmap threshold by itself,
+        # so alone (a glibc that refuses 256 MB: before 2.35 the most was 32 MB) it would map every copy afresh.
         mmap_set = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-        trim_set = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        trim_set = mmap_set and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
         _done = mmap_set and trim_set
         log.info(
             "malloc keeps freed memory",

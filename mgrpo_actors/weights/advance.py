@@ -4,10 +4,11 @@ version in place, finding what changed as it goes.
 
 Per tensor one pass: the new weights are cast to the wire dtype a cache-sized chunk at a time and compared with
 the held ones by their bits (weights/kernels.py), so no second copy of the model is made, and no memory is
-faulted in afresh every version. The compiled loops let go of the GIL, so the tensors are shared out between the
-calling thread and one more. Measured on SmolLM2-135M's 134.5 M elements, fp32 to bf16 with 4.8 % changed
-(2-core AMD EPYC): torch's cast and numpy's compare 414-455 ms; cast and compare compiled, one thread 155-167
-ms, two 111-117 ms.
+faulted in afresh every version. (Where the compiled cast does not apply, another source dtype or device, or a
+tensor holding a NaN, torch casts that tensor whole once, and the comparison runs on its copy.) The compiled
+loops let go of the GIL, so the tensors are shared out between the calling thread and one more. Measured on
+SmolLM2-135M's 134.5 M elements, fp32 to bf16 with 4.8 % changed (2-core AMD EPYC): torch's cast and numpy's
+compare 414-455 ms; cast and compare compiled, one thread 155-167 ms, two 111-117 ms.
 """
 
 from __future__ import annotations
@@ -105,10 +106,10 @@ def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseCh
     if held.shape != source.shape or held.device.type != "cpu" or not held.is_contiguous():
         raise ValueError(f"cannot advance a {tuple(held.shape)} tensor on {held.device} to {tuple(source.shape)}")
     n = held.numel()
-    old, wire = bits_of(held).reshape(-1).numpy(), _WireBits(held, source)
-    if n >= 2**31:  # past int32 indices: whole
-        np.copyto(old, wire.range(0, n, old))
+    if n >= 2**31:  # past int32 indices: whole, cast by torch in place
+        held.copy_(source.detach())
         return held
+    old, wire = bits_of(held).reshape(-1).numpy(), _WireBits(held, source)
     limit = whole_at(n, held.element_size())
     indices, values = np.empty(limit + 8, np.int32), np.empty(limit + 8, old.dtype)  # lanes written past the count
     chunk = np.empty(min(n, _CHUNK), old.dtype)

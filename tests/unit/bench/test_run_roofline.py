@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo_actors.bench.run_roofline import Forward, ForwardShape, counted_forwards, phases, roofline_seconds
+from mgrpo_actors.bench.run_roofline import Forward, ForwardShape, counted_forwards, phases, report, roofline_seconds
 from mgrpo_actors.engines import SamplingParams
+from mgrpo_actors.engines import continuous as continuous_module
 from mgrpo_actors.engines import decode as decode_module
 from mgrpo_actors.engines.hf import HFEngine
 from mgrpo_actors.models.loader import load_model
@@ -25,6 +26,12 @@ def test_a_forwards_roofline_worked_by_hand():
     assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.128)  # bound by reading
 
 
+def test_a_run_without_counted_forwards_says_so():
+    said: list[str] = []
+    report([], said.append)
+    assert said == ["no forward of an hf engine on a CPU was counted: nothing to set against the roofline"]
+
+
 def test_phases_split_at_gaps():
     calls = [Forward(SHAPE, 1, 1, 0, 0.5, t) for t in (0.0, 1.0, 2.0, 10.0, 10.6)]
     assert [len(group) for group in phases(calls, gap_s=5.0)] == [3, 2]
@@ -36,8 +43,9 @@ def test_every_engine_forward_is_counted_and_the_engine_restored():
     prompts = [list(tokenizer(f"question {i}: which city?", add_special_tokens=False)["input_ids"]) for i in range(3)]
     original = decode_module.forward_block
     with counted_forwards() as calls:
+        assert continuous_module.forward_block is decode_module.forward_block is not original  # both paths counted
         engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
-    assert decode_module.forward_block is original
+    assert decode_module.forward_block is original and continuous_module.forward_block is original
     assert calls and calls[0].width > 1  # the prompts' prefill first
     steps = [c for c in calls if c.width == 1]
     assert 1 <= len(steps) <= 4 and all(c.rows <= 3 and c.cached > 0 for c in steps)

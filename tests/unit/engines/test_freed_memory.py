@@ -17,7 +17,7 @@ def _minor_faults() -> int:
 
 def test_memory_freed_and_allocated_again_is_not_faulted_in_afresh():
     if not keep_freed_memory():
-        pytest.skip("the C library is not glibc")
+        pytest.skip("the C library is not glibc, or refused the thresholds")
     assert keep_freed_memory()  # once per process, then the same answer
     size = 32 << 20  # 128 MB of fp32: glibc would map it afresh every time by default
     faults = []
@@ -26,4 +26,4 @@ def test_memory_freed_and_allocated_again_is_not_faulted_in_afresh():
         torch.ones(size).sum()
         faults.append(_minor_faults() - before)
     # 32,768 pages each time if each allocation were faulted in again; a few dozen for the rest of the work
-    assert min(faults[2:]) < 1000, faults
+    assert sum(f < 1000 for f in faults[2:]) >= 3, faults

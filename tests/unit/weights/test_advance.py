@@ -198,3 +198,16 @@ def test_block_offsets_and_back_and_the_order_check():
         block_offsets(np.array([65_536], np.int32), 1, 16)
     assert strictly_increasing(indices) and strictly_increasing(np.array([], np.int32))
     assert not strictly_increasing(np.array([1, 3, 3], np.int32))
+
+
+def test_a_nan_first_met_in_a_later_chunk_of_a_sparse_change_on_either_thread():
+    n = (1 << 18) * 2 + 5  # the NaN in the second chunk: the compiled cast hands over to torch's whole cast there
+    sources = [torch.randn(n, generator=torch.Generator().manual_seed(s)) for s in (6, 7)]
+    helds = [s.to(torch.bfloat16) for s in sources]
+    for source in sources:
+        source[::1000] += 0.5
+        source[(1 << 18) + 11] = float("nan")
+    changes = advance_all(list(zip(helds, sources, strict=True)))  # one on each thread
+    for held, source, change in zip(helds, sources, changes, strict=True):
+        assert np.array_equal(_bits(held), _bits(source.to(torch.bfloat16)))
+        assert isinstance(change, SparseChange) and (1 << 18) + 11 in change.indices.tolist()
