@@ -34,7 +34,7 @@ RESOLVE_TIMEOUT_S = 420
 RESOLVE_SWITCH = "MGRPO_TEST_GPU_RESOLVE"  # =1: run the resolution (opt-in, see above)
 # Pinned by the GPU set itself, apart from the CPU install's pins (vLLM 0.32.0 needs transformers < 5.20, numba 0.65
 # needs numpy < 2.4).
-OWN_PINS = {"torch", "transformers", "tokenizers", "numpy"}
+OWN_PINS = {"torch", "transformers", "tokenizers", "numpy", "numba"}
 _UNREACHABLE = re.compile(
     r"NewConnectionError|Max retries exceeded|Name or service not known|Temporary failure in name resolution|"
     r"Network is unreachable|Connection refused|Read timed out|ConnectTimeout|No route to host",
