@@ -202,8 +202,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--roofline",
         action="store_true",
-        help="count every engine forward and, at the end, print each rollout phase's forwards against this "
-        "machine's roofline (measured then)",
+        help="count every forward of the run's hf engines on a CPU and, at the end, print each rollout phase's "
+        "forwards against this machine's roofline (measured then)",
     )
     p.add_argument(
         "--method",
