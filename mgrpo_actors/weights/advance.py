@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mgrpo_actors.weights.delta import SparseChange, bits_of, whole_at
-from mgrpo_actors.weights.kernels import cast_to_bf16, changed_elements
+from mgrpo_actors.weights.kernels import cast_to_bf16, changed_elements, room_for_changes
 
 __all__ = ["advance", "advance_all", "compiled_cast_matches_torch"]
 
@@ -78,12 +78,12 @@ class _WireBits:
         self.held, self.source = held, source.detach()
         self.flat: np.ndarray | None = None  # every element's wire bits, where they exist whole
         self.fp32: np.ndarray | None = None  # the source's fp32 bits, for the compiled cast
-        if _compiled(held, self.source) and self.source.dtype != held.dtype:
-            self.fp32 = self.source.view(torch.int32).reshape(-1).numpy().view(np.uint32)
-        elif _compiled(held, self.source):
+        if not _compiled(held, self.source):
+            self._torch_cast()
+        elif self.source.dtype == held.dtype:
             self.flat = bits_of(self.source).reshape(-1).numpy()
         else:
-            self._torch_cast()
+            self.fp32 = self.source.view(torch.int32).reshape(-1).numpy().view(np.uint32)
 
     def _torch_cast(self) -> None:
         self.flat = bits_of(self.source.to(device="cpu", dtype=self.held.dtype)).reshape(-1).numpy()
@@ -111,7 +111,7 @@ def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseCh
         return held
     old, wire = bits_of(held).reshape(-1).numpy(), _WireBits(held, source)
     limit = whole_at(n, held.element_size())
-    indices, values = np.empty(limit + 8, np.int32), np.empty(limit + 8, old.dtype)  # lanes written past the count
+    indices, values = room_for_changes(limit, old.dtype)
     chunk = np.empty(min(n, _CHUNK), old.dtype)
     count = 0
     for start in range(0, n, _CHUNK):
@@ -124,8 +124,7 @@ def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseCh
             return held
     if not count:
         return None
-    values_tensor = torch.from_numpy(values[:count].copy()).view(held.dtype)
-    return SparseChange(tuple(held.shape), torch.from_numpy(indices[:count].copy()), values_tensor)
+    return SparseChange.found(held.shape, held.dtype, indices, values, count)
 
 
 def advance_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor | SparseChange | None]:

@@ -52,6 +52,14 @@ class SparseChange:
     indices: torch.Tensor  # int32, 1-D, strictly increasing
     values: torch.Tensor  # 1-D, as many as indices
 
+    @classmethod
+    def found(
+        cls, shape: torch.Size, dtype: torch.dtype, indices: np.ndarray, values: np.ndarray, count: int
+    ) -> SparseChange:
+        """The first `count` entries of a compare's buffers (kernels.changed_elements), copied out of them."""
+        found_values = torch.from_numpy(values[:count].copy()).view(dtype)
+        return cls(tuple(shape), torch.from_numpy(indices[:count].copy()), found_values)
+
     def __post_init__(self) -> None:
         n, numel = self.indices.numel(), torch.Size(self.shape).numel()
         if self.indices.dtype != torch.int32 or self.indices.dim() != 1 or self.values.dim() != 1:
@@ -96,20 +104,19 @@ def change_of(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | Spa
     """How `new` differs from `old` (same dtype) at the least cost on the wire: None (not at all), its changed
     elements, or `new` itself (when indices and values would take more bytes than the tensor). The learner's
     encoder finds the same while casting (weights/advance.py)."""
-    from mgrpo_actors.weights.kernels import changed_elements  # numba's import (~0.3 s) only where used
+    from mgrpo_actors.weights.kernels import changed_elements, room_for_changes  # numba's import only where used
 
     if old is None or old.shape != new.shape or old.dtype != new.dtype or new.numel() >= 2**31:
         return new
     a, b = bits_of(old).reshape(-1).numpy(), bits_of(new).reshape(-1).numpy()
     limit = whole_at(new.numel(), new.element_size())
-    indices, values = np.empty(limit + 8, np.int32), np.empty(limit + 8, b.dtype)  # lanes written past the count
+    indices, values = room_for_changes(limit, b.dtype)
     count, _ = changed_elements(b, a, 0, indices, values, 0, limit, update=False)
     if count and count >= limit:
         return new
     if not count:
         return None
-    found = torch.from_numpy(values[:count].copy()).view(new.dtype)
-    return SparseChange(tuple(new.shape), torch.from_numpy(indices[:count].copy()), found)
+    return SparseChange.found(new.shape, new.dtype, indices, values, count)
 
 
 def set_elements(target: torch.Tensor, change: SparseChange) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "block_offsets",
     "cast_to_bf16",
     "changed_elements",
+    "room_for_changes",
     "indices_of_blocks",
     "scatter_elements",
     "strictly_increasing",
@@ -115,6 +116,12 @@ def _words(elements: np.ndarray) -> np.ndarray:
     """The whole 8-byte words at the start of `elements` (1-D, contiguous), as int64."""
     whole = elements.size * elements.itemsize // 8 * 8 // elements.itemsize
     return elements[:whole].view(np.int64)
+
+
+def room_for_changes(limit: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 indices, `dtype` values) with room for `limit` changed elements, as changed_elements needs: it writes
+    a word's every lane before counting the changed ones, so up to 8 entries past the count."""
+    return np.empty(limit + 8, np.int32), np.empty(limit + 8, dtype)
 
 
 def changed_elements(
