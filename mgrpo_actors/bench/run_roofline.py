@@ -4,7 +4,8 @@ measured on every core the process may use (bench/roofline.py), and, per rollout
 took against how long the same forwards would take at the roofline.
 
 A forward's roofline time is max(bytes it must read / bandwidth, FLOPs / throughput): the weights once plus every
-row's cached and new keys and values; 2 FLOPs per weight per new token (the output layer for each row's last
+row's cached and new keys and values (a prefix the cache holds once for its rows, engines/shared_prefix.py, read once,
+in float32); 2 FLOPs per weight per new token (the output layer for each row's last
 token only) plus attention's 4 · layers · heads · head size per query per attended column (docs/benchmarks.md
 §`rollout`: the `hf` engine against plain `generate` and the machine's roofline). A rollout phase is a run of
 forwards with no gap of `GAP_S` or more between them (the learners' phase between two steps is such a gap; a
@@ -46,9 +47,11 @@ class Forward:
     shape: ForwardShape
     rows: int
     width: int  # new columns
-    cached: int  # columns already in the cache
+    cached: int  # columns already in the cache, each row's own
     seconds: float
     started: float
+    shared: int = 0  # columns of a prefix the cache holds once (float32) for `sharing` of its rows
+    sharing: int = 0
 
 
 def forward_shape(model: torch.nn.Module) -> ForwardShape:
@@ -69,8 +72,10 @@ def roofline_seconds(forward: Forward, read_gb_s: float, gflop_s: float) -> floa
     """The least time this forward can take on a machine reading `read_gb_s` and computing `gflop_s`."""
     s, rows, width = forward.shape, forward.rows, forward.width
     read = s.weight_bytes + rows * (forward.cached + width) * s.kv_bytes_per_token
+    read += forward.shared * s.kv_bytes_per_token * (2 if s.dtype == "bf16" else 1)  # held in float32
     flops = 2 * (s.matmul_params - s.output_params) * rows * width + 2 * s.output_params * rows
     flops += s.attention_flops * rows * width * (forward.cached + (width + 1) / 2)  # causal within the block
+    flops += s.attention_flops * forward.sharing * width * forward.shared
     return max(read / (read_gb_s * 1e9), flops / (gflop_s * 1e9))
 
 
@@ -91,9 +96,12 @@ def counted_forwards() -> Iterator[list[Forward]]:
             return original(model, cache, block, valid)
         shape = shapes.get(id(model)) or shapes.setdefault(id(model), forward_shape(model))
         rows, width = block.shape
+        view = cache.prefix_view()
+        shared = view.prefix.length if view is not None else 0
+        sharing = 0 if view is None else rows if view.rows is None else len(view.rows)
         cached, start = cache.length, time.perf_counter()
         logits = original(model, cache, block, valid)
-        calls.append(Forward(shape, rows, width, cached, time.perf_counter() - start, start))
+        calls.append(Forward(shape, rows, width, cached, time.perf_counter() - start, start, shared, sharing))
         return logits
 
     decode.forward_block = continuous.forward_block = counted  # both call it by these module names
@@ -140,9 +148,11 @@ def report(calls: Sequence[Forward], say: Callable[[str], None]) -> None:
         )
         mean_rows = sum(c.rows for c in decodes) / max(1, len(decodes))
         mean_cached = sum(c.cached for c in decodes) / max(1, len(decodes))
+        mean_shared = sum(c.shared for c in decodes) / max(1, len(decodes))
         say(
             f"rollout phase {n}: {len(group)} forwards ({len(decodes)} decode steps of {mean_rows:.1f} rows over "
-            f"{mean_cached:.0f} cached columns), {sum(c.rows * c.width for c in group):,} tokens fed; "
+            f"{mean_cached:.0f} cached columns each and {mean_shared:.0f} shared), "
+            f"{sum(c.rows * c.width for c in group):,} tokens fed; "
             f"first to last {wall:.1f} s, in forwards {spent:.1f} s, at the roofline {roof:.2f} s "
             f"({roof / spent:.0%} of the forwards' time)"
         )

@@ -9,6 +9,10 @@ same way. Registered under NAME through transformers' AttentionInterface, so the
 stays transformers' own; only the rollout engine's model selects it. Anyone else calling that model
 (a forward pass without a mask, a padded batch) gets transformers' own sdpa behaviour: the mask
 interface builds sdpa's masks for NAME, and a call without a mask goes to sdpa as it is (causal).
+
+A forward whose cache holds a prefix shared by its rows once (kv_cache.py, shared_prefix.py) passes it as the
+`shared_prefix` keyword (a PrefixView; transformers hands a model's extra keywords on to its attention functions):
+attention then covers the prefix and each row's own columns (shared_prefix.attend_shared).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+from mgrpo_actors.engines.shared_prefix import PrefixView, attend_shared
 
 __all__ = ["NAME", "packed_sdpa", "register"]
 
@@ -31,11 +37,15 @@ def packed_sdpa(
     attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
+    shared_prefix: PrefixView | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """query [b, heads, q, d], key/value [b, kv heads, k, d], attention_mask bool [b, 1, q, k] (True:
-    attend); returns [b, q, heads, d] as transformers' attention functions do."""
+    attend); returns [b, q, heads, d] as transformers' attention functions do. shared_prefix: the cache's prefix
+    held once for the rows it names, attended besides each row's own columns."""
     if attention_mask is None:  # not the engine's call: sdpa decides causality itself
+        if shared_prefix is not None:
+            raise ValueError("a shared prefix needs the engine's mask (kv_cache.RowCache.mask)")
         return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling, **kwargs)
     b, heads, q, d = query.shape
     kv_heads = key.shape[1]
@@ -45,7 +55,11 @@ def packed_sdpa(
     mask = attention_mask
     if group > 1:
         mask = mask[:, :, None].expand(b, 1, group, q, mask.shape[-1]).reshape(b, 1, group * q, mask.shape[-1])
-    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
+    if shared_prefix is not None:
+        scale = scaling if scaling is not None else d**-0.5
+        out = attend_shared(shared_prefix, module.layer_idx, packed, key, value, mask, scale)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(b, heads, q, d).transpose(1, 2).contiguous(), None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mgrpo_actors.engines import attention
 from mgrpo_actors.engines.base import FinishReason, SamplingParams, StopCheck, asks_stop_check
 from mgrpo_actors.engines.kv_cache import RowCache, gathered
 from mgrpo_actors.engines.sampler import sample
@@ -62,7 +63,11 @@ def block_of(suffixes: Sequence[Sequence[int]], pad_id: int, device: torch.devic
 
 
 def forward_block(model: torch.nn.Module, cache: RowCache, block: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Last-position logits [rows, vocab] of a block of new columns; the cache then holds them."""
+    """Last-position logits [rows, vocab] of a block of new columns; the cache then holds them. A prefix the cache
+    holds once for its rows goes to the attention as `shared_prefix` (attention.py; the engine's model runs it)."""
+    prefix = cache.prefix_view()
+    if prefix is not None and model.config._attn_implementation != attention.NAME:
+        raise ValueError(f"a cache with a shared prefix needs the engine's attention ({attention.NAME})")
     out = model(
         input_ids=block,
         attention_mask=cache.mask(valid),
@@ -70,6 +75,7 @@ def forward_block(model: torch.nn.Module, cache: RowCache, block: torch.Tensor, 
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        **({"shared_prefix": prefix} if prefix is not None else {}),
     )
     cache.advance(block, valid)
     return out.logits[:, -1]

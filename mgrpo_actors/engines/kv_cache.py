@@ -11,6 +11,12 @@ holds, in order; `select` starts the next call from the longest cached prefix of
 gathering those columns to the right edge of a fresh cache (one copy per call, no holes carried over).
 `gathered` does the same from rows of several caches: decode.py's narrowed batches, merged back into one.
 
+A prefix that the gathered rows share (a system prompt and its worked example) is held once, not in every row
+(shared_prefix.py, on a CPU): `shared` holds its keys and values, `holds[r]` says whether row r starts with it, and
+such a row's columns hold only its tokens after the prefix (`tokens[r]` still lists them all; its positions count
+the prefix). Attention covers both (attention.py). A cache gathered from rows that hold a prefix keeps it (the
+longest such prefix that all its rows start with); otherwise rows whose common prefix is long enough get a new one.
+
 The object is what transformers' decoder layers call `update(key, value, layer_idx)` on (the models
 this engine supports: engines/hf.py); it stores nothing about the model beyond the shapes.
 """
@@ -22,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from mgrpo_actors.engines.shared_prefix import MIN_SHARED_COLUMNS, PrefixView, SharedPrefix
 
 __all__ = ["CacheShape", "RowCache", "cache_shape", "common_prefix", "gathered", "longest_prefix"]
 
@@ -68,6 +76,21 @@ class RowCache:
         self.valid = torch.zeros(rows, self.capacity, dtype=torch.bool, device=shape.device)
         self.length = 0  # columns written so far (the write pointer)
         self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.shared: SharedPrefix | None = None  # a prefix held once for the rows `holds` names (shared_prefix.py)
+        self.holds = [False] * rows
+
+    def own_start(self, row: int) -> int:
+        """How many of row `row`'s first tokens the shared prefix holds (its own columns hold the rest)."""
+        return self.shared.length if self.shared is not None and self.holds[row] else 0
+
+    def prefix_view(self) -> PrefixView | None:
+        """What a forward's attention reads of the shared prefix (None: no row holds one)."""
+        if self.shared is None or not any(self.holds):
+            return None
+        if all(self.holds):
+            return PrefixView(self.shared, None)
+        rows = torch.tensor([r for r, on in enumerate(self.holds) if on], dtype=torch.long, device=self.valid.device)
+        return PrefixView(self.shared, rows)
 
     def _empty(self, capacity: int) -> torch.Tensor:
         s = self.shape
@@ -102,9 +125,12 @@ class RowCache:
 
     # ---- bookkeeping of a forward -------------------------------------------------------------
     def positions(self, block_valid: torch.Tensor) -> torch.Tensor:
-        """Rotary positions [rows, width] of a block of new columns: each row counts its valid columns only
-        (a hole gets position 0: it is masked out everywhere)."""
+        """Rotary positions [rows, width] of a block of new columns: each row counts its valid columns only, after
+        the shared prefix if it holds one (a hole gets position 0: it is masked out everywhere)."""
         before = self.valid[:, : self.length].sum(-1, keepdim=True)
+        if self.shared is not None:
+            starts = [self.own_start(r) for r in range(self.rows)]
+            before = before + torch.tensor(starts, dtype=torch.long, device=before.device)[:, None]
         return torch.where(block_valid, before + block_valid.long().cumsum(-1) - 1, 0)
 
     def mask(self, block_valid: torch.Tensor) -> torch.Tensor:
@@ -153,31 +179,93 @@ def longest_prefix(cached: Sequence[np.ndarray], prompt: Sequence[int]) -> tuple
     return best, best_n
 
 
+def _token_range(cache: RowCache, row: int, first: int, end: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per layer, the keys and values [kv heads, end - first, head dim] of row `row`'s tokens first..end-1, from the
+    shared prefix (float32) and the row's own columns, in the cache's dtype."""
+    start = cache.own_start(row)
+    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[
+        max(first, start) - start : max(end, start) - start
+    ]
+    parts: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+    for layer in range(cache.shape.layers):
+        for store, shared, into in (
+            (cache.keys, cache.shared.keys if cache.shared else None, parts[0]),
+            (cache.values, cache.shared.values if cache.shared else None, parts[1]),
+        ):
+            own = store[layer][row].index_select(1, columns)
+            if first < start and shared is not None:
+                own = torch.cat([shared[layer][:, first : min(end, start)].to(own.dtype), own], dim=1)
+            into.append(own)
+    return parts
+
+
+def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]) -> SharedPrefix | None:
+    """The prefix that the gathered rows `held` (index, cache, row, tokens kept) will share: the longest one their
+    caches hold that they all start with, else (two rows or more, on a CPU) a new one of all they have in common if
+    that is MIN_SHARED_COLUMNS or more, else None."""
+    if not held or shape.device.type != "cpu":
+        return None
+    _, cache, row, n = held[0]
+    first = cache.tokens[row][:n]
+    common = n
+    for _, other, other_row, other_n in held[1:]:
+        common = min(common, common_prefix(first[:common], other.tokens[other_row][:other_n]))
+    kept = [c.shared for _, c, r, _ in held if c.holds[r] and c.shared is not None and c.shared.length <= common]
+    if kept:
+        return max(kept, key=lambda prefix: prefix.length)
+    if len(held) < 2 or common < MIN_SHARED_COLUMNS:
+        return None
+    keys, values = _token_range(cache, row, 0, common)
+    return SharedPrefix.from_parts(first[:common], keys, values)
+
+
 def gathered(shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int) -> RowCache:
     """A new cache whose row i holds the first n valid tokens of row `row` of `cache` for picks[i] = (cache, row, n)
-    (cache None or n 0: nothing), right-aligned without holes, with room for `extra` more columns. The rows may come
-    from several caches (decode.py's narrowed batches): each cache's rows are gathered in one copy."""
-    width = max((n for _, _, n in picks), default=0)
+    (cache None or n 0: nothing), right-aligned without holes, with room for `extra` more columns; what the rows share
+    held once where it is long enough (_prefix_of). The rows may come from several caches (decode.py's narrowed
+    batches): each cache's rows are gathered in one copy per layer."""
+    held = [(i, cache, row, n) for i, (cache, row, n) in enumerate(picks) if cache is not None and n > 0]
+    prefix = _prefix_of(shape, held)
+    start = prefix.length if prefix is not None else 0
+    width = max((n - start for _, _, _, n in held), default=0)
     fresh = RowCache(shape, len(picks), width + extra)
-    if width == 0:
-        return fresh
-    by_cache: dict[int, tuple[RowCache, list[int]]] = {}
-    for i, (cache, _, n) in enumerate(picks):
-        if cache is not None and n > 0:
-            by_cache.setdefault(id(cache), (cache, []))[1].append(i)
+    fresh.shared = prefix
+    for i, cache, row, n in held:
+        fresh.tokens[i] = cache.tokens[row][:n]
+        fresh.holds[i] = prefix is not None
+        fresh.valid[i, width - (n - start) : width] = True
+    fresh.length = width
+    by_cache: dict[int, tuple[RowCache, list[tuple[int, int, int]]]] = {}
+    for i, cache, row, n in held:
+        if n == start:
+            continue
+        if cache.own_start(row) > start:  # some of its tokens sit in its cache's longer prefix: copied one by one
+            keys, values = _token_range(cache, row, start, n)
+            for layer in range(shape.layers):
+                fresh.keys[layer][i, :, width - (n - start) : width] = keys[layer]
+                fresh.values[layer][i, :, width - (n - start) : width] = values[layer]
+            continue
+        by_cache.setdefault(id(cache), (cache, []))[1].append((i, row, n))
     for cache, members in by_cache.values():
-        columns = torch.zeros(len(members), width, dtype=torch.long, device=shape.device)
-        rows = torch.zeros(len(members), dtype=torch.long, device=shape.device)
-        for j, i in enumerate(members):
-            _, row, n = picks[i]
-            columns[j, width - n :] = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[:n]
-            fresh.valid[i, width - n : width] = True
-            rows[j] = row
-            fresh.tokens[i] = cache.tokens[row][:n]
-        at = torch.as_tensor(members, dtype=torch.long, device=shape.device)
-        where = columns[:, None, :, None].expand(len(members), shape.kv_heads, width, shape.head_dim)
+        source, target = _flat_indices(shape, cache, fresh, members, start)
         for store, into in ((cache.keys, fresh.keys), (cache.values, fresh.values)):
             for layer, old in enumerate(store):
-                into[layer][at, :, :width] = old[:, :, : cache.length].index_select(0, rows).gather(2, where)
-    fresh.length = width
+                moved = old.view(-1, shape.head_dim).index_select(0, source)
+                into[layer].view(-1, shape.head_dim).index_copy_(0, target, moved)
     return fresh
+
+
+def _flat_indices(
+    shape: CacheShape, cache: RowCache, fresh: RowCache, members: Sequence[tuple[int, int, int]], start: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each member's (fresh row i, its cache row, tokens kept n) tokens start..n-1 sit in `cache`'s key/value
+    tensors and where they go in `fresh`'s, as indices of their [rows * kv heads * columns, head dim] views."""
+    sources, targets = [], []
+    heads = torch.arange(shape.kv_heads, device=shape.device)[:, None]
+    for i, row, n in members:
+        own = cache.own_start(row)
+        columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[start - own : n - own]
+        into = torch.arange(fresh.length - len(columns), fresh.length, device=shape.device)
+        sources.append(((row * shape.kv_heads + heads) * cache.capacity + columns).reshape(-1))
+        targets.append(((i * shape.kv_heads + heads) * fresh.capacity + into).reshape(-1))
+    return torch.cat(sources), torch.cat(targets)

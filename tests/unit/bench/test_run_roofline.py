@@ -4,6 +4,8 @@ gaps."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mgrpo_actors.bench.run_roofline import Forward, ForwardShape, counted_forwards, phases, report, roofline_seconds
@@ -24,6 +26,16 @@ def test_a_forwards_roofline_worked_by_hand():
     # (the output layer, last tokens) + 4 x 2 x 3 x (5 + 2) (attention: cached plus, causally, (3 + 1) / 2) = 1288
     assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1e-6) == pytest.approx(1.288)  # 1,000 B or FLOP a second
     assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.128)  # bound by reading
+
+
+def test_a_prefix_held_once_is_read_once_and_attended_by_the_rows_that_hold_it():
+    forward = Forward(SHAPE, rows=2, width=3, cached=5, seconds=9.0, started=0.0, shared=10, sharing=1)
+    # read: 1128 as above + 10 prefix columns x 8 once (fp32: the engine's own dtype) = 1208; compute: 1288 as above
+    # + 4 x 1 holding row x 3 new columns x 10 prefix columns = 1408
+    assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1e-6) == pytest.approx(1.408)
+    assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.208)
+    bf16 = Forward(dataclasses.replace(SHAPE, dtype="bf16"), 2, 3, 5, 9.0, 0.0, shared=10, sharing=2)
+    assert roofline_seconds(bf16, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.288)  # a bf16 prefix held in fp32
 
 
 def test_a_run_without_counted_forwards_says_so():
@@ -48,5 +60,16 @@ def test_every_engine_forward_is_counted_and_the_engine_restored():
     assert decode_module.forward_block is original and continuous_module.forward_block is original
     assert calls and calls[0].width > 1  # the prompts' prefill first
     steps = [c for c in calls if c.width == 1]
-    assert 1 <= len(steps) <= 4 and all(c.rows <= 3 and c.cached > 0 for c in steps)
+    assert 1 <= len(steps) <= 4 and all(c.rows <= 3 and c.cached > 0 and c.shared == 0 for c in steps)
     assert calls[0].shape.weight_bytes > 0 and all(c.seconds > 0 for c in calls)
+
+
+def test_a_prefix_the_rows_share_is_counted_once():
+    model, tokenizer = load_model("tiny:main")
+    opening = list(tokenizer("You are the main agent; answer from the pages you read. " * 8)["input_ids"])
+    prompts = [opening + list(tokenizer(f"question {i}: which city?")["input_ids"]) for i in range(3)]
+    with counted_forwards() as calls:
+        HFEngine(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
+    steps = [c for c in calls if c.width == 1]
+    assert steps and all(c.shared >= len(opening) and c.sharing == c.rows == 3 for c in steps)
+    assert all(c.cached < 20 for c in steps)  # each row's own columns: its question, not the opening again

@@ -1,0 +1,102 @@
+"""`SharedPrefix`: the keys and values of a prefix that the rows of a batch share (an agent's system prompt and its
+worked example, the first ~500-700 tokens of every episode in `make run`), held once instead of once per row, and
+attention over it for every row's queries at once (`attend_shared`).
+
+Why: in decode, attention reads every row's cached keys and values once per step. When 12 rows share a 700-token
+prefix, 12 copies of the same 700 columns were read (torch's CPU attention kernel over a row's cache ran at ~7-10
+GB/s); held once, the prefix is read once per step for all rows, as one matrix product whose left side has every
+row's queries (cascade attention, as FlashInfer calls it).
+
+How (docs/architecture.md §Engines): a row's attention is a softmax over its prefix columns and its own columns.
+Attended separately, each part gives its output o and the log-sum-exp l of its scores; the whole is
+    o = w·o_own + (1 − w)·o_prefix,  w = σ(l_own − l_prefix)
+(the softmax of the two parts' masses, exp(l_own) / (exp(l_own) + exp(l_prefix))), which is exact, not an
+approximation. The prefix is kept in float32 whatever the engine's dtype (a bf16 value is exact in float32), and
+attended by torch's CPU attention kernel in float32 with every row's queries at once; each row's own part stays that
+kernel in the engine's dtype. Both return their log-sum-exp. Only on a CPU (the kernel is the CPU one); elsewhere a
+cache keeps every row's prefix in its own columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MIN_SHARED_COLUMNS", "PrefixView", "SharedPrefix", "attend_shared"]
+
+# A prefix shorter than this is left in each row's own columns: its reads saved do not pay for the few small
+# operations more that attention over it costs in every layer.
+MIN_SHARED_COLUMNS = 64
+
+
+@dataclass(eq=False)
+class SharedPrefix:
+    """The keys and values of `tokens` at positions 0.. (per layer [kv heads, length, head dim], float32)."""
+
+    tokens: tuple[int, ...]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def from_parts(
+        cls, tokens: Sequence[int], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]
+    ) -> SharedPrefix:
+        """From per-layer keys and values [kv heads, len(tokens), head dim] of any dtype (copied to float32)."""
+        as_float = [k.to(torch.float32, copy=True).contiguous() for k in keys]
+        return cls(
+            tuple(int(t) for t in tokens), as_float, [v.to(torch.float32, copy=True).contiguous() for v in values]
+        )
+
+
+@dataclass(frozen=True)
+class PrefixView:
+    """What one forward's attention reads of a cache's shared prefix: the prefix, and the cache rows that hold it
+    (None: every row)."""
+
+    prefix: SharedPrefix
+    rows: torch.Tensor | None
+
+
+def attend_shared(
+    view: PrefixView,
+    layer: int,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of `query` [rows, kv heads, queries, head dim] (a key/value head's grouped query heads stacked along
+    the queries, as attention.py packs them) over each row's own `key`/`value` [rows, kv heads, columns, head dim]
+    under the boolean `mask` [rows, 1, queries, columns] (True: attend; every query must attend at least one own
+    column), and, for the rows that hold it, over the shared prefix too. Returns [rows, kv heads, queries, head dim]
+    in the query's dtype."""
+    additive = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, float("-inf"))
+    own, own_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, attn_mask=additive, scale=scale
+    )
+    rows = view.rows
+    part = query if rows is None else query.index_select(0, rows)
+    n, kv_heads, queries, head_dim = part.shape
+    # every row's queries of a key/value head against the prefix's columns of that head, as one batch of queries
+    stacked = part.transpose(0, 1).reshape(1, kv_heads, n * queries, head_dim).to(torch.float32)
+    keys, values = view.prefix.keys[layer][None], view.prefix.values[layer][None]
+    prefix_out, prefix_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        stacked, keys, values, scale=scale
+    )
+    prefix_out = prefix_out.reshape(kv_heads, n, queries, head_dim).transpose(0, 1)
+    prefix_lse = prefix_lse.reshape(kv_heads, n, queries).transpose(0, 1)
+    own_part, own_part_lse = (
+        (own, own_lse) if rows is None else (own.index_select(0, rows), own_lse.index_select(0, rows))
+    )
+    weight = torch.sigmoid(own_part_lse - prefix_lse)[..., None]  # the own part's share of the softmax's mass
+    merged = prefix_out.add_(weight * (own_part.to(torch.float32) - prefix_out)).to(query.dtype)
+    if rows is None:
+        return merged
+    return own.index_copy_(0, rows, merged)
