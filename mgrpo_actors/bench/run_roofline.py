@@ -25,7 +25,7 @@ import torch
 from mgrpo_actors.bench.roofline import dtype_name, machine_peaks, model_shape
 from mgrpo_actors.engines import decode
 
-__all__ = ["Forward", "ForwardShape", "counted_forwards", "phases", "report", "roofline_seconds"]
+__all__ = ["Forward", "ForwardShape", "counted_forwards", "forward_shape", "phases", "report", "roofline_seconds"]
 
 GAP_S = 5.0  # forwards this far apart belong to different rollout phases
 
@@ -38,6 +38,7 @@ class ForwardShape:
     matmul_params: float  # multiply-adds per new token through every weight
     output_params: float  # of them, the output layer's (computed for each row's last position only)
     kv_bytes_per_token: float  # keys and values of one column of one row, all layers
+    prefix_bytes_per_token: float  # the same of a column of a prefix held once (float32 whatever the model's dtype)
     attention_flops: float  # per query per attended column, all layers: 4 · layers · heads · head size
     dtype: str  # the weights' ("bf16", "fp32"): which matmul throughput bounds it
 
@@ -63,6 +64,7 @@ def forward_shape(model: torch.nn.Module) -> ForwardShape:
         matmul_params=base["matmul_params"],
         output_params=float(output.weight.numel()) if output is not None else 0.0,
         kv_bytes_per_token=base["kv_bytes_per_token"],
+        prefix_bytes_per_token=base["kv_bytes_per_token"] * 4 / next(model.parameters()).element_size(),
         attention_flops=4.0 * config.num_hidden_layers * config.num_attention_heads * head_dim,
         dtype=dtype_name(next(model.parameters()).dtype),
     )
@@ -72,7 +74,7 @@ def roofline_seconds(forward: Forward, read_gb_s: float, gflop_s: float) -> floa
     """The least time this forward can take on a machine reading `read_gb_s` and computing `gflop_s`."""
     s, rows, width = forward.shape, forward.rows, forward.width
     read = s.weight_bytes + rows * (forward.cached + width) * s.kv_bytes_per_token
-    read += forward.shared * s.kv_bytes_per_token * (2 if s.dtype == "bf16" else 1)  # held in float32
+    read += forward.shared * s.prefix_bytes_per_token
     flops = 2 * (s.matmul_params - s.output_params) * rows * width + 2 * s.output_params * rows
     flops += s.attention_flops * rows * width * (forward.cached + (width + 1) / 2)  # causal within the block
     flops += s.attention_flops * forward.sharing * width * forward.shared

@@ -42,7 +42,8 @@ __all__ = ["ADMIT_AFTER_STEPS", "ADMIT_SHARE", "HELD_BYTES", "HELD_ROWS", "Conti
 ADMIT_SHARE = 0.25
 ADMIT_AFTER_STEPS = 8
 # Finished rows whose keys and values are kept for the prompts that extend them: at most this many rows and bytes
-# (the oldest go first; 2 GiB holds about 45 SmolLM2 rows of 1,000 tokens in fp32).
+# (the oldest go first; 2 GiB holds about 45 SmolLM2 rows of 1,000 tokens in fp32 each with its own copy of its
+# prompt; a prefix that rows hold once, shared_prefix.py, counts once).
 HELD_ROWS = 256
 HELD_BYTES = 2 << 30
 
@@ -93,7 +94,7 @@ class _Held:
     cache: RowCache
     tokens: np.ndarray
     prompt_len: int
-    bytes: int
+    bytes: int  # its own columns' (the prefix it holds, if any, is counted once for all rows that hold it)
 
 
 class _Engine(Protocol):
@@ -217,9 +218,13 @@ class ContinuousBatch:
             kept = gathered(s, [(cache, i, len(cache.tokens[i]))], extra=0)
             tokens = np.asarray(kept.tokens[0], dtype=np.int64)
             self._held.append(_Held(kept, tokens, row.prompt_len, per_token * kept.capacity))
-        total = sum(held.bytes for held in self._held)
-        while self._held and (len(self._held) > HELD_ROWS or total > HELD_BYTES):
-            total -= self._held.pop(0).bytes
+        while self._held and (len(self._held) > HELD_ROWS or self._held_bytes() > HELD_BYTES):
+            self._held.pop(0)
+
+    def _held_bytes(self) -> int:
+        """What the held rows keep alive: their own columns, and each prefix they hold once."""
+        prefixes = {id(held.cache.shared): held.cache.shared for held in self._held if held.cache.shared is not None}
+        return sum(held.bytes for held in self._held) + sum(prefix.nbytes for prefix in prefixes.values())
 
     def _advance(self, at: list[int], ids: torch.Tensor) -> None:
         """Feed each still-running row its sampled id (finished rows get a hole), compacting a batch that is mostly

@@ -4,14 +4,15 @@ attention over it for every row's queries at once (`attend_shared`).
 
 Why: in decode, attention reads every row's cached keys and values once per step. When 12 rows share a 700-token
 prefix, 12 copies of the same 700 columns were read (torch's CPU attention kernel over a row's cache ran at ~7-10
-GB/s); held once, the prefix is read once per step for all rows, as one matrix product whose left side has every
-row's queries (cascade attention, as FlashInfer calls it).
+GB/s); held once, the prefix is read for blocks of every row's queries at once, not once per row (cascade attention,
+as FlashInfer calls it).
 
 How (docs/architecture.md §Engines): a row's attention is a softmax over its prefix columns and its own columns.
 Attended separately, each part gives its output o and the log-sum-exp l of its scores; the whole is
     o = w·o_own + (1 − w)·o_prefix,  w = σ(l_own − l_prefix)
-(the softmax of the two parts' masses, exp(l_own) / (exp(l_own) + exp(l_prefix))), which is exact, not an
-approximation. The prefix is kept in float32 whatever the engine's dtype (a bf16 value is exact in float32), and
+(the softmax of the two parts' masses, exp(l_own) / (exp(l_own) + exp(l_prefix))): exact in exact arithmetic, not
+an approximation; in floating point it rounds as any split of the softmax's sum does (in bf16 the logits can move by
+about one bf16 step). The prefix is kept in float32 whatever the engine's dtype (a bf16 value is exact in float32), and
 attended by torch's CPU attention kernel in float32 with every row's queries at once; each row's own part stays that
 kernel in the engine's dtype. Both return their log-sum-exp. Only on a CPU (the kernel is the CPU one); elsewhere a
 cache keeps every row's prefix in its own columns.
@@ -42,6 +43,11 @@ class SharedPrefix:
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory its keys and values take."""
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
     @classmethod
     def from_parts(
@@ -74,14 +80,17 @@ def attend_shared(
 ) -> torch.Tensor:
     """Attention of `query` [rows, kv heads, queries, head dim] (a key/value head's grouped query heads stacked along
     the queries, as attention.py packs them) over each row's own `key`/`value` [rows, kv heads, columns, head dim]
-    under the boolean `mask` [rows, 1, queries, columns] (True: attend; every query must attend at least one own
-    column), and, for the rows that hold it, over the shared prefix too. Returns [rows, kv heads, queries, head dim]
-    in the query's dtype."""
+    under the boolean `mask` [rows, 1, queries, columns] (True: attend), and, for the rows that hold it, over the
+    shared prefix too. Every query must attend at least one own column, as RowCache.mask's always do: the CPU kernel
+    gives a query with none a log-sum-exp of 0, not -inf. Returns [rows, kv heads, queries, head dim] in the query's
+    dtype."""
     additive = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, float("-inf"))
     own, own_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, attn_mask=additive, scale=scale
     )
     rows = view.rows
+    if rows is not None and rows.numel() == 0:  # the CPU kernel fails on no queries at all (SIGFPE)
+        raise ValueError("a prefix view names no row: attend without one")
     part = query if rows is None else query.index_select(0, rows)
     n, kv_heads, queries, head_dim = part.shape
     # every row's queries of a key/value head against the prefix's columns of that head, as one batch of queries

@@ -7,8 +7,17 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
-from mgrpo_actors.bench.run_roofline import Forward, ForwardShape, counted_forwards, phases, report, roofline_seconds
+from mgrpo_actors.bench.run_roofline import (
+    Forward,
+    ForwardShape,
+    counted_forwards,
+    forward_shape,
+    phases,
+    report,
+    roofline_seconds,
+)
 from mgrpo_actors.engines import SamplingParams
 from mgrpo_actors.engines import continuous as continuous_module
 from mgrpo_actors.engines import decode as decode_module
@@ -16,7 +25,13 @@ from mgrpo_actors.engines.hf import HFEngine
 from mgrpo_actors.models.loader import load_model
 
 SHAPE = ForwardShape(
-    weight_bytes=1000, matmul_params=100, output_params=10, kv_bytes_per_token=8, attention_flops=4, dtype="fp32"
+    weight_bytes=1000,
+    matmul_params=100,
+    output_params=10,
+    kv_bytes_per_token=8,
+    prefix_bytes_per_token=8,
+    attention_flops=4,
+    dtype="fp32",
 )
 
 
@@ -34,8 +49,16 @@ def test_a_prefix_held_once_is_read_once_and_attended_by_the_rows_that_hold_it()
     # + 4 x 1 holding row x 3 new columns x 10 prefix columns = 1408
     assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1e-6) == pytest.approx(1.408)
     assert roofline_seconds(forward, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.208)
-    bf16 = Forward(dataclasses.replace(SHAPE, dtype="bf16"), 2, 3, 5, 9.0, 0.0, shared=10, sharing=2)
+    bf16 = Forward(dataclasses.replace(SHAPE, dtype="bf16", prefix_bytes_per_token=16), 2, 3, 5, 9.0, 0.0, 10, 2)
     assert roofline_seconds(bf16, read_gb_s=1e-6, gflop_s=1.0) == pytest.approx(1.288)  # a bf16 prefix held in fp32
+
+
+def test_a_prefix_column_is_counted_in_float32_whatever_the_models_dtype():
+    model, _ = load_model("tiny:main")
+    fp32 = forward_shape(model)
+    assert fp32.prefix_bytes_per_token == fp32.kv_bytes_per_token
+    bf16 = forward_shape(model.to(torch.bfloat16))
+    assert bf16.prefix_bytes_per_token == 2 * bf16.kv_bytes_per_token == fp32.prefix_bytes_per_token
 
 
 def test_a_run_without_counted_forwards_says_so():

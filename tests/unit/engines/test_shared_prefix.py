@@ -104,6 +104,20 @@ def test_rows_joining_a_running_batch_under_a_shared_prefix_sample_what_they_sam
         np.testing.assert_allclose(out[i].logprobs, alone.logprobs, atol=1e-4, rtol=0)
 
 
+def test_rows_held_after_a_continuous_batch_count_their_prefix_once(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    batch = HFEngine(model, tokenizer, EngineConfig(continuous_batching=True)).continuous_batch()
+    for i, prompt in enumerate(_prompts(tokenizer)):
+        batch.submit(prompt, SamplingParams(max_new_tokens=6, temperature=1.0, seed=i))
+    while batch.busy:
+        batch.step()
+    prefixes = {id(held.cache.shared): held.cache.shared for held in batch._held}
+    assert len(batch._held) == 3 and len(prefixes) == 1 and None not in prefixes.values()
+    (prefix,) = prefixes.values()
+    assert prefix.nbytes == 2 * len(prefix.keys) * prefix.keys[0].numel() * 4  # keys and values, float32
+    assert batch._held_bytes() == sum(held.bytes for held in batch._held) + prefix.nbytes
+
+
 def _filled(model, prompts: list[list[int]]) -> RowCache:
     cache = RowCache(cache_shape(model), len(prompts), 8)
     cache.reserve(max(len(p) for p in prompts))
@@ -166,3 +180,73 @@ def test_a_row_that_does_not_start_with_the_prefix_ignores_it(model_and_tokenize
         second = model(torch.tensor([other])).logits[0, -1]
     torch.testing.assert_close(logits[0], first, atol=1e-4, rtol=0)
     torch.testing.assert_close(logits[1], second, atol=1e-4, rtol=0)
+
+
+def _row_sequence(cache: RowCache, row: int) -> list[torch.Tensor]:
+    """Row `row`'s keys then values of every layer, every token in order (the prefix's first)."""
+    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)
+    out = []
+    for store, shared in ((cache.keys, "keys"), (cache.values, "values")):
+        for layer in range(cache.shape.layers):
+            own = store[layer][row][:, columns]
+            if cache.own_start(row):
+                own = torch.cat([getattr(cache.shared, shared)[layer].to(own.dtype), own], dim=1)
+            out.append(own)
+    return out
+
+
+def test_random_gathers_keep_every_rows_keys_values_and_positions():
+    """Gathers of random picks (several caches holding different prefixes or none, rows cut before, at and after a
+    prefix, nothing picked, one pick) and forwards on them: every row holds the keys and values of its tokens as a
+    row fed alone, its next position is its length, and its logits are a plain forward pass's."""
+    import random
+
+    model, _ = load_model("tiny:main")
+    HFEngine(model, _)  # registers the engine's attention on the model
+    rng = random.Random(0)
+    cpu = torch.device("cpu")
+    base = [rng.randrange(5, 800) for _ in range(110)]
+    roots = [base[:k] + [rng.randrange(5, 800) for _ in range(rng.randrange(1, 30))] for k in (0, 63, 64, 80, 110, 110)]
+    pool = [_filled(model, roots)]
+    alone: dict[tuple[int, ...], list[torch.Tensor]] = {}
+    held_prefix = 0
+
+    def check(cache: RowCache) -> None:
+        for row, tokens in enumerate(cache.tokens):
+            assert int(cache.valid[row, : cache.length].sum()) + cache.own_start(row) == len(tokens)
+            if tokens:
+                if tuple(tokens) not in alone:
+                    alone[tuple(tokens)] = _row_sequence(_filled(model, [tokens]), 0)
+                for got, want in zip(_row_sequence(cache, row), alone[tuple(tokens)], strict=True):
+                    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        positions = cache.positions(torch.ones(cache.rows, 1, dtype=torch.bool))
+        assert positions[:, 0].tolist() == [len(tokens) for tokens in cache.tokens]
+
+    for _ in range(60):
+        picks = []
+        for _ in range(rng.choice([1, 2, 3, 5])):
+            cache = rng.choice(pool)
+            sharing = [r for r, tokens in enumerate(cache.tokens) if tokens[:64] == base[:64]]
+            row = rng.choice(sharing) if sharing and rng.random() < 0.85 else rng.randrange(cache.rows)
+            length = len(cache.tokens[row])
+            cuts = [0, length, rng.randrange(length + 1), 63, 64, 65]
+            cuts += [p.shared.length + d for p in pool if p.shared is not None for d in (-1, 0, 1)]
+            if length >= 64 and rng.random() < 0.7:  # mostly after the common opening, so that prefixes form
+                cuts = [cut for cut in cuts if cut >= 64] + [length]
+            cut = max(0, min(length, rng.choice(cuts)))
+            picks.append((cache, row, cut) if rng.random() > 0.1 else (None, 0, 0))
+        fresh = gathered(pool[0].shape, picks, extra=rng.choice([0, 3]))
+        held_prefix += fresh.shared is not None
+        assert fresh.tokens == [c.tokens[r][:n] if c is not None else [] for c, r, n in picks]
+        check(fresh)
+        if rng.random() < 0.4:
+            suffixes = [[rng.randrange(5, 800) for _ in range(rng.choice([1, 3]))] for _ in picks]
+            fresh.reserve(3)
+            with torch.inference_mode():
+                logits = forward_block(model, fresh, *block_of(suffixes, 0, cpu))
+                for row, tokens in enumerate(fresh.tokens):
+                    plain = model(torch.tensor([tokens])).logits[0, -1]
+                    torch.testing.assert_close(logits[row], plain, atol=1e-4, rtol=0)
+            check(fresh)
+        pool = (pool + [fresh])[-8:]
+    assert held_prefix >= 15  # most gathers of rows under the common opening hold it once
