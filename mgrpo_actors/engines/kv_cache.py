@@ -15,7 +15,8 @@ A prefix that the gathered rows share (a system prompt and its worked example) i
 (shared_prefix.py, on a CPU): `shared` holds its keys and values, `holds[r]` says whether row r starts with it, and
 such a row's columns hold only its tokens after the prefix (`tokens[r]` still lists them all; its positions count
 the prefix). Attention covers both (attention.py). A cache gathered from rows that hold a prefix keeps it (the
-longest such prefix that all its rows start with); otherwise rows whose common prefix is long enough get a new one.
+longest such prefix that all its rows start with); otherwise rows whose common prefix is long enough get a new one;
+either only while the rows times the prefix's length reach MIN_SHARED_READS (fewer rows copy it back).
 
 The object is what transformers' decoder layers call `update(key, value, layer_idx)` on (the models
 this engine supports: engines/hf.py); it stores nothing about the model beyond the shapes.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mgrpo_actors.engines.shared_prefix import MIN_SHARED_COLUMNS, PrefixView, SharedPrefix
+from mgrpo_actors.engines.shared_prefix import MIN_SHARED_READS, PrefixView, SharedPrefix
 
 __all__ = ["CacheShape", "RowCache", "cache_shape", "common_prefix", "gathered", "longest_prefix"]
 
@@ -201,8 +202,8 @@ def _token_range(cache: RowCache, row: int, first: int, end: int) -> tuple[list[
 
 def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]) -> SharedPrefix | None:
     """The prefix that the gathered rows `held` (index, cache, row, tokens kept) will share: the longest one their
-    caches hold that they all start with, else (two rows or more, on a CPU) a new one of all they have in common if
-    that is MIN_SHARED_COLUMNS or more, else None."""
+    caches hold that they all start with, else a new one of all they have in common; on a CPU, and only where the
+    rows times its length reach MIN_SHARED_READS (else None: each row holds its own copy)."""
     if not held or shape.device.type != "cpu":
         return None
     _, cache, row, n = held[0]
@@ -211,9 +212,10 @@ def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]
     for _, other, other_row, other_n in held[1:]:
         common = min(common, common_prefix(first[:common], other.tokens[other_row][:other_n]))
     kept = [c.shared for _, c, r, _ in held if c.holds[r] and c.shared is not None and c.shared.length <= common]
-    if kept:
-        return max(kept, key=lambda prefix: prefix.length)
-    if len(held) < 2 or common < MIN_SHARED_COLUMNS:
+    longest = max(kept, key=lambda prefix: prefix.length, default=None)
+    if longest is not None and len(held) * longest.length >= MIN_SHARED_READS:
+        return longest
+    if len(held) < 2 or len(held) * common < MIN_SHARED_READS:
         return None
     keys, values = _token_range(cache, row, 0, common)
     return SharedPrefix.from_parts(first[:common], keys, values)

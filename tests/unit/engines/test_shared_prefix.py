@@ -11,14 +11,24 @@ import torch
 
 from mgrpo_actors.engines import SamplingParams, token_log_probs
 from mgrpo_actors.engines import kv_cache as kv_cache_module
+from mgrpo_actors.engines import shared_prefix as shared_prefix_module
 from mgrpo_actors.engines.base import EngineConfig
 from mgrpo_actors.engines.decode import block_of, forward_block
 from mgrpo_actors.engines.hf import HFEngine
 from mgrpo_actors.engines.kv_cache import RowCache, cache_shape, gathered
-from mgrpo_actors.engines.shared_prefix import MIN_SHARED_COLUMNS
 from mgrpo_actors.models.loader import load_model
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "small_prefixes_held_once")
+
+# The tiny models' rows and prompts are few and short: below the reads that make a prefix held once pay for SmolLM2
+# (kv_cache_module.MIN_SHARED_READS), so these tests hold one once from this many.
+SMALL_READS = 64
+
+
+@pytest.fixture
+def small_prefixes_held_once(monkeypatch):
+    monkeypatch.setattr(kv_cache_module, "MIN_SHARED_READS", SMALL_READS)
+
 
 QUESTIONS = ["Who founded Aldora?", "Where is the oldest bridge in the capital city of Brevik located?", "Hi"]
 
@@ -29,7 +39,7 @@ def model_and_tokenizer(request):
 
 
 def _prompts(tokenizer, questions=QUESTIONS) -> list[list[int]]:
-    """Chats under one long system prompt: what they share is well over MIN_SHARED_COLUMNS."""
+    """Chats under one long system prompt (over 100 tokens shared)."""
     system = {"role": "system", "content": "You are the main agent; answer from the pages you read. " * 8}
     texts = [
         tokenizer.apply_chat_template(
@@ -48,7 +58,7 @@ def _recomputed(model, prompt: list[int], tokens: list[int], params: SamplingPar
 
 def _unshared(monkeypatch) -> None:
     """Every row keeps its own copy of what it shares (the engine before shared prefixes)."""
-    monkeypatch.setattr(kv_cache_module, "MIN_SHARED_COLUMNS", 10**9)
+    monkeypatch.setattr(kv_cache_module, "MIN_SHARED_READS", 10**9)
 
 
 def _turns(engine, tokenizer, prompts, turns: int = 3):
@@ -70,7 +80,7 @@ def test_rows_sample_what_they_sample_with_a_copy_each_and_score_as_a_plain_forw
     _unshared(monkeypatch)
     copies = _turns(HFEngine(model, tokenizer), tokenizer, prompts)
     for (turn_prompts, params, generations, cache), (_, _, again, plain_cache) in zip(shared, copies, strict=True):
-        assert cache.shared is not None and cache.shared.length >= MIN_SHARED_COLUMNS and all(cache.holds)
+        assert cache.shared is not None and cache.shared.length >= 100 and all(cache.holds)
         assert plain_cache.shared is None
         assert cache.length < plain_cache.length  # the rows' own columns no longer hold the prefix
         assert [g.token_ids for g in generations] == [g.token_ids for g in again]
@@ -162,6 +172,21 @@ def test_a_gathered_cache_keeps_every_rows_keys_whatever_the_prefix_holds(model_
         assert cache.tokens[row] == source.tokens[source_row][:n]
         for layer in range(plain.shape.layers):
             torch.testing.assert_close(_row_columns(cache, row, layer), _row_columns(source, source_row, layer)[:, :n])
+
+
+def test_a_prefix_is_held_once_only_where_enough_rows_read_it(model_and_tokenizer, monkeypatch):
+    monkeypatch.setattr(kv_cache_module, "MIN_SHARED_READS", shared_prefix_module.MIN_SHARED_READS)  # the real one
+    model, _ = model_and_tokenizer
+    base = [int(i) for i in torch.randint(5, 500, (90,), generator=torch.Generator().manual_seed(3))]
+    rows = shared_prefix_module.MIN_SHARED_READS // 90 + 1  # 29 rows x 90 columns: just enough
+    plain = _filled(model, [base + [5 + r] for r in range(rows)])
+    many = gathered(plain.shape, [(plain, r, 91) for r in range(rows)], extra=0)
+    assert many.shared is not None and many.shared.length == 90 and many.length == 1
+    fewer = gathered(plain.shape, [(many, r, 91) for r in range(rows - 1)], extra=0)  # 28 x 90: copied back
+    assert fewer.shared is None and fewer.length == 91
+    for row in (0, rows - 2):
+        for layer in range(plain.shape.layers):
+            torch.testing.assert_close(_row_columns(fewer, row, layer), _row_columns(plain, row, layer))
 
 
 def test_a_row_that_does_not_start_with_the_prefix_ignores_it(model_and_tokenizer):
