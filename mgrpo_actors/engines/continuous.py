@@ -215,7 +215,7 @@ class ContinuousBatch:
         for i in finished:
             row = self._rows[i]
             assert row is not None
-            kept = gathered(s, [(cache, i, len(cache.tokens[i]))], extra=0)
+            kept = gathered(s, [(cache, i, len(cache.tokens[i]))], extra=0, keep_prefix=True)  # gathered from later
             tokens = np.asarray(kept.tokens[0], dtype=np.int64)
             self._held.append(_Held(kept, tokens, row.prompt_len, per_token * kept.capacity))
         while self._held and (len(self._held) > HELD_ROWS or self._held_bytes() > HELD_BYTES):

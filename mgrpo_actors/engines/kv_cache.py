@@ -15,8 +15,8 @@ A prefix that the gathered rows share (a system prompt and its worked example) i
 (shared_prefix.py, on a CPU): `shared` holds its keys and values, `holds[r]` says whether row r starts with it, and
 such a row's columns hold only its tokens after the prefix (`tokens[r]` still lists them all; its positions count
 the prefix). Attention covers both (attention.py). A cache gathered from rows that hold a prefix keeps it (the
-longest such prefix that all its rows start with); otherwise rows whose common prefix is long enough get a new one;
-either only while the rows times the prefix's length reach MIN_SHARED_READS (fewer rows copy it back).
+longest such prefix that all its rows start with) while the rows times its length reach half MIN_SHARED_READS;
+otherwise rows whose common prefix times their number reaches MIN_SHARED_READS get a new one; fewer rows hold copies.
 
 The object is what transformers' decoder layers call `update(key, value, layer_idx)` on (the models
 this engine supports: engines/hf.py); it stores nothing about the model beyond the shapes.
@@ -200,10 +200,13 @@ def _token_range(cache: RowCache, row: int, first: int, end: int) -> tuple[list[
     return parts
 
 
-def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]) -> SharedPrefix | None:
-    """The prefix that the gathered rows `held` (index, cache, row, tokens kept) will share: the longest one their
-    caches hold that they all start with, else a new one of all they have in common; on a CPU, and only where the
-    rows times its length reach MIN_SHARED_READS (else None: each row holds its own copy)."""
+def _prefix_of(
+    shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]], keep_prefix: bool
+) -> SharedPrefix | None:
+    """The prefix that the gathered rows `held` (index, cache, row, tokens kept) will share, on a CPU: the longest one
+    their caches hold that they all start with, while the rows times its length reach half MIN_SHARED_READS (copying
+    it back into every row costs too; with `keep_prefix`, whatever the rows), else a new one of all they have in
+    common where the rows times its length reach MIN_SHARED_READS, else None (each row holds its own copy)."""
     if not held or shape.device.type != "cpu":
         return None
     _, cache, row, n = held[0]
@@ -213,7 +216,7 @@ def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]
         common = min(common, common_prefix(first[:common], other.tokens[other_row][:other_n]))
     kept = [c.shared for _, c, r, _ in held if c.holds[r] and c.shared is not None and c.shared.length <= common]
     longest = max(kept, key=lambda prefix: prefix.length, default=None)
-    if longest is not None and len(held) * longest.length >= MIN_SHARED_READS:
+    if longest is not None and (keep_prefix or 2 * len(held) * longest.length >= MIN_SHARED_READS):
         return longest
     if len(held) < 2 or len(held) * common < MIN_SHARED_READS:
         return None
@@ -221,13 +224,16 @@ def _prefix_of(shape: CacheShape, held: Sequence[tuple[int, RowCache, int, int]]
     return SharedPrefix.from_parts(first[:common], keys, values)
 
 
-def gathered(shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int) -> RowCache:
+def gathered(
+    shape: CacheShape, picks: Sequence[tuple[RowCache | None, int, int]], extra: int, keep_prefix: bool = False
+) -> RowCache:
     """A new cache whose row i holds the first n valid tokens of row `row` of `cache` for picks[i] = (cache, row, n)
     (cache None or n 0: nothing), right-aligned without holes, with room for `extra` more columns; what the rows share
-    held once where it is long enough (_prefix_of). The rows may come from several caches (decode.py's narrowed
-    batches): each cache's rows are gathered in one copy per layer."""
+    held once where enough rows read it (_prefix_of; `keep_prefix`: a prefix the rows hold is kept whatever their
+    number, for a cache kept to gather from later rather than to decode on). The rows may come from several caches
+    (decode.py's narrowed batches): each cache's rows are gathered in one copy per layer."""
     held = [(i, cache, row, n) for i, (cache, row, n) in enumerate(picks) if cache is not None and n > 0]
-    prefix = _prefix_of(shape, held)
+    prefix = _prefix_of(shape, held, keep_prefix)
     start = prefix.length if prefix is not None else 0
     width = max((n - start for _, _, _, n in held), default=0)
     fresh = RowCache(shape, len(picks), width + extra)

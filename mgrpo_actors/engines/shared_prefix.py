@@ -27,11 +27,12 @@ import torch
 
 __all__ = ["MIN_SHARED_READS", "PrefixView", "SharedPrefix", "attend_shared"]
 
-# A prefix is held once only where the rows that hold it, times its length, come to this many columns: attention
-# over two parts costs about 70-80 µs more a layer (a second kernel call, the merge), which the columns no longer
-# read again must pay for. Measured on a 2-core AMD EPYC, one decode step's attention of a layer, SmolLM2's heads,
-# 60 own columns a row: 12 rows break even at a prefix of about 200 columns, 4 rows at about 500; 2 rows at 512 were
-# still 1.5x slower held once.
+# A prefix is made to be held once only where the rows that hold it, times its length, come to this many columns
+# (one already held is kept down to half of it: copying it back into every row costs too): attention over two parts
+# costs about 70-80 µs more a layer (a second kernel call, the merge), which the columns no longer read again must
+# pay for. Measured on a 2-core AMD EPYC, one decode step's attention of a layer, SmolLM2's heads, 60 own columns a
+# row: 12 rows break even at a prefix of about 200 columns, 4 rows at about 500; 2 rows at 512 were still 1.5x slower
+# held once.
 MIN_SHARED_READS = 2560
 
 

@@ -178,13 +178,21 @@ def test_a_prefix_is_held_once_only_where_enough_rows_read_it(model_and_tokenize
     monkeypatch.setattr(kv_cache_module, "MIN_SHARED_READS", shared_prefix_module.MIN_SHARED_READS)  # the real one
     model, _ = model_and_tokenizer
     base = [int(i) for i in torch.randint(5, 500, (90,), generator=torch.Generator().manual_seed(3))]
-    rows = shared_prefix_module.MIN_SHARED_READS // 90 + 1  # 29 rows x 90 columns: just enough
+    rows = shared_prefix_module.MIN_SHARED_READS // 90 + 1  # 29 rows x 90 columns: just enough to make one
     plain = _filled(model, [base + [5 + r] for r in range(rows)])
     many = gathered(plain.shape, [(plain, r, 91) for r in range(rows)], extra=0)
     assert many.shared is not None and many.shared.length == 90 and many.length == 1
-    fewer = gathered(plain.shape, [(many, r, 91) for r in range(rows - 1)], extra=0)  # 28 x 90: copied back
-    assert fewer.shared is None and fewer.length == 91
-    for row in (0, rows - 2):
+    assert gathered(plain.shape, [(many, r, 91) for r in range(rows)], extra=0).shared is many.shared
+    half = shared_prefix_module.MIN_SHARED_READS // 2 // 90 + 1  # 15 rows x 90: just enough to keep it
+    kept = gathered(plain.shape, [(many, r, 91) for r in range(half)] + [(None, 0, 0)], extra=0)
+    assert kept.shared is many.shared and kept.holds == [True] * half + [False]
+    fewer = gathered(plain.shape, [(many, r, 91) for r in range(half - 1)] + [(None, 0, 0)], extra=0)
+    assert fewer.shared is None and fewer.length == 91  # 14 x 90, the empty pick not counted: copied back
+    too_few_to_make = gathered(plain.shape, [(plain, r, 91) for r in range(rows - 1)], extra=0)  # 28 x 90
+    assert too_few_to_make.shared is None
+    assert gathered(plain.shape, [(many, 3, 91)], extra=0).shared is None
+    assert gathered(plain.shape, [(many, 3, 91)], extra=0, keep_prefix=True).shared is many.shared  # a held row
+    for row in (0, half - 2):
         for layer in range(plain.shape.layers):
             torch.testing.assert_close(_row_columns(fewer, row, layer), _row_columns(plain, row, layer))
 
