@@ -84,6 +84,10 @@ class RowCache:
         """How many of row `row`'s first tokens the shared prefix holds (its own columns hold the rest)."""
         return self.shared.length if self.shared is not None and self.holds[row] else 0
 
+    def own_columns(self, row: int) -> torch.Tensor:
+        """The columns that hold row `row`'s tokens after its shared prefix (all of them without one), in order."""
+        return torch.nonzero(self.valid[row, : self.length]).squeeze(-1)
+
     def prefix_view(self) -> PrefixView | None:
         """What a forward's attention reads of the shared prefix (None: no row holds one)."""
         if self.shared is None or not any(self.holds):
@@ -184,9 +188,7 @@ def _token_range(cache: RowCache, row: int, first: int, end: int) -> tuple[list[
     """Per layer, the keys and values [kv heads, end - first, head dim] of row `row`'s tokens first..end-1, from the
     shared prefix (float32) and the row's own columns, in the cache's dtype."""
     start = cache.own_start(row)
-    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[
-        max(first, start) - start : max(end, start) - start
-    ]
+    columns = cache.own_columns(row)[max(first, start) - start : max(end, start) - start]
     parts: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
     for layer in range(cache.shape.layers):
         for store, shared, into in (
@@ -272,7 +274,7 @@ def _flat_indices(
     heads = torch.arange(shape.kv_heads, device=shape.device)[:, None]
     for i, row, n in members:
         own = cache.own_start(row)
-        columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)[start - own : n - own]
+        columns = cache.own_columns(row)[start - own : n - own]
         into = torch.arange(fresh.length - len(columns), fresh.length, device=shape.device)
         sources.append(((row * shape.kv_heads + heads) * cache.capacity + columns).reshape(-1))
         targets.append(((i * shape.kv_heads + heads) * fresh.capacity + into).reshape(-1))

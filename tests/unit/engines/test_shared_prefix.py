@@ -138,11 +138,7 @@ def _filled(model, prompts: list[list[int]]) -> RowCache:
 
 def _row_columns(cache: RowCache, row: int, layer: int) -> torch.Tensor:
     """Row `row`'s keys of `layer`, every token in order [kv heads, tokens, head dim] (the prefix's first)."""
-    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)
-    own = cache.keys[layer][row][:, columns]
-    if cache.own_start(row):
-        own = torch.cat([cache.shared.keys[layer].to(own.dtype), own], dim=1)
-    return own
+    return _row_sequence(cache, row)[layer]
 
 
 def test_a_gathered_cache_keeps_every_rows_keys_whatever_the_prefix_holds(model_and_tokenizer):
@@ -217,7 +213,7 @@ def test_a_row_that_does_not_start_with_the_prefix_ignores_it(model_and_tokenize
 
 def _row_sequence(cache: RowCache, row: int) -> list[torch.Tensor]:
     """Row `row`'s keys then values of every layer, every token in order (the prefix's first)."""
-    columns = torch.nonzero(cache.valid[row, : cache.length]).squeeze(-1)
+    columns = cache.own_columns(row)
     out = []
     for store, shared in ((cache.keys, "keys"), (cache.values, "values")):
         for layer in range(cache.shape.layers):
