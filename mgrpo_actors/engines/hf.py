@@ -36,7 +36,7 @@ from mgrpo_actors.engines.prefill import prepared_cache
 from mgrpo_actors.log import get_logger
 from mgrpo_actors.models.families import takes_external_cache
 from mgrpo_actors.phases import GENERATE, timed
-from mgrpo_actors.weights.delta import SparseChange, WeightsDelta, check_delta_fits, set_elements
+from mgrpo_actors.weights.delta import SparseChange, WeightsDelta, check_delta_fits, set_all_elements
 from mgrpo_actors.weights.files import StoredTensor, check_fits, read_into, safetensors_files, safetensors_header
 
 __all__ = ["HFEngine", "left_pad"]
@@ -251,8 +251,7 @@ class HFEngine:
                 read_into(path, stored, params)
             for name, tensor in whole.items():
                 params[name].copy_(tensor)
-            for name, change in sparse.items():
-                set_elements(params[name], change)
+            set_all_elements([(params[name], change) for name, change in sparse.items()])
         if self.packed is not None:
             self.packed.repack()
         log.info(

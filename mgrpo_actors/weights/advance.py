@@ -13,32 +13,20 @@ compare 414-455 ms; cast and compare compiled, one thread 155-167 ms, two 111-11
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from mgrpo_actors.weights.delta import SparseChange, bits_of, whole_at
 from mgrpo_actors.weights.kernels import cast_to_bf16, changed_elements, room_for_changes
+from mgrpo_actors.weights.two_threads import share_out
 
 __all__ = ["advance", "advance_all", "compiled_cast_matches_torch"]
 
 _CHUNK = 1 << 18  # elements cast and compared at a time: the cast chunk stays in cache
-_SHARE_FROM = 1 << 16  # tensors of fewer elements stay on the calling thread (a hand-over costs more)
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 _cast_checked: bool | None = None
-
-
-def _second_thread() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(1, thread_name_prefix="mgrpo-weights")
-        return _pool
 
 
 def compiled_cast_matches_torch() -> bool:
@@ -129,29 +117,7 @@ def advance(held: torch.Tensor, source: torch.Tensor) -> torch.Tensor | SparseCh
 
 def advance_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor | SparseChange | None]:
     """`advance(held, source)` for every pair, in order; pairs the compiled loops handle alone are shared out
-    between this thread and a second one (the larger first, each to the side with fewer elements so far)."""
-    shared = sorted(
-        (i for i, (held, source) in enumerate(pairs) if held.numel() >= _SHARE_FROM and _compiled(held, source)),
-        key=lambda i: -pairs[i][0].numel(),
+    between this thread and a second one (weights/two_threads.py)."""
+    return share_out(
+        len(pairs), lambda i: pairs[i][0].numel(), lambda i: advance(*pairs[i]), lambda i: _compiled(*pairs[i])
     )
-    mine, theirs, mine_n, theirs_n = [], [], 0, 0
-    for i in shared:
-        if theirs_n < mine_n:
-            theirs.append(i)
-            theirs_n += pairs[i][0].numel()
-        else:
-            mine.append(i)
-            mine_n += pairs[i][0].numel()
-    taken = set(mine) | set(theirs)
-    mine += [i for i in range(len(pairs)) if i not in taken]
-    results: dict[int, torch.Tensor | SparseChange | None] = {}
-    future: Future | None = None
-    if theirs:
-        future = _second_thread().submit(lambda: {i: advance(*pairs[i]) for i in theirs})
-    try:
-        for i in mine:
-            results[i] = advance(*pairs[i])
-    finally:
-        if future is not None:  # never leave it writing into the held weights after this returns
-            results.update(future.result())
-    return [results[i] for i in range(len(pairs))]

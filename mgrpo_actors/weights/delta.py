@@ -10,11 +10,13 @@ while in fp32 every weight that had a gradient moves (`mgrpo bench weights` meas
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from mgrpo_actors.weights.two_threads import share_out
 
 __all__ = [
     "SparseChange",
@@ -23,12 +25,16 @@ __all__ = [
     "apply_delta",
     "change_of",
     "check_delta_fits",
+    "set_all_elements",
     "set_elements",
     "whole_at",
     "wire_dtype",
 ]
 
 _INDEX_BYTES = 2  # what an index costs in a delta file (wire.py); in memory int32, so tensors of < 2**31 elements
+# changes of fewer elements are written on the calling thread: a write is one pass over a change's elements, so
+# smaller ones than the 65,536 elements of a tensor's compare (two_threads.SHARE_FROM) pay for the hand-over
+_SHARE_WRITES = 1 << 12
 _SPARSE_EXTRA = 200  # bytes a sparse change adds to a file's header (two entries more than a whole tensor), about
 
 
@@ -51,6 +57,9 @@ class SparseChange:
     shape: tuple[int, ...]
     indices: torch.Tensor  # int32, 1-D, strictly increasing
     values: torch.Tensor  # 1-D, as many as indices
+    # the indices rise by how they were made (a compare's, a delta file's blocks decoded): their check, a pass over
+    # them (~6 ms for a SmolLM2 delta), is left out; their bounds are checked whatever
+    rising: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def found(
@@ -58,7 +67,7 @@ class SparseChange:
     ) -> SparseChange:
         """The first `count` entries of a compare's buffers (kernels.changed_elements), copied out of them."""
         found_values = torch.from_numpy(values[:count].copy()).view(dtype)
-        return cls(tuple(shape), torch.from_numpy(indices[:count].copy()), found_values)
+        return cls(tuple(shape), torch.from_numpy(indices[:count].copy()), found_values, rising=True)
 
     def __post_init__(self) -> None:
         n, numel = self.indices.numel(), torch.Size(self.shape).numel()
@@ -71,7 +80,7 @@ class SparseChange:
         indices = self.indices.numpy()
         if n and (int(indices[0]) < 0 or int(indices[-1]) >= numel):
             raise ValueError(f"a sparse change's indices leave a tensor of {numel} elements")
-        if n > 1 and not strictly_increasing(indices):
+        if n > 1 and not self.rising and not strictly_increasing(indices):
             raise ValueError("a sparse change's indices are not strictly increasing")
 
 
@@ -119,23 +128,48 @@ def change_of(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | Spa
     return SparseChange.found(new.shape, new.dtype, indices, values, count)
 
 
-def set_elements(target: torch.Tensor, change: SparseChange) -> None:
-    """Write a sparse change into `target` in place (cast to its dtype)."""
+def _compiled_write(target: torch.Tensor, change: SparseChange) -> bool:
+    """Whether the compiled loop writes `change` into `target` (a contiguous CPU tensor of the values' dtype)."""
+    return target.device.type == "cpu" and target.is_contiguous() and change.values.dtype == target.dtype
+
+
+def _scatter(target: torch.Tensor, change: SparseChange) -> None:
     from mgrpo_actors.weights.kernels import scatter_elements  # numba's import (~0.3 s) only where used
 
-    target = target.detach()
-    if target.device.type == "cpu" and target.is_contiguous() and change.values.dtype == target.dtype:
-        scatter_elements(bits_of(target).reshape(-1).numpy(), change.indices.numpy(), bits_of(change.values).numpy())
-        torch.autograd.graph.increment_version(target)  # written outside torch: as an in-place op would
-        return
-    index = change.indices.to(device=target.device, dtype=torch.long)
-    values = change.values.to(device=target.device, dtype=target.dtype)
-    if target.is_contiguous():
-        target.view(-1)[index] = values
-    else:
-        flat = target.reshape(-1).clone()
-        flat[index] = values
-        target.copy_(flat.view(target.shape))
+    scatter_elements(bits_of(target).reshape(-1).numpy(), change.indices.numpy(), bits_of(change.values).numpy())
+
+
+def set_elements(target: torch.Tensor, change: SparseChange) -> None:
+    """Write a sparse change into `target` in place (cast to its dtype)."""
+    set_all_elements([(target, change)])
+
+
+def set_all_elements(changes: Sequence[tuple[torch.Tensor, SparseChange]]) -> None:
+    """Write each sparse change into its target in place (cast to its dtype); the compiled writes shared out between
+    this thread and a second one (weights/two_threads.py: a SmolLM2 delta's 6 M elements took 26-27 ms on one)."""
+    targets = [target.detach() for target, _ in changes]
+    compiled = [_compiled_write(target, change) for target, (_, change) in zip(targets, changes, strict=True)]
+
+    def write(i: int) -> None:
+        target, change = targets[i], changes[i][1]
+        if compiled[i]:
+            _scatter(target, change)
+            return
+        index = change.indices.to(device=target.device, dtype=torch.long)
+        values = change.values.to(device=target.device, dtype=target.dtype)
+        if target.is_contiguous():
+            target.view(-1)[index] = values
+        else:
+            flat = target.reshape(-1).clone()
+            flat[index] = values
+            target.copy_(flat.view(target.shape))
+
+    try:
+        share_out(len(changes), lambda i: changes[i][1].indices.numel(), write, compiled.__getitem__, _SHARE_WRITES)
+    finally:  # written outside torch: moved as an in-place op would (a packed copy then knows to repack, engines/)
+        for target, outside_torch in zip(targets, compiled, strict=True):
+            if outside_torch:
+                torch.autograd.graph.increment_version(target)
 
 
 def check_delta_fits(shapes: Mapping[str, torch.Size], delta: WeightsDelta) -> None:
@@ -154,5 +188,4 @@ def apply_delta(state: MutableMapping[str, torch.Tensor], delta: WeightsDelta) -
     check_delta_fits({name: t.shape for name, t in state.items()}, delta)
     for name, tensor in delta.whole.items():
         state[name] = tensor
-    for name, change in delta.sparse.items():
-        set_elements(state[name], change)
+    set_all_elements([(state[name], change) for name, change in delta.sparse.items()])

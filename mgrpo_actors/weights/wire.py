@@ -17,7 +17,8 @@ header's metadata says which:
     mgrpo.shapes       (delta) JSON {name: shape} of the tensors changed element by element
 
 `write_version` writes the header, then each tensor's bytes straight from its storage (safetensors'
-own save_file first makes a bytes copy of every tensor), hashing them as they go out.
+own save_file first makes a bytes copy of every tensor), hashing them on a second thread as they go out.
+`read_delta` decodes its changes' indices on two threads.
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ import json
 import re
 import struct
 from collections.abc import Iterable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from mgrpo_actors.runtime.disk import disk_full, no_space_left
 from mgrpo_actors.weights.delta import SparseChange, WeightsDelta
 from mgrpo_actors.weights.files import SAFETENSORS_DTYPES, safetensors_header
+from mgrpo_actors.weights.two_threads import second_thread, share_out
 
 __all__ = ["VersionHeader", "delta_entries", "read_delta", "read_header", "write_version"]
 
@@ -44,6 +47,9 @@ _DTYPES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 _COUNTS, _OFFSETS, _VALUES = "@counts", "@offsets", "@values"
 _BLOCK_BITS = 16  # blocks of 65,536 elements: an offset in one is a uint16
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# changes of fewer elements are decoded on the calling thread: a change's decoding is one pass over its indices,
+# so smaller ones than the 65,536 elements of a tensor's compare (two_threads.SHARE_FROM) pay for the hand-over
+_SHARE_DECODING = 1 << 12
 
 
 def _bytes(tensor: torch.Tensor) -> memoryview:
@@ -72,7 +78,7 @@ def _indices(shape: tuple[int, ...], counts: torch.Tensor, offsets: torch.Tensor
     from mgrpo_actors.weights.kernels import indices_of_blocks  # numba's import (~0.3 s) only where used
 
     blocks = -(-torch.Size(shape).numel() >> _BLOCK_BITS)
-    if counts.dtype != torch.int32 or offsets.dtype != torch.int16 or counts.shape != (blocks,):
+    if counts.dtype != torch.int32 or offsets.dtype != torch.int16 or counts.shape != (blocks,) or offsets.dim() != 1:
         raise ValueError(f"{blocks} int32 block counts and int16 offsets expected, got {counts.dtype} {offsets.dtype}")
     indices = indices_of_blocks(counts.numpy(), offsets.numpy().view(np.uint16), _BLOCK_BITS)
     if indices is None:
@@ -96,13 +102,20 @@ def write_version(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metad
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # tensor data 8-byte aligned, as safetensors writes it
     digest = hashlib.sha256()
+    blocks = [struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)]
     path.parent.mkdir(parents=True, exist_ok=True)
+    # hashed on the second thread while this one writes (both let go of the GIL): a SmolLM2 delta's 24 MB hash
+    # in ~14 ms, its writing takes about as long
+    hashed: Future | None = None
     try:
+        hashed = second_thread().submit(lambda: [digest.update(block) for block in blocks])
         with open(path, "wb") as f:
-            for block in (struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)):
+            for block in blocks:
                 f.write(block)
-                digest.update(block)
+        hashed.result()
     except BaseException as exc:  # a part of a version is no version: nothing is left to be mistaken for one
+        if hashed is not None and not hashed.cancel():
+            wait([hashed])  # never hashing a tensor's memory after this returns
         path.unlink(missing_ok=True)
         if isinstance(exc, OSError) and no_space_left(exc, path):
             raise disk_full(f"weights version {metadata.get('mgrpo.version', '')}".strip(), path) from exc
@@ -149,26 +162,37 @@ def read_header(path: Path) -> VersionHeader:
 
 
 def read_delta(path: Path, header: VersionHeader) -> WeightsDelta:
-    """The delta in the file at `path` (its header read before); ValueError if its tensors do not add up."""
+    """The delta in the file at `path` (its header read before); ValueError if its tensors do not add up. The
+    sparse changes' indices are decoded on two threads (weights/two_threads.py)."""
     assert header.kind == "delta" and header.base is not None and header.shapes is not None
     whole: dict[str, torch.Tensor] = {}
     parts: dict[str, dict[str, torch.Tensor]] = {}
-    with safe_open(str(path), framework="pt") as f:
-        for key in f.keys():
-            name, at, part = key.partition("@")
-            if not at:
-                whole[name] = f.get_tensor(key)
-            elif f"@{part}" in (_COUNTS, _OFFSETS, _VALUES) and name in header.shapes:
-                parts.setdefault(name, {})[f"@{part}"] = f.get_tensor(key)
-            else:
-                raise _malformed(path, f"unexpected tensor {key!r}")
-    sparse = {}
-    for name, shape in header.shapes.items():
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                name, at, part = key.partition("@")
+                if not at:
+                    whole[name] = f.get_tensor(key)
+                elif f"@{part}" in (_COUNTS, _OFFSETS, _VALUES) and name in header.shapes:
+                    parts.setdefault(name, {})[f"@{part}"] = f.get_tensor(key)
+                else:
+                    raise _malformed(path, f"unexpected tensor {key!r}")
+    except SafetensorError as exc:  # cut short, entries overlapping: what safetensors refuses to read
+        raise _malformed(path, str(exc)) from None
+    names = list(header.shapes)
+    for name in names:
         got = parts.get(name, {})
         if len(got) != 3 or name in whole:
             raise _malformed(path, f"{name!r} needs exactly {name}{_COUNTS}, {name}{_OFFSETS} and {name}{_VALUES}")
+
+    def change(i: int) -> SparseChange:
+        name, got = names[i], parts[names[i]]
+        shape = header.shapes[name]
         try:
-            sparse[name] = SparseChange(shape, _indices(shape, got[_COUNTS], got[_OFFSETS]), got[_VALUES])
+            indices = _indices(shape, got[_COUNTS], got[_OFFSETS])  # None unless they rise: checked there
+            return SparseChange(shape, indices, got[_VALUES], rising=True)
         except ValueError as exc:
             raise _malformed(path, f"{name!r}: {exc}") from None
-    return WeightsDelta(header.version, header.base, header.base_sha256, whole, sparse)
+
+    changes = share_out(len(names), lambda i: parts[names[i]][_OFFSETS].numel(), change, share_from=_SHARE_DECODING)
+    return WeightsDelta(header.version, header.base, header.base_sha256, whole, dict(zip(names, changes, strict=True)))
