@@ -77,7 +77,10 @@ def _indices(shape: tuple[int, ...], counts: torch.Tensor, offsets: torch.Tensor
     """Flat int32 indices from per-block counts and in-block offsets; ValueError if they cannot be a tensor's."""
     from mgrpo_actors.weights.kernels import indices_of_blocks  # numba's import (~0.3 s) only where used
 
-    blocks = -(-torch.Size(shape).numel() >> _BLOCK_BITS)
+    numel = torch.Size(shape).numel()
+    if numel >= 2**31:  # past int32 indices: the learner sends such a tensor whole (advance.py)
+        raise ValueError(f"a tensor of {numel} elements cannot change element by element")
+    blocks = -(-numel >> _BLOCK_BITS)
     if counts.dtype != torch.int32 or offsets.dtype != torch.int16 or counts.shape != (blocks,) or offsets.dim() != 1:
         raise ValueError(f"{blocks} int32 block counts and int16 offsets expected, got {counts.dtype} {offsets.dtype}")
     indices = indices_of_blocks(counts.numpy(), offsets.numpy().view(np.uint16), _BLOCK_BITS)

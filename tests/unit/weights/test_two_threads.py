@@ -162,3 +162,21 @@ def test_indices_known_to_rise_are_still_checked_against_the_tensors_bounds():
         SparseChange((10,), torch.tensor([3, 10], dtype=torch.int32), torch.zeros(2), rising=True)
     with pytest.raises(ValueError, match="not strictly increasing"):  # unless their maker proved it
         SparseChange((10,), torch.tensor([4, 3], dtype=torch.int32), torch.zeros(2))
+
+
+def test_a_delta_naming_a_tensor_past_int32_indices_is_refused(tmp_path):
+    change = SparseChange((10,), torch.tensor([1, 2], dtype=torch.int32), torch.zeros(2))
+    entries = delta_entries("w", change)
+    blocks = -(-(2**32) >> 16)
+    entries[0] = ("w@counts", torch.zeros(blocks, dtype=torch.int32).index_fill_(0, torch.tensor([0]), 2))
+    metadata = {
+        "mgrpo.kind": "delta",
+        "mgrpo.version": "2",
+        "mgrpo.base": "1",
+        "mgrpo.base_sha256": "0" * 64,
+        "mgrpo.shapes": f'{{"w":[{2**32}]}}',
+    }
+    path = tmp_path / "v2.safetensors"
+    write_version(path, entries, metadata)
+    with pytest.raises(ValueError, match="cannot change element by element"):
+        read_delta(path, read_header(path))
