@@ -50,6 +50,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # changes of fewer elements are decoded on the calling thread: a change's decoding is one pass over its indices,
 # so smaller ones than the 65,536 elements of a tensor's compare (two_threads.SHARE_FROM) pay for the hand-over
 _SHARE_DECODING = 1 << 12
+_HASH_APART_FROM = 4 << 20  # files of at least this many bytes are hashed on the second thread while written
 
 
 def _bytes(tensor: torch.Tensor) -> memoryview:
@@ -108,14 +109,19 @@ def write_version(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metad
     blocks = [struct.pack("<Q", len(encoded)), encoded, *(_bytes(tensor) for _, tensor in entries)]
     path.parent.mkdir(parents=True, exist_ok=True)
     # hashed on the second thread while this one writes (both let go of the GIL): a SmolLM2 delta's 24 MB hash
-    # in ~14 ms, its writing takes about as long
+    # in ~14 ms, its writing takes about as long; a small file's hand-over would cost more than it saves
     hashed: Future | None = None
     try:
-        hashed = second_thread().submit(lambda: [digest.update(block) for block in blocks])
+        if 8 + len(encoded) + offset >= _HASH_APART_FROM:
+            hashed = second_thread().submit(lambda: [digest.update(block) for block in blocks])
         with open(path, "wb") as f:
             for block in blocks:
                 f.write(block)
-        hashed.result()
+        if hashed is None:
+            for block in blocks:
+                digest.update(block)
+        else:
+            hashed.result()
     except BaseException as exc:  # a part of a version is no version: nothing is left to be mistaken for one
         if hashed is not None and not hashed.cancel():
             wait([hashed])  # never hashing a tensor's memory after this returns

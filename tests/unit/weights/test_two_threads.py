@@ -180,3 +180,12 @@ def test_a_delta_naming_a_tensor_past_int32_indices_is_refused(tmp_path):
     write_version(path, entries, metadata)
     with pytest.raises(ValueError, match="cannot change element by element"):
         read_delta(path, read_header(path))
+
+
+def test_a_large_file_hashed_on_the_second_thread_while_written_has_its_bytes_sha256(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    tensors = [("a", torch.randn(1_200_000, generator=g)), ("b", torch.randn(300, 7, generator=g).to(torch.bfloat16))]
+    path = tmp_path / "v1.safetensors"
+    sha256, size = write_version(path, tensors, {"mgrpo.kind": "full", "mgrpo.version": "1"})
+    data = path.read_bytes()
+    assert size == len(data) > 4 << 20 and sha256 == hashlib.sha256(data).hexdigest()
