@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mgrpo_actors.weights.two_threads import share_out
+from mgrpo_actors.weights.two_threads import SHARE_CHANGES_FROM, share_out
 
 __all__ = [
     "SparseChange",
@@ -32,9 +32,6 @@ __all__ = [
 ]
 
 _INDEX_BYTES = 2  # what an index costs in a delta file (wire.py); in memory int32, so tensors of < 2**31 elements
-# changes of fewer elements are written on the calling thread: a write is one pass over a change's elements, so
-# smaller ones than the 65,536 elements of a tensor's compare (two_threads.SHARE_FROM) pay for the hand-over
-_SHARE_WRITES = 1 << 12
 _SPARSE_EXTRA = 200  # bytes a sparse change adds to a file's header (two entries more than a whole tensor), about
 
 
@@ -166,7 +163,9 @@ def set_all_elements(changes: Sequence[tuple[torch.Tensor, SparseChange]]) -> No
             target.copy_(flat.view(target.shape))
 
     try:
-        share_out(len(changes), lambda i: changes[i][1].indices.numel(), write, compiled.__getitem__, _SHARE_WRITES)
+        share_out(
+            len(changes), lambda i: changes[i][1].indices.numel(), write, compiled.__getitem__, SHARE_CHANGES_FROM
+        )
     finally:  # written outside torch: moved as an in-place op would (a packed copy then knows to repack, engines/)
         for target, outside_torch in zip(targets, compiled, strict=True):
             if outside_torch:

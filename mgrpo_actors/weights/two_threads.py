@@ -15,11 +15,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["SHARE_FROM", "second_thread", "share_out"]
+__all__ = ["SHARE_CHANGES_FROM", "SHARE_FROM", "second_thread", "share_out"]
 
 R = TypeVar("R")
 
 SHARE_FROM = 1 << 16  # items of fewer elements stay on the calling thread (a hand-over costs more)
+# the same for a delta's changes (decoding their indices, writing their elements): one pass over a change's elements
+# each, so smaller ones than a tensor's compare pay for the hand-over
+SHARE_CHANGES_FROM = 1 << 12
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

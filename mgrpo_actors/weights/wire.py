@@ -39,7 +39,7 @@ from safetensors import SafetensorError, safe_open
 from mgrpo_actors.runtime.disk import disk_full, no_space_left
 from mgrpo_actors.weights.delta import SparseChange, WeightsDelta
 from mgrpo_actors.weights.files import SAFETENSORS_DTYPES, safetensors_header
-from mgrpo_actors.weights.two_threads import second_thread, share_out
+from mgrpo_actors.weights.two_threads import SHARE_CHANGES_FROM, second_thread, share_out
 
 __all__ = ["VersionHeader", "delta_entries", "read_delta", "read_header", "write_version"]
 
@@ -47,9 +47,6 @@ _DTYPES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 _COUNTS, _OFFSETS, _VALUES = "@counts", "@offsets", "@values"
 _BLOCK_BITS = 16  # blocks of 65,536 elements: an offset in one is a uint16
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# changes of fewer elements are decoded on the calling thread: a change's decoding is one pass over its indices,
-# so smaller ones than the 65,536 elements of a tensor's compare (two_threads.SHARE_FROM) pay for the hand-over
-_SHARE_DECODING = 1 << 12
 _HASH_APART_FROM = 4 << 20  # files of at least this many bytes are hashed on the second thread while written
 
 
@@ -203,5 +200,5 @@ def read_delta(path: Path, header: VersionHeader) -> WeightsDelta:
         except ValueError as exc:
             raise _malformed(path, f"{name!r}: {exc}") from None
 
-    changes = share_out(len(names), lambda i: parts[names[i]][_OFFSETS].numel(), change, share_from=_SHARE_DECODING)
+    changes = share_out(len(names), lambda i: parts[names[i]][_OFFSETS].numel(), change, share_from=SHARE_CHANGES_FROM)
     return WeightsDelta(header.version, header.base, header.base_sha256, whole, dict(zip(names, changes, strict=True)))
